@@ -1,0 +1,98 @@
+"""The agent plug-in interface: how agents declare themselves and are found.
+
+An agent is an async callable ``(run, input) -> output`` (or a plain function,
+run in a worker thread). Decorate it with :func:`agent` to give it a name, a
+description and the JSON schema its input must satisfy, then register it by
+entry point (group ``jupyter_agentruns.agents``) or with
+``c.AgentRuns.agents = {"name": "module:attr"}``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any
+
+import jsonschema
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "jupyter_agentruns.agents"
+ANY_OBJECT = {"type": "object"}
+
+
+def agent(
+    fn: Callable | None = None,
+    *,
+    input_schema: dict[str, Any] | None = None,
+    description: str | None = None,
+):
+    """Declare an agent's input schema and description (both optional)."""
+
+    def decorate(fn: Callable) -> Callable:
+        fn.input_schema = input_schema or ANY_OBJECT
+        fn.description = description or inspect.getdoc(fn) or ""
+        return fn
+
+    return decorate(fn) if fn is not None else decorate
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    name: str
+    fn: Callable
+    description: str
+    input_schema: dict[str, Any]
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+
+    def input_problem(self, value: Any) -> str | None:
+        """Why ``value`` does not satisfy the input schema, or None."""
+        validator = jsonschema.Draft202012Validator(self.input_schema)
+        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+        if error is None:
+            return None
+        where = "/".join(str(part) for part in error.absolute_path)
+        return f"input{'/' + where if where else ''}: {error.message}"
+
+
+def spec_for(name: str, fn: Callable) -> AgentSpec:
+    schema = getattr(fn, "input_schema", None) or ANY_OBJECT
+    jsonschema.Draft202012Validator.check_schema(schema)
+    description = getattr(fn, "description", None) or inspect.getdoc(fn) or ""
+    return AgentSpec(name=name, fn=fn, description=description.strip(), input_schema=schema)
+
+
+def import_object(reference: str) -> Any:
+    """``"package.module:attr"`` to the object it names."""
+    module_name, _, attr = reference.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"{reference!r} is not of the form 'module:attr'")
+    obj = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def load_agents(configured: dict[str, str]) -> dict[str, AgentSpec]:
+    """The built-in agents, then entry points, then configuration (later wins on a name clash)."""
+    from .demo import demo
+
+    found: dict[str, AgentSpec] = {"demo": spec_for("demo", demo)}
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            found[point.name] = spec_for(point.name, point.load())
+        except Exception:
+            log.exception("agentruns: cannot load agent %r from entry point %s", point.name, point.value)
+    for name, reference in configured.items():
+        found[name] = spec_for(name, import_object(reference))
+    return found

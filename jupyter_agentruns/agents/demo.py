@@ -1,0 +1,80 @@
+"""The built-in ``demo`` agent: deterministic, offline, for docs, demos and tests."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from . import agent
+
+FILLER = (
+    "This answer streams from a durable run owned by the Jupyter server, so a page refresh, "
+    "a dropped connection or a kernel restart only pauses the view, never the run"
+).split()
+
+INPUT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "prompt": {"type": "string", "maxLength": 100000},
+        "chunks": {"type": "integer", "minimum": 1, "maximum": 100000, "default": 40},
+        "delay": {"type": "number", "minimum": 0, "maximum": 10, "default": 0.05},
+        "tools": {"type": "boolean", "default": True},
+        "fail": {"type": "boolean", "default": False},
+    },
+    "required": ["prompt"],
+    "additionalProperties": False,
+}
+
+
+class DemoFailure(Exception):
+    """The demo agent was asked to fail."""
+
+
+def answer_words(prompt: str, chunks: int) -> list[str]:
+    """The ``chunks`` text deltas the demo streams for ``prompt``: same input, same text."""
+    intro = f"Demo answer about {prompt.strip() or 'nothing'}:".split()
+    words = itertools.chain(intro, itertools.cycle(FILLER))
+    deltas = [word + " " for word in itertools.islice(words, chunks)]
+    deltas[-1] = deltas[-1].rstrip() + "."
+    return deltas
+
+
+@agent(input_schema=INPUT_SCHEMA, description="Deterministic demo agent: two tool calls, then a streamed answer. No network.")
+async def demo(run, input: dict) -> dict:
+    prompt = input["prompt"]
+    chunks = input.get("chunks", 40)
+    delay = input.get("delay", 0.05)
+
+    async def pause() -> None:
+        if delay:
+            await asyncio.sleep(delay)
+
+    tools_used = []
+    if input.get("tools", True):
+        await run.progress(0.0, "searching")
+        await pause()
+        call = await run.tool_started("search", {"query": prompt})
+        await pause()
+        hits = len(prompt.split()) + 2
+        await run.tool_completed(call, {"hits": hits, "top": f"Notes on {prompt}"})
+        await pause()
+        call = await run.tool_started("summarize", {"hits": hits})
+        await pause()
+        await run.tool_completed(call, {"summary": f"{hits} notes summarised"})
+        tools_used = ["search", "summarize"]
+        await pause()
+
+    message = await run.message_started()
+    deltas = answer_words(prompt, chunks)
+    step = max(1, chunks // 10)
+    for index, delta in enumerate(deltas, start=1):
+        await run.text(delta, message)
+        await pause()
+        if index % step == 0 and index < chunks:
+            await run.progress(index / chunks, f"writing {index}/{chunks}")
+    await run.message_completed(message)
+    await run.progress(1.0, "done")
+    await run.usage(input_tokens=len(prompt.split()), output_tokens=chunks)
+    if input.get("fail"):
+        raise DemoFailure("the demo agent was asked to fail")
+    return {"text": "".join(deltas), "tools": tools_used}

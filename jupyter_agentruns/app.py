@@ -1,0 +1,130 @@
+"""The jupyter_server extension: configuration, handlers, life cycle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jupyter_core.paths import jupyter_data_dir
+from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider
+from jupyter_server.extension.application import ExtensionApp
+from jupyter_server._tz import utcnow
+from jupyter_server.utils import url_path_join
+from traitlets import Dict, Enum, Float, Int, Unicode, default
+
+from .agents import load_agents
+from .engine import Config, Engine
+from .handlers import default_handlers
+
+SHARED_OWNER = "~shared"
+
+
+class AgentRuns(ExtensionApp):
+    """Durable, resumable agent runs owned by the Jupyter server."""
+
+    name = "jupyter_agentruns"
+    load_other_extensions = True
+
+    db_path = Unicode(help="The SQLite file holding runs and events (on a local disk: WAL needs one).").tag(
+        config=True
+    )
+    owner_mode = Enum(
+        ["auto", "shared", "per-user"],
+        default_value="auto",
+        help=(
+            "Who owns a run. 'shared': every authenticated request is the server's one owner; "
+            "'per-user': the authenticated username; 'auto': 'shared' with jupyter_server's own "
+            "token/password identity providers, 'per-user' with any other."
+        ),
+    ).tag(config=True)
+    agents = Dict(
+        key_trait=Unicode(), value_trait=Unicode(), help="Extra agents: name -> 'module:attr'."
+    ).tag(config=True)
+    idempotency_ttl_seconds = Float(86400, help="How long Idempotency-Keys are remembered.").tag(config=True)
+    event_retention_seconds = Float(
+        86400, help="A finished run's events older than this are compacted into its snapshot."
+    ).tag(config=True)
+    max_retained_events = Int(100000, help="Events kept per run; beyond, the oldest are compacted.").tag(
+        config=True
+    )
+    run_retention_seconds = Float(2592000, help="Finished runs older than this are deleted (then 410).").tag(
+        config=True
+    )
+    max_active_runs_per_user = Int(8, help="Active runs per owner; beyond it submit answers 429.").tag(
+        config=True
+    )
+    max_streams_per_user = Int(64, help="Open event streams per owner; beyond it 429.").tag(config=True)
+    heartbeat_interval = Float(15, help="Seconds between ': ping' comments on an idle stream.").tag(config=True)
+    write_timeout_seconds = Float(
+        30, help="A stream whose client reads nothing for this long is dropped (it resumes from its cursor)."
+    ).tag(config=True)
+    lease_seconds = Float(30, help="How long a run's executor lease lasts without renewal.").tag(config=True)
+    max_body_bytes = Int(1048576, help="Request body limit (413 beyond).").tag(config=True)
+    max_event_bytes = Int(262144, help="One event's data limit; an agent exceeding it fails its run.").tag(
+        config=True
+    )
+    max_run_seconds = Float(86400, help="A run still going after this fails with deadline_exceeded.").tag(
+        config=True
+    )
+    sqlite_synchronous = Enum(
+        ["FULL", "NORMAL"],
+        default_value="FULL",
+        help="FULL keeps every served event across a power loss; NORMAL only across a process crash.",
+    ).tag(config=True)
+
+    @default("db_path")
+    def _default_db_path(self) -> str:
+        return str(Path(jupyter_data_dir()) / "agentruns.sqlite3")
+
+    def effective_owner_mode(self) -> str:
+        if self.owner_mode != "auto":
+            return self.owner_mode
+        provider = type(self.serverapp.identity_provider)
+        return "shared" if provider in (IdentityProvider, PasswordIdentityProvider) else "per-user"
+
+    def initialize_settings(self) -> None:
+        config = Config(
+            db_path=self.db_path,
+            idempotency_ttl_seconds=self.idempotency_ttl_seconds,
+            max_active_runs_per_user=self.max_active_runs_per_user,
+            max_streams_per_user=self.max_streams_per_user,
+            heartbeat_interval=self.heartbeat_interval,
+            write_timeout_seconds=self.write_timeout_seconds,
+            lease_seconds=self.lease_seconds,
+            max_body_bytes=self.max_body_bytes,
+            max_event_bytes=self.max_event_bytes,
+            max_run_seconds=self.max_run_seconds,
+            sqlite_synchronous=self.sqlite_synchronous,
+        )
+        self.engine = Engine(config, load_agents(self.agents), on_activity=self._record_activity)
+        self.settings.update(
+            {
+                "agentruns_engine": self.engine,
+                "agentruns_owner_mode": self.effective_owner_mode(),
+                "agentruns_api_url": url_path_join(self.serverapp.base_url, "api/agentruns"),
+            }
+        )
+        self.log.info(
+            "agentruns: store %s, owner mode %s, agents: %s",
+            self.db_path,
+            self.settings["agentruns_owner_mode"],
+            ", ".join(sorted(self.engine.agents)),
+        )
+
+    def _record_activity(self) -> None:
+        # Any ServerApp setting ending in _last_activity feeds last_activity(),
+        # which idle culling reads: a live run keeps the server busy.
+        self.serverapp.web_app.settings["agentruns_last_activity"] = utcnow()
+
+    def initialize_handlers(self) -> None:
+        self.handlers.extend(default_handlers)
+
+    async def _start_jupyter_server_extension(self, serverapp) -> None:
+        await self.engine.start()
+
+    def current_activity(self):
+        """Live runs, so that shutdown_no_activity_timeout never stops a server mid-run."""
+        live = sorted(self.engine.executor.live)
+        return live or None
+
+    async def stop_extension(self) -> None:
+        await self.engine.stop()

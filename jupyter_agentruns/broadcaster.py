@@ -1,0 +1,153 @@
+"""From committed events to subscribers, without a queue per subscriber.
+
+Each live run has a ``Channel``: a small window of its most recently committed
+events and a wake-up. The writer's commit callback appends to the window and
+wakes whoever waits; a ``Subscriber`` is only a cursor that pulls the events
+after it, from the window when it covers the cursor, else from the store. A
+subscriber that falls behind costs nothing but its cursor: the producer never
+waits for it and no memory grows for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from . import store
+from .reducer import TERMINAL_TYPES
+
+WINDOW_EVENTS = 2048
+WINDOW_BYTES = 4 * 1024 * 1024
+STORE_READ_CHUNK = 1000
+# How often a subscriber re-reads the store for a run no channel here
+# announces (one executed by another server sharing the database).
+STORE_POLL_SECONDS = 0.5
+
+
+class Event:
+    """A committed event as subscribers see it: its seq, type and wire JSON."""
+
+    __slots__ = ("seq", "type", "envelope")
+
+    def __init__(self, seq: int, type: str, envelope: str):
+        self.seq = seq
+        self.type = type
+        self.envelope = envelope
+
+    @property
+    def terminal(self) -> bool:
+        return self.type in TERMINAL_TYPES
+
+
+def envelope(run_id_json: str, seq: int, type: str, ts: str, data: str) -> str:
+    """The event's wire JSON, from its parts (``run_id_json`` already JSON-quoted)."""
+    return f'{{"run_id":{run_id_json},"seq":{seq},"type":"{type}","ts":"{ts}","data":{data}}}'
+
+
+class Channel:
+    def __init__(self, run_id: str, committed_seq: int):
+        self.run_id = run_id
+        self.committed_seq = committed_seq
+        self.finished = False
+        self._window: deque[Event] = deque()
+        self._window_bytes = 0
+        self._wake = asyncio.Event()
+
+    def publish(self, events: list[Event]) -> None:
+        for event in events:
+            self._window.append(event)
+            self._window_bytes += len(event.envelope)
+            if event.terminal:
+                self.finished = True
+        while len(self._window) > WINDOW_EVENTS or self._window_bytes > WINDOW_BYTES:
+            self._window_bytes -= len(self._window.popleft().envelope)
+        self.committed_seq = events[-1].seq
+        self.wake()
+
+    def wake(self) -> None:
+        wake, self._wake = self._wake, asyncio.Event()
+        wake.set()
+
+    def waiter(self) -> asyncio.Event:
+        """An event set at the next publish; take it before reading, then wait on it."""
+        return self._wake
+
+    def window_after(self, cursor: int, limit: int) -> list[Event] | None:
+        """Committed events after ``cursor`` from the window, or None if it does not reach back."""
+        if not self._window or self._window[0].seq > cursor + 1:
+            return None
+        start = cursor + 1 - self._window[0].seq
+        end = min(len(self._window), start + limit)
+        return [self._window[i] for i in range(start, end)]
+
+
+class Broadcaster:
+    """The channels of the runs this server executes."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, Channel] = {}
+
+    def open(self, run_id: str, committed_seq: int) -> Channel:
+        channel = self._channels[run_id] = Channel(run_id, committed_seq)
+        return channel
+
+    def get(self, run_id: str) -> Channel | None:
+        return self._channels.get(run_id)
+
+    def close(self, run_id: str) -> None:
+        channel = self._channels.pop(run_id, None)
+        if channel is not None:
+            channel.wake()
+
+
+class Subscriber:
+    """A cursor on one run's events: what follows ``cursor``, exactly once, in order."""
+
+    def __init__(self, db, broadcaster: Broadcaster, run_id: str, cursor: int):
+        self._db = db
+        self._broadcaster = broadcaster
+        self.run_id = run_id
+        self.cursor = cursor
+        self.done = False
+        self._run_id_json = '"' + run_id + '"'
+
+    def read(self, limit: int) -> list[Event]:
+        """Committed events after the cursor, at most ``limit``, advancing the cursor."""
+        if self.done:
+            return []
+        channel = self._broadcaster.get(self.run_id)
+        events = None
+        if channel is not None:
+            if channel.committed_seq <= self.cursor:
+                return []
+            events = channel.window_after(self.cursor, limit)
+        if events is None:
+            rows = store.read_events(self._db, self.run_id, self.cursor, min(limit, STORE_READ_CHUNK))
+            events = [
+                Event(seq, type, envelope(self._run_id_json, seq, type, ts, data))
+                for seq, type, ts, data in rows
+            ]
+        if events:
+            self.cursor = events[-1].seq
+            if events[-1].terminal:
+                self.done = True
+        return events
+
+    async def pull(self, limit: int, timeout: float) -> list[Event]:
+        """Like ``read``, but wait up to ``timeout`` seconds for at least one event."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            channel = self._broadcaster.get(self.run_id)
+            wake = channel.waiter() if channel is not None else None
+            events = self.read(limit)
+            remaining = deadline - loop.time()
+            if events or self.done or remaining <= 0:
+                return events
+            if wake is None:
+                await asyncio.sleep(min(remaining, STORE_POLL_SECONDS))
+                continue
+            try:
+                await asyncio.wait_for(wake.wait(), remaining)
+            except asyncio.TimeoutError:
+                pass

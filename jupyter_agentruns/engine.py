@@ -1,0 +1,368 @@
+"""The engine: store, writer, broadcaster and executor put together.
+
+HTTP handlers speak to this and nothing else. Every method takes the caller's
+``owner`` and answers another owner's run exactly as a missing one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from . import reducer, store
+from .agents import AgentSpec
+from .broadcaster import Broadcaster, Event, Subscriber
+from .errors import ApiError, run_not_found
+from .executor import Executor
+from .idempotency import fingerprint
+from .timeutil import now_iso
+from .writer import Append, Writer
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_CACHE_SIZE = 256
+RUN_FIELDS = (
+    "run_id", "agent", "status", "session", "metadata", "input", "retry_of",
+    "created_at", "started_at", "finished_at", "last_seq", "first_seq",
+)  # fmt: skip
+
+
+@dataclass
+class Config:
+    """The engine's settings; ``AgentRuns`` fills them from ``c.AgentRuns.*``."""
+
+    db_path: str
+    idempotency_ttl_seconds: float = 86400
+    max_active_runs_per_user: int = 8
+    max_streams_per_user: int = 64
+    heartbeat_interval: float = 15
+    write_timeout_seconds: float = 30
+    lease_seconds: float = 30
+    max_body_bytes: int = 1048576
+    max_event_bytes: int = 262144
+    max_run_seconds: float = 86400
+    sqlite_synchronous: str = "FULL"
+
+
+@dataclass
+class SubmitRequest:
+    agent: str
+    input: Any
+    session: str | None = None
+    metadata: dict | None = None
+    retry_of: str | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.agent, self.input, self.session, self.metadata, self.retry_of)
+
+
+def new_run_id() -> str:
+    return "run_" + secrets.token_urlsafe(16)
+
+
+class Engine:
+    def __init__(
+        self,
+        config: Config,
+        agents: dict[str, AgentSpec],
+        on_activity: Callable[[], None] = lambda: None,
+    ):
+        self.config = config
+        self.agents = agents
+        self._on_activity = on_activity
+        # The read connection, used on the event loop only; writes go through the writer.
+        self.db = store.connect(config.db_path, config.sqlite_synchronous)
+        self.executor_id = "exec_" + secrets.token_urlsafe(12)
+        self.broadcaster = Broadcaster()
+        self.writer: Writer | None = None
+        self.executor = Executor(self)
+        self._starting: asyncio.Task | None = None
+        self._maintenance: asyncio.Task | None = None
+        self._snapshots: OrderedDict[str, tuple[int, dict]] = OrderedDict()
+        self.open_streams: Counter[str] = Counter()
+
+    # Life cycle ------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the writer and the lease keeper; safe to call from every request."""
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._starting)
+
+    async def _start(self) -> None:
+        loop = asyncio.get_running_loop()
+        writer_db = store.connect(self.config.db_path, self.config.sqlite_synchronous)
+        self.writer = Writer(writer_db, loop, self._on_commit)
+        await self.sweep()
+        self._maintenance = loop.create_task(self._maintain())
+
+    async def stop(self) -> None:
+        """End live runs ``interrupted`` (``server_shutdown``), commit, close the store."""
+        if self._starting is None:
+            self.db.conn.close()
+            return
+        await self._starting
+        self._maintenance.cancel()
+        await self.executor.shutdown()
+        await asyncio.get_running_loop().run_in_executor(None, self.writer.close)
+        self.db.conn.close()
+
+    def _on_commit(self, appended: dict[str, list[Append]], failed: set[str]) -> None:
+        for run_id, items in appended.items():
+            channel = self.broadcaster.get(run_id)
+            if channel is not None:
+                channel.publish([Event(i.seq, i.type, i.envelope) for i in items])
+        for run_id in failed:
+            self.executor.lost(run_id)
+
+    async def _maintain(self) -> None:
+        interval = max(0.05, self.config.lease_seconds / 3)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.renew_leases()
+                await self.sweep()
+            except Exception:
+                log.exception("agentruns: lease upkeep failed")
+
+    async def renew_leases(self) -> None:
+        live = list(self.executor.live)
+        if live:
+            expires = time.time() + self.config.lease_seconds
+            await self.writer.run(lambda db: store.renew_leases(db, self.executor_id, live, expires))
+            self.activity_changed()
+
+    async def sweep(self) -> int:
+        """End ``interrupted`` every unfinished run whose executor's lease expired."""
+        live = set(self.executor.live)
+        ttl = self.config.idempotency_ttl_seconds
+
+        def interrupt_expired(db) -> int:
+            now = time.time()
+            count = 0
+            for row in store.expired_active_runs(db, now):
+                if row["run_id"] in live:
+                    continue
+                interrupt(db, row, "lease_expired")
+                count += 1
+            store.purge_keys(db, now - ttl)
+            return count
+
+        count = await self.writer.run(interrupt_expired)
+        if count:
+            log.info("agentruns: %d run(s) whose server stopped ended interrupted", count)
+        return count
+
+    def activity_changed(self) -> None:
+        self._on_activity()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.executor.live)
+
+    # Runs ----------------------------------------------------------------
+
+    async def submit(
+        self, owner: str, request: SubmitRequest, key: str | None
+    ) -> tuple[dict[str, Any], bool]:
+        """Create a run, or find the one this key made; returns ``(run, replayed)``."""
+        await self.start()
+        spec = self.agents.get(request.agent)
+        if spec is None:
+            problem: ApiError | None = ApiError(
+                404, "unknown_agent", f"No agent named {request.agent!r}; GET agents lists them."
+            )
+        else:
+            reason = spec.input_problem(request.input)
+            problem = ApiError(400, "invalid_input", reason) if reason else None
+        fp = request.fingerprint
+        config = self.config
+        now = time.time()
+
+        def create(db) -> tuple[dict[str, Any], bool]:
+            if key is not None:
+                existing = store.find_key(db, owner, key, now - config.idempotency_ttl_seconds)
+                if existing is not None:
+                    if existing["fingerprint"] != fp:
+                        raise ApiError(
+                            422,
+                            "idempotency_key_reused",
+                            "This Idempotency-Key was used for a different request; "
+                            "use a new key for a new run.",
+                        )
+                    row = store.get_run(db, existing["run_id"])
+                    if row is not None:
+                        return row, True
+            if problem is not None:
+                raise problem
+            if request.retry_of is not None:
+                original = store.get_run(db, request.retry_of)
+                if original is None or original["owner"] != owner:
+                    raise run_not_found(request.retry_of)
+            if store.count_active(db, owner) >= config.max_active_runs_per_user:
+                raise ApiError(
+                    429,
+                    "too_many_active_runs",
+                    f"You have {config.max_active_runs_per_user} active runs, the most allowed; "
+                    "wait for one to finish or cancel one.",
+                    headers={"Retry-After": "5"},
+                )
+            row = {
+                "run_id": new_run_id(),
+                "owner": owner,
+                "agent": request.agent,
+                "status": "queued",
+                "session": request.session,
+                "metadata": request.metadata if request.metadata is not None else {},
+                "input": request.input,
+                "retry_of": request.retry_of,
+                "created_at": now_iso(),
+                "last_seq": 0,
+                "first_seq": 1,
+                "snapshot_seq": 0,
+                "executor_id": self.executor_id,
+                "lease_expires": time.time() + config.lease_seconds,
+            }
+            store.insert_run(db, row)
+            if key is not None:
+                store.insert_key(db, owner, key, fp, row["run_id"], now)
+            return store.get_run(db, row["run_id"]), False
+
+        row, replayed = await self.writer.run(create)
+        if not replayed:
+            self.executor.start(row, spec)
+            self.activity_changed()
+        return self.run_object(row), replayed
+
+    def owned_row(self, owner: str, run_id: str) -> dict[str, Any]:
+        row = store.get_run(self.db, run_id)
+        if row is None or row["owner"] != owner:
+            raise run_not_found(run_id)
+        return row
+
+    def get_run(self, owner: str, run_id: str) -> dict[str, Any]:
+        return self.run_object(self.owned_row(owner, run_id))
+
+    def list_runs(
+        self, owner: str, *, status: str | None, session: str | None, limit: int, before: int | None
+    ) -> tuple[list[dict[str, Any]], int | None]:
+        rows = store.list_runs(self.db, owner, status=status, session=session, limit=limit + 1, before=before)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return [self.run_object(row) for row in rows], rows[-1]["_rowid"] if more else None
+
+    async def cancel(self, owner: str, run_id: str, reason: str | None) -> tuple[dict[str, Any], bool]:
+        """Cancel a run; returns ``(run, started)``, started False when it was already ending."""
+        await self.start()
+        self.owned_row(owner, run_id)
+        ctx = self.executor.live.get(run_id)
+        started = ctx is not None and await self.executor.cancel(ctx, reason)
+        return self.get_run(owner, run_id), started
+
+    async def delete(self, owner: str, run_id: str) -> None:
+        await self.start()
+
+        def delete(db) -> None:
+            row = store.get_run(db, run_id)
+            if row is None or row["owner"] != owner:
+                raise run_not_found(run_id)
+            if row["status"] in store.ACTIVE_STATUSES:
+                raise ApiError(409, "run_active", "The run is still active; cancel it first.")
+            store.delete_run(db, run_id)
+
+        await self.writer.run(delete)
+        self._snapshots.pop(run_id, None)
+
+    def run_object(self, row: dict[str, Any]) -> dict[str, Any]:
+        """The public run object: ``snapshot`` is exactly the events up to ``last_seq``."""
+        run = {name: row.get(name) for name in RUN_FIELDS}
+        if run["metadata"] is None:
+            run["metadata"] = {}
+        run["snapshot"] = self._snapshot_at(row)
+        run["output"] = row.get("output")
+        run["error"] = row.get("error")
+        run["cancel"] = row.get("cancel")
+        return run
+
+    def _snapshot_at(self, row: dict[str, Any]) -> dict[str, Any]:
+        run_id, last_seq = row["run_id"], row["last_seq"]
+        if row["snapshot_seq"] == last_seq and row["snapshot"] is not None:
+            return row["snapshot"]
+        cached = self._snapshots.get(run_id)
+        if cached is not None and row["snapshot_seq"] <= cached[0] <= last_seq:
+            seq, snapshot = cached
+        else:
+            seq, snapshot = row["snapshot_seq"], reducer.reduce([], row["snapshot"])
+        snapshot = reduce_stored(self.db, run_id, snapshot, seq, last_seq)
+        self._snapshots[run_id] = (last_seq, snapshot)
+        self._snapshots.move_to_end(run_id)
+        while len(self._snapshots) > SNAPSHOT_CACHE_SIZE:
+            self._snapshots.popitem(last=False)
+        return snapshot
+
+    # Events --------------------------------------------------------------
+
+    def subscriber(self, run_id: str, cursor: int) -> Subscriber:
+        return Subscriber(self.db, self.broadcaster, run_id, cursor)
+
+    @contextmanager
+    def stream_slot(self, owner: str):
+        """Hold one of the owner's ``max_streams_per_user`` open streams."""
+        if self.open_streams[owner] >= self.config.max_streams_per_user:
+            raise ApiError(
+                429,
+                "too_many_streams",
+                f"You have {self.config.max_streams_per_user} open event streams, the most allowed; "
+                "close one (the page stream carries many runs on one connection).",
+                headers={"Retry-After": "5"},
+            )
+        self.open_streams[owner] += 1
+        try:
+            yield
+        finally:
+            self.open_streams[owner] -= 1
+
+
+def reduce_stored(db, run_id: str, snapshot: dict, after: int, upto: int) -> dict:
+    """Apply the stored events ``after < seq <= upto`` to ``snapshot`` in place."""
+    while after < upto:
+        rows = store.read_events(db, run_id, after, 5000, upto)
+        if not rows:
+            break
+        for seq, type, _ts, data in rows:
+            reducer.apply(snapshot, {"type": type, "data": json.loads(data)})
+        after = rows[-1][0]
+    return snapshot
+
+
+def interrupt(db, row: dict[str, Any], reason: str) -> None:
+    """End an unfinished run ``interrupted`` with its terminal event, in the caller's transaction."""
+    seq = row["last_seq"] + 1
+    snapshot = reduce_stored(
+        db, row["run_id"], reducer.reduce([], row["snapshot"]), row["snapshot_seq"], row["last_seq"]
+    )
+    ts = now_iso()
+    store.append_events(db, [(row["run_id"], seq, "run.interrupted", ts, json.dumps({"reason": reason}))])
+    store.update_run(
+        db,
+        row["run_id"],
+        store.encode_fields(
+            {
+                "status": "interrupted",
+                "finished_at": ts,
+                "finished_ts": time.time(),
+                "last_seq": seq,
+                "snapshot": snapshot,
+                "snapshot_seq": seq,
+            }
+        ),
+    )

@@ -1,0 +1,41 @@
+"""Errors the API answers with: a status, a code a client can branch on, a message a person can act on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tornado.web import HTTPError
+
+
+class ApiError(HTTPError):
+    """An error answered as JSON ``{"error": code, "message": message, **extra}``."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ):
+        super().__init__(status)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers or {}
+        self.extra = extra
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.code}: {self.message}"
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.code, "message": self.message, **self.extra}
+
+
+def run_not_found(run_id: str) -> ApiError:
+    return ApiError(404, "run_not_found", f"No run {run_id!r} exists for you.")
+
+
+def invalid_request(message: str) -> ApiError:
+    return ApiError(400, "invalid_request", message)

@@ -1,0 +1,413 @@
+"""The run executor: each run is an asyncio task owned by the server.
+
+``RunContext`` is what an agent receives as ``run``: the only way events of a
+run are written. It numbers them (contiguous ``seq``), keeps the run's live
+snapshot with the reducer, and hands each event, with the run-state change it
+implies, to the store writer. ``Executor`` starts runs, cancels them, enforces
+the deadline, and decides each run's one terminal event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from . import reducer, store
+from .agents import AgentSpec
+from .broadcaster import envelope
+from .timeutil import now_iso
+from .writer import Append
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+log = logging.getLogger(__name__)
+
+# Event types an agent may emit itself; the run.* lifecycle is the executor's.
+AGENT_EVENT_TYPES = {
+    "message.started",
+    "text.delta",
+    "message.completed",
+    "tool.started",
+    "tool.completed",
+    "progress",
+    "usage",
+}
+CUSTOM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+# A tight-looping agent yields to the event loop this often, so commits are
+# published and streams served while it runs.
+YIELD_EVERY = 64
+# How long a cancelled agent gets to run its ``finally`` blocks.
+CANCEL_GRACE_SECONDS = 10
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.~ -]+){2,}[\\/]?")
+
+
+class RunClosed(Exception):
+    """The run has ended (or was cancelled): it takes no more events."""
+
+
+class EventTooLarge(ValueError):
+    """An event's data is larger than ``max_event_bytes``."""
+
+
+def error_object(exc: BaseException) -> dict[str, str]:
+    """``{type, message}`` for a failed run: no traceback, no server paths."""
+    message = _PATH.sub("<path>", str(exc))[:2000]
+    return {"type": type(exc).__name__, "message": message}
+
+
+class ToolCall:
+    """``async with run.tool(name, args) as call``: set ``call.result``; an exception marks it failed."""
+
+    def __init__(self, run: RunContext, name: str, args: dict):
+        self._run = run
+        self.name = name
+        self.args = args
+        self.call_id: str | None = None
+        self.result: Any = None
+
+    async def __aenter__(self) -> ToolCall:
+        self.call_id = await self._run.tool_started(self.name, self.args)
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        if exc is None:
+            await self._run.tool_completed(self.call_id, self.result)
+        elif not isinstance(exc, (asyncio.CancelledError, RunClosed)):
+            await self._run.tool_completed(self.call_id, ok=False, error=error_object(exc))
+
+
+class RunContext:
+    """An agent's handle on its run (the ``run`` argument)."""
+
+    def __init__(self, executor: Executor, row: dict[str, Any]):
+        self._executor = executor
+        self._writer = executor.engine.writer
+        self.run_id: str = row["run_id"]
+        self.agent: str = row["agent"]
+        self.input = row["input"]
+        self.owner: str = row["owner"]
+        self.session: str | None = row["session"]
+        self._run_id_json = json.dumps(self.run_id)
+        self._seq: int = row["last_seq"]
+        self._snapshot = reducer.empty_snapshot()
+        self._last_type: str | None = None
+        self._closed = False
+        self._cancel: dict[str, Any] | None = None
+        self._fatal: BaseException | None = None
+        self._interrupt_reason: str | None = None
+        self._deadline_hit = False
+        self._started = False
+        self._since_yield = 0
+        self._counters = {"m": 0, "c": 0}
+        self._message_id: str | None = None
+        self._agent_task: asyncio.Future | None = None
+        self._lost = False
+
+    # What agents call ------------------------------------------------------
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the run was asked to stop (cancel, deadline or shutdown)."""
+        return self._closed or self._cancel is not None or self._interrupt_reason is not None
+
+    async def emit(self, type: str, data: dict[str, Any] | None = None) -> int:
+        """Append one event of a documented type (or ``x.<name>``); returns its seq."""
+        if type not in AGENT_EVENT_TYPES and not (
+            type.startswith("x.") and CUSTOM_NAME.match(type[2:])
+        ):
+            raise ValueError(f"agents cannot emit events of type {type!r}")
+        return await self._emit(type, data or {})
+
+    async def custom(self, name: str, data: dict[str, Any] | None = None) -> int:
+        """Append an agent-defined event ``x.<name>``."""
+        return await self.emit(f"x.{name}", data)
+
+    async def message_started(self, role: str = "assistant") -> str:
+        """Start a message; returns its id for ``text`` and ``message_completed``."""
+        self._counters["m"] += 1
+        message_id = f"m{self._counters['m']}"
+        await self._emit("message.started", {"message_id": message_id, "role": role})
+        self._message_id = message_id
+        return message_id
+
+    async def text(self, delta: str, message_id: str | None = None) -> int:
+        """Stream a piece of text into a message (the current one by default)."""
+        if message_id is None:
+            message_id = self._message_id or await self.message_started()
+        return await self._emit("text.delta", {"message_id": message_id, "delta": delta})
+
+    async def message_completed(self, message_id: str | None = None) -> int:
+        message_id = message_id or self._message_id
+        if message_id is None:
+            raise ValueError("no message to complete")
+        if message_id == self._message_id:
+            self._message_id = None
+        return await self._emit("message.completed", {"message_id": message_id})
+
+    async def tool_started(self, name: str, args: dict[str, Any] | None = None) -> str:
+        """Record that a tool call starts; returns its ``call_id``."""
+        self._counters["c"] += 1
+        call_id = f"c{self._counters['c']}"
+        await self._emit("tool.started", {"call_id": call_id, "name": name, "args": args or {}})
+        return call_id
+
+    async def tool_completed(
+        self, call_id: str, result: Any = None, *, ok: bool = True, error: Any = None
+    ) -> int:
+        data: dict[str, Any] = {"call_id": call_id, "ok": ok}
+        if ok:
+            data["result"] = result
+        else:
+            data["error"] = error
+        return await self._emit("tool.completed", data)
+
+    def tool(self, name: str, args: dict[str, Any] | None = None) -> ToolCall:
+        """``async with run.tool("name", args) as call: call.result = ...``."""
+        return ToolCall(self, name, args or {})
+
+    async def progress(self, fraction: float | None, message: str = "") -> int:
+        if fraction is not None and not 0 <= fraction <= 1:
+            raise ValueError("progress fraction must be between 0 and 1, or None")
+        return await self._emit("progress", {"fraction": fraction, "message": message})
+
+    async def usage(self, input_tokens: int, output_tokens: int) -> int:
+        """Token totals so far (each usage event replaces the last)."""
+        return await self._emit("usage", {"input_tokens": input_tokens, "output_tokens": output_tokens})
+
+    async def durable(self) -> None:
+        """Wait until every event emitted so far is committed to the store.
+
+        Call it before a side effect that must not be repeated: after a crash
+        the log shows what was done.
+        """
+        channel = self._executor.engine.broadcaster.get(self.run_id)
+        target = self._seq
+        while channel is not None and channel.committed_seq < target:
+            if self._lost:
+                raise RunClosed(f"run {self.run_id} lost its store writes")
+            wake = channel.waiter()
+            if channel.committed_seq >= target:
+                break
+            await wake.wait()
+
+    # The executor's side -------------------------------------------------
+
+    async def _emit(self, type: str, data: dict[str, Any], fields: dict[str, Any] | None = None) -> int:
+        if self._closed:
+            raise RunClosed(f"run {self.run_id} has ended")
+        data_json = json.dumps(data, separators=(",", ":"))
+        limit = self._executor.engine.config.max_event_bytes
+        if len(data_json) > limit:
+            error = EventTooLarge(
+                f"a {type} event of {len(data_json)} bytes is over max_event_bytes ({limit})"
+            )
+            if type not in reducer.TERMINAL_TYPES:
+                self._fatal = error
+            raise error
+        if self._writer.full:
+            await self._writer.wait_for_space()
+            if self._closed:
+                raise RunClosed(f"run {self.run_id} has ended")
+        self._seq += 1
+        seq = self._seq
+        ts = now_iso()
+        if type in reducer.TERMINAL_TYPES:
+            self._closed = True
+            fields = dict(fields or {})
+            fields["snapshot"] = self._snapshot
+            fields["snapshot_seq"] = seq
+        else:
+            reducer.apply(self._snapshot, {"type": type, "data": data})
+            self._last_type = type
+        self._writer.append(
+            Append(
+                self.run_id,
+                seq,
+                type,
+                ts,
+                data_json,
+                store.encode_fields(fields) if fields else None,
+                envelope(self._run_id_json, seq, type, ts, data_json),
+            )
+        )
+        self._since_yield += 1
+        if self._since_yield >= YIELD_EVERY:
+            self._since_yield = 0
+            await asyncio.sleep(0)
+        return seq
+
+    def _stage(self) -> dict[str, Any]:
+        return {"seq": self._seq, "step": reducer.describe_step(self._snapshot, self._last_type)}
+
+
+class SyncRun:
+    """The ``run`` a plain-function agent gets: the same methods, blocking, from its worker thread."""
+
+    _METHODS = {
+        "emit", "custom", "message_started", "text", "message_completed",
+        "tool_started", "tool_completed", "progress", "usage", "durable",
+    }  # fmt: skip
+
+    def __init__(self, run: RunContext, loop: asyncio.AbstractEventLoop):
+        self._run = run
+        self._loop = loop
+        self.run_id = run.run_id
+        self.input = run.input
+
+    @property
+    def cancelled(self) -> bool:
+        return self._run.cancelled
+
+    def __getattr__(self, name: str):
+        if name not in self._METHODS:
+            raise AttributeError(name)
+        method = getattr(self._run, name)
+
+        @functools.wraps(method)
+        def call(*args, **kwargs):
+            return asyncio.run_coroutine_threadsafe(method(*args, **kwargs), self._loop).result()
+
+        return call
+
+
+class Executor:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.live: dict[str, RunContext] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._threads = ThreadPoolExecutor(max_workers=16, thread_name_prefix="agentruns-agent")
+
+    def start(self, row: dict[str, Any], spec: AgentSpec) -> RunContext:
+        """Start executing a freshly created (queued) run."""
+        ctx = RunContext(self, row)
+        self.live[ctx.run_id] = ctx
+        self.engine.broadcaster.open(ctx.run_id, ctx._seq)
+        task = asyncio.get_running_loop().create_task(self._execute(ctx, spec))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return ctx
+
+    async def _execute(self, ctx: RunContext, spec: AgentSpec) -> None:
+        if ctx._cancel is not None or ctx._interrupt_reason is not None:
+            return  # ended while queued, by cancel() or shutdown()
+        ctx._started = True
+        try:
+            await ctx._emit("run.started", {}, {"status": "running", "started_at": now_iso()})
+            ctx._agent_task = asyncio.ensure_future(self._call_agent(ctx, spec))
+            done, _ = await asyncio.wait({ctx._agent_task}, timeout=self.engine.config.max_run_seconds)
+            if not done:
+                ctx._deadline_hit = True
+                ctx._agent_task.cancel()
+                await asyncio.wait({ctx._agent_task}, timeout=CANCEL_GRACE_SECONDS)
+            await self._finish(ctx)
+        except RunClosed:
+            await self._forget(ctx)
+        except Exception:
+            log.exception("agentruns: executing %s failed", ctx.run_id)
+            await self._forget(ctx)
+
+    async def _call_agent(self, ctx: RunContext, spec: AgentSpec) -> Any:
+        if spec.is_async:
+            return await spec.fn(ctx, ctx.input)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, spec.fn, SyncRun(ctx, loop), ctx.input)
+
+    async def _finish(self, ctx: RunContext) -> None:
+        """Emit the run's one terminal event, wait for it to commit, let the run go."""
+        if not ctx._closed:
+            await self._emit_terminal(ctx)
+        await self._forget(ctx)
+
+    async def _emit_terminal(self, ctx: RunContext) -> None:
+        now = {"finished_at": now_iso(), "finished_ts": time.time()}
+        task = ctx._agent_task
+        if ctx._cancel is not None:
+            data = {"reason": ctx._cancel["reason"], "stage": ctx._cancel["stage"]}
+            await ctx._emit("run.cancelled", data, {"status": "cancelled", **now})
+            return
+        if ctx._interrupt_reason is not None:
+            await ctx._emit(
+                "run.interrupted", {"reason": ctx._interrupt_reason}, {"status": "interrupted", **now}
+            )
+            return
+        if ctx._deadline_hit:
+            seconds = self.engine.config.max_run_seconds
+            error = {"type": "deadline_exceeded", "message": f"the run took longer than max_run_seconds ({seconds:g} s)"}
+        elif ctx._fatal is not None:
+            error = error_object(ctx._fatal)
+            if isinstance(ctx._fatal, EventTooLarge):
+                error["type"] = "event_too_large"
+        elif task.cancelled():
+            error = {"type": "cancelled", "message": "the agent cancelled itself"}
+        elif task.exception() is not None:
+            exc = task.exception()
+            log.warning("agentruns: run %s failed", ctx.run_id, exc_info=exc)
+            error = error_object(exc)
+        else:
+            output = task.result()
+            try:
+                await ctx._emit(
+                    "run.succeeded", {"output": output}, {"status": "succeeded", "output": output, **now}
+                )
+                return
+            except (TypeError, ValueError) as exc:  # not JSON, or too large
+                error = {"type": "invalid_output", "message": f"the agent's output cannot be stored: {exc}"}
+        await ctx._emit("run.failed", {"error": error}, {"status": "failed", "error": error, **now})
+
+    async def _forget(self, ctx: RunContext) -> None:
+        try:
+            await ctx.durable()
+        except RunClosed:
+            pass
+        self.live.pop(ctx.run_id, None)
+        self.engine.broadcaster.close(ctx.run_id)
+        self.engine.activity_changed()
+
+    async def cancel(self, ctx: RunContext, reason: str | None) -> bool:
+        """Start cancelling ``ctx``; False when it was already ending or cancelling."""
+        if ctx._closed or ctx._cancel is not None or ctx._interrupt_reason is not None:
+            return False
+        ctx._cancel = {"requested_at": now_iso(), "reason": reason, "stage": ctx._stage()}
+        await ctx._emit(
+            "run.cancel_requested", {"reason": reason}, {"status": "cancelling", "cancel": ctx._cancel}
+        )
+        if not ctx._started:
+            await self._finish(ctx)
+        else:
+            ctx._agent_task.cancel()
+        await ctx.durable()
+        return True
+
+    def lost(self, run_id: str) -> None:
+        """The store refused this run's events (another server took it over): stop it."""
+        ctx = self.live.get(run_id)
+        if ctx is None:
+            return
+        ctx._lost = True
+        ctx._closed = True
+        if ctx._agent_task is not None:
+            ctx._agent_task.cancel()
+        channel = self.engine.broadcaster.get(run_id)
+        if channel is not None:
+            channel.wake()
+
+    async def shutdown(self) -> None:
+        """End every live run ``interrupted`` (reason ``server_shutdown``) and wait for it."""
+        for ctx in list(self.live.values()):
+            if ctx._closed:
+                continue
+            ctx._interrupt_reason = "server_shutdown"
+            if ctx._agent_task is not None:
+                ctx._agent_task.cancel()
+            elif not ctx._started:
+                self._tasks.add(asyncio.ensure_future(self._finish(ctx)))
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=CANCEL_GRACE_SECONDS + 5)
+        self._threads.shutdown(wait=False, cancel_futures=True)

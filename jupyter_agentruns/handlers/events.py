@@ -1,0 +1,81 @@
+"""``GET runs/{id}/events``: resume a run's events from a cursor, over SSE or JSON long-poll."""
+
+from __future__ import annotations
+
+import json
+
+from jupyter_server.auth.decorator import authorized
+from tornado import web
+
+from ..cursor import check_cursor, parse_cursor
+from ..errors import invalid_request
+from ..store import TERMINAL_STATUSES
+from . import sse
+from .base import AgentRunsHandler
+from .runs import RUN_ID
+
+SSE_BATCH = 500
+POLL_LIMIT_DEFAULT = 100
+POLL_LIMIT_MAX = 1000
+POLL_WAIT_MAX = 30
+
+
+class EventsHandler(AgentRunsHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, run_id: str) -> None:
+        engine = self.engine
+        await engine.start()
+        row = engine.owned_row(self.owner, run_id)
+        cursor = parse_cursor(self.request.headers.get("Last-Event-ID"), self.get_argument("after", None))
+        check_cursor(cursor, row["last_seq"])
+        caught_up = row["status"] in TERMINAL_STATUSES and cursor == row["last_seq"]
+        if "text/event-stream" in self.request.headers.get("Accept", ""):
+            await self._stream(run_id, cursor, caught_up)
+        else:
+            await self._poll(run_id, cursor, caught_up)
+
+    async def _stream(self, run_id: str, cursor: int, caught_up: bool) -> None:
+        if caught_up:
+            # 204 is the one answer that stops a browser EventSource reconnecting.
+            self.set_status(204)
+            self.finish()
+            return
+        config = self.engine.config
+        with self.engine.stream_slot(self.owner):
+            subscriber = self.engine.subscriber(run_id, cursor)
+            sse.begin(self)
+            try:
+                await sse.send(self, "", config.write_timeout_seconds)
+                while not subscriber.done:
+                    events = await subscriber.pull(SSE_BATCH, config.heartbeat_interval)
+                    text = "".join(sse.frame(event) for event in events) if events else sse.PING
+                    await sse.send(self, text, config.write_timeout_seconds)
+            except sse.ClientGone:
+                return
+        self.finish()
+
+    async def _poll(self, run_id: str, cursor: int, caught_up: bool) -> None:
+        limit = self.int_argument("limit", POLL_LIMIT_DEFAULT, 1, POLL_LIMIT_MAX)
+        wait = self._wait_argument()
+        subscriber = self.engine.subscriber(run_id, cursor)
+        events = [] if caught_up else await subscriber.pull(limit, wait)
+        row = self.engine.owned_row(self.owner, run_id)
+        done = caught_up or subscriber.done
+        tail = json.dumps({"last_seq": row["last_seq"], "status": row["status"], "done": done})
+        self.write_json('{"events":[' + ",".join(e.envelope for e in events) + "]," + tail[1:])
+
+    def _wait_argument(self) -> float:
+        raw = self.get_argument("wait", None)
+        if raw in (None, ""):
+            return 0.0
+        try:
+            wait = float(raw)
+        except ValueError:
+            wait = -1.0
+        if not 0 <= wait <= POLL_WAIT_MAX:
+            raise invalid_request(f"wait must be a number of seconds between 0 and {POLL_WAIT_MAX}, not {raw!r}.")
+        return wait
+
+
+default_handlers = [(rf"api/agentruns/runs/{RUN_ID}/events", EventsHandler)]

@@ -1,0 +1,147 @@
+"""Runs: submit (idempotent), list, read, cancel, delete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from tornado import web
+
+from ..engine import SubmitRequest
+from ..errors import ApiError, invalid_request
+from ..idempotency import key_problem
+from ..store import ACTIVE_STATUSES, TERMINAL_STATUSES
+from .base import AgentRunsHandler
+
+RUN_ID = r"(?P<run_id>[^/]+)"
+SUBMIT_FIELDS = {"agent": str, "input": dict, "session": str, "metadata": dict, "retry_of": str}
+LIST_LIMIT_DEFAULT = 50
+LIST_LIMIT_MAX = 500
+
+
+def submit_request(body: dict[str, Any]) -> SubmitRequest:
+    """Check a submit body's shape (400 ``invalid_request``) and read it."""
+    unknown = sorted(set(body) - set(SUBMIT_FIELDS))
+    if unknown:
+        raise invalid_request(f"Unknown field(s) {', '.join(unknown)}; allowed: {', '.join(SUBMIT_FIELDS)}.")
+    for name in ("agent", "input"):
+        if name not in body:
+            raise invalid_request(f"The field {name!r} is required.")
+    for name, kind in SUBMIT_FIELDS.items():
+        value = body.get(name)
+        optional = name not in ("agent", "input")
+        if value is None and optional:
+            continue
+        if not isinstance(value, kind):
+            expected = "a JSON object" if kind is dict else "a string"
+            raise invalid_request(f"The field {name!r} must be {expected}.")
+    return SubmitRequest(
+        agent=body["agent"],
+        input=body["input"],
+        session=body.get("session"),
+        metadata=body.get("metadata"),
+        retry_of=body.get("retry_of"),
+    )
+
+
+@web.stream_request_body
+class RunsHandler(AgentRunsHandler):
+    """``POST runs`` (submit) and ``GET runs`` (list)."""
+
+    async def prepare(self) -> None:
+        await super().prepare()
+        self._body = bytearray()
+        self._too_large = False
+        if self.request.method != "POST":
+            return
+        length = self.request.headers.get("Content-Length")
+        if length is not None and length.isdigit() and int(length) > self.engine.config.max_body_bytes:
+            raise self._request_too_large()
+
+    def data_received(self, chunk: bytes) -> None:
+        # Stop buffering once over the limit: a huge body costs no memory.
+        if len(self._body) + len(chunk) > self.engine.config.max_body_bytes:
+            self._too_large = True
+            self._body.clear()
+        elif not self._too_large:
+            self._body.extend(chunk)
+
+    def _request_too_large(self) -> ApiError:
+        limit = self.engine.config.max_body_bytes
+        return ApiError(413, "request_too_large", f"The request body is over max_body_bytes ({limit} bytes).")
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        if self._too_large:
+            raise self._request_too_large()
+        request = submit_request(self.json_body(bytes(self._body)))
+        key = self.request.headers.get("Idempotency-Key")
+        if key is not None:
+            problem = key_problem(key)
+            if problem:
+                raise ApiError(400, "invalid_idempotency_key", f"The Idempotency-Key {problem}.")
+        run, replayed = await self.engine.submit(self.owner, request, key)
+        if replayed:
+            self.set_header("Idempotent-Replayed", "true")
+        self.set_header("Location", self.api_url("runs", run["run_id"]))
+        self.write_json(run, 200 if replayed else 201)
+
+    @web.authenticated
+    @authorized
+    def get(self) -> None:
+        status = self.get_argument("status", None) or None
+        if status is not None and status not in (*ACTIVE_STATUSES, *TERMINAL_STATUSES):
+            raise invalid_request(
+                f"Unknown status {status!r}; one of {', '.join((*ACTIVE_STATUSES, *TERMINAL_STATUSES))}."
+            )
+        limit = self.int_argument("limit", LIST_LIMIT_DEFAULT, 1, LIST_LIMIT_MAX)
+        before = self.int_argument("before", None, 1)
+        runs, next_cursor = self.engine.list_runs(
+            self.owner,
+            status=status,
+            session=self.get_argument("session", None),
+            limit=limit,
+            before=before,
+        )
+        self.write_json({"runs": runs, "next": str(next_cursor) if next_cursor is not None else None})
+
+
+class RunHandler(AgentRunsHandler):
+    """``GET runs/{id}`` (the authoritative state) and ``DELETE runs/{id}``."""
+
+    @web.authenticated
+    @authorized
+    def get(self, run_id: str) -> None:
+        self.write_json(self.engine.get_run(self.owner, run_id))
+
+    @web.authenticated
+    @authorized
+    async def delete(self, run_id: str) -> None:
+        await self.engine.delete(self.owner, run_id)
+        self.set_status(204)
+        self.finish()
+
+
+class CancelHandler(AgentRunsHandler):
+    """``POST runs/{id}/cancel``: 202 when this request started the cancellation, else 200."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, run_id: str) -> None:
+        body = self.json_body(self.request.body, required=False)
+        unknown = sorted(set(body) - {"reason"})
+        if unknown:
+            raise invalid_request(f"Unknown field(s) {', '.join(unknown)}; only 'reason' is allowed.")
+        reason = body.get("reason")
+        if reason is not None and (not isinstance(reason, str) or len(reason) > 1000):
+            raise invalid_request("The field 'reason' must be a string of at most 1000 characters.")
+        run, started = await self.engine.cancel(self.owner, run_id, reason)
+        self.write_json(run, 202 if started else 200)
+
+
+default_handlers = [
+    (r"api/agentruns/runs", RunsHandler),
+    (rf"api/agentruns/runs/{RUN_ID}", RunHandler),
+    (rf"api/agentruns/runs/{RUN_ID}/cancel", CancelHandler),
+]

@@ -1,0 +1,58 @@
+"""Server-sent events on a tornado handler: headers, frames, bounded writes."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tornado.iostream import StreamClosedError
+from tornado.web import RequestHandler
+
+from ..broadcaster import Event
+
+# The reconnect delay a browser EventSource uses; our own clients treat it as
+# the floor of their exponential backoff.
+RETRY_MS = 1000
+
+
+class ClientGone(Exception):
+    """The client closed the connection, or read nothing for ``write_timeout_seconds``."""
+
+
+def begin(handler: RequestHandler) -> None:
+    handler.set_header("Content-Type", "text/event-stream")
+    handler.set_header("Cache-Control", "no-cache")
+    handler.set_header("X-Accel-Buffering", "no")
+    # Tornado leaves Nagle's algorithm on for streamed responses: tens of ms per frame.
+    stream = handler.request.connection.stream
+    if stream is not None:
+        stream.set_nodelay(True)
+    handler.write(f"retry: {RETRY_MS}\n\n")
+
+
+def frame(event: Event, *, with_id: bool = True) -> str:
+    head = f"id: {event.seq}\n" if with_id else ""
+    return f"{head}event: {event.type}\ndata: {event.envelope}\n\n"
+
+
+def named(name: str, data: str, seq: int | None = None) -> str:
+    head = f"id: {seq}\n" if seq is not None else ""
+    return f"{head}event: {name}\ndata: {data}\n\n"
+
+
+PING = ": ping\n\n"
+
+
+async def send(handler: RequestHandler, text: str, timeout: float) -> None:
+    """Write and flush, waiting at most ``timeout`` for the client to take it.
+
+    Tornado's write buffer is unbounded: without this wait, a client that stops
+    reading would grow server memory by everything the run emits.
+    """
+    handler.write(text)
+    try:
+        await asyncio.wait_for(handler.flush(), timeout)
+    except (StreamClosedError, asyncio.TimeoutError):
+        stream = handler.request.connection.stream
+        if stream is not None and not stream.closed():
+            stream.close()
+        raise ClientGone() from None

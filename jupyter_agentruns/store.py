@@ -1,0 +1,250 @@
+"""The durable run store: SQLite through sqlite-utils.
+
+Three tables: ``runs`` (one row per run, its authoritative state), ``events``
+(the per-run log, keyed by ``(run_id, seq)``) and ``idempotency_keys``. Every
+function here is synchronous and takes the connection it works on: writes run
+on the writer thread inside its transaction (``writer.py``), reads on the
+server's event loop through a read connection of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from sqlite_utils import Database
+
+ACTIVE_STATUSES = ("queued", "running", "cancelling")
+TERMINAL_STATUSES = ("succeeded", "failed", "cancelled", "interrupted")
+
+# Columns of ``runs`` that hold JSON text.
+JSON_COLUMNS = ("metadata", "input", "snapshot", "output", "error", "cancel")
+
+
+def _migration_1(db: Database) -> None:
+    db["runs"].create(
+        {
+            "run_id": str,
+            "owner": str,
+            "agent": str,
+            "status": str,
+            "session": str,
+            "metadata": str,
+            "input": str,
+            "retry_of": str,
+            "created_at": str,
+            "started_at": str,
+            "finished_at": str,
+            "finished_ts": float,
+            "last_seq": int,
+            "first_seq": int,
+            "snapshot": str,
+            "snapshot_seq": int,
+            "output": str,
+            "error": str,
+            "cancel": str,
+            "executor_id": str,
+            "lease_expires": float,
+        },
+        pk="run_id",
+        not_null={"owner", "agent", "status", "created_at", "last_seq", "first_seq", "snapshot_seq"},
+        defaults={"last_seq": 0, "first_seq": 1, "snapshot_seq": 0},
+    )
+    db["runs"].create_index(["owner", "status"])
+    db["runs"].create_index(["status", "lease_expires"])
+    # sqlite-utils cannot create WITHOUT ROWID tables; events are read by
+    # (run_id, seq) ranges, which this layout keeps contiguous on disk.
+    db.execute(
+        """
+        CREATE TABLE events (
+            run_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            ts TEXT NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        ) WITHOUT ROWID
+        """
+    )
+    db["idempotency_keys"].create(
+        {"owner": str, "key": str, "fingerprint": str, "run_id": str, "created_ts": float},
+        pk=("owner", "key"),
+        not_null={"fingerprint", "run_id", "created_ts"},
+    )
+    db["idempotency_keys"].create_index(["created_ts"])
+
+
+# Append only: a database written by a newer version is refused, an older one
+# is brought forward one step at a time.
+MIGRATIONS = [_migration_1]
+
+
+def connect(path: str | Path, synchronous: str = "FULL") -> Database:
+    """Open the store at ``path``, creating and migrating it as needed."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+    conn.execute("PRAGMA busy_timeout = 10000")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    conn.execute("PRAGMA foreign_keys = OFF")
+    db = Database(conn)
+    migrate(db)
+    return db
+
+
+def migrate(db: Database) -> None:
+    """Apply the migrations this database has not seen, each in its own transaction."""
+    conn = db.conn
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > len(MIGRATIONS):
+            raise RuntimeError(
+                f"the agentruns database has schema version {version}, newer than this "
+                f"jupyter_agentruns knows ({len(MIGRATIONS)}): upgrade the package"
+            )
+        for number, migration in enumerate(MIGRATIONS[version:], start=version + 1):
+            migration(db)
+            conn.execute(f"PRAGMA user_version = {number}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def decode_run(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``runs`` row with its JSON columns decoded."""
+    for column in JSON_COLUMNS:
+        if row.get(column) is not None:
+            row[column] = json.loads(row[column])
+    return row
+
+
+def encode_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    return {
+        name: json.dumps(value) if name in JSON_COLUMNS and value is not None else value
+        for name, value in fields.items()
+    }
+
+
+# Reads -------------------------------------------------------------------
+
+
+def get_run(db: Database, run_id: str) -> dict[str, Any] | None:
+    rows = list(db.query("SELECT * FROM runs WHERE run_id = ?", [run_id]))
+    return decode_run(rows[0]) if rows else None
+
+
+def list_runs(
+    db: Database,
+    owner: str,
+    *,
+    status: str | None,
+    session: str | None,
+    limit: int,
+    before: int | None,
+) -> list[dict[str, Any]]:
+    """The owner's runs, newest first, each with its ``rowid`` as the page cursor."""
+    where = ["owner = ?"]
+    params: list[Any] = [owner]
+    if status is not None:
+        where.append("status = ?")
+        params.append(status)
+    if session is not None:
+        where.append("session = ?")
+        params.append(session)
+    if before is not None:
+        where.append("rowid < ?")
+        params.append(before)
+    params.append(limit)
+    sql = f"SELECT rowid AS _rowid, * FROM runs WHERE {' AND '.join(where)} ORDER BY rowid DESC LIMIT ?"
+    return [decode_run(row) for row in db.query(sql, params)]
+
+
+def read_events(db: Database, run_id: str, after: int, limit: int, upto: int | None = None) -> list[tuple]:
+    """Rows ``(seq, type, ts, data)`` of ``run_id`` with ``after < seq <= upto``, in order."""
+    if upto is None:
+        sql = "SELECT seq, type, ts, data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+        params: list[Any] = [run_id, after, limit]
+    else:
+        sql = (
+            "SELECT seq, type, ts, data FROM events WHERE run_id = ? AND seq > ? AND seq <= ? "
+            "ORDER BY seq LIMIT ?"
+        )
+        params = [run_id, after, upto, limit]
+    return db.conn.execute(sql, params).fetchall()
+
+
+def find_key(db: Database, owner: str, key: str, not_before: float) -> dict[str, Any] | None:
+    rows = list(
+        db.query(
+            "SELECT * FROM idempotency_keys WHERE owner = ? AND key = ? AND created_ts >= ?",
+            [owner, key, not_before],
+        )
+    )
+    return rows[0] if rows else None
+
+
+def count_active(db: Database, owner: str) -> int:
+    placeholders = ",".join("?" for _ in ACTIVE_STATUSES)
+    return db.conn.execute(
+        f"SELECT count(*) FROM runs WHERE owner = ? AND status IN ({placeholders})",
+        [owner, *ACTIVE_STATUSES],
+    ).fetchone()[0]
+
+
+def expired_active_runs(db: Database, now: float) -> list[dict[str, Any]]:
+    """Runs not yet terminal whose executor's lease has run out."""
+    placeholders = ",".join("?" for _ in ACTIVE_STATUSES)
+    rows = db.query(
+        f"SELECT * FROM runs WHERE status IN ({placeholders}) "
+        "AND (lease_expires IS NULL OR lease_expires < ?)",
+        [*ACTIVE_STATUSES, now],
+    )
+    return [decode_run(row) for row in rows]
+
+
+# Writes (inside the writer's transaction) ---------------------------------
+
+
+def insert_run(db: Database, run: dict[str, Any]) -> None:
+    db["runs"].insert(encode_fields(run))
+
+
+def insert_key(db: Database, owner: str, key: str, fingerprint: str, run_id: str, now: float) -> None:
+    db["idempotency_keys"].insert(
+        {"owner": owner, "key": key, "fingerprint": fingerprint, "run_id": run_id, "created_ts": now},
+        replace=True,
+    )
+
+
+def update_run(db: Database, run_id: str, encoded: dict[str, Any]) -> None:
+    """Set columns of a run; JSON columns already encoded (``encode_fields``)."""
+    # Raw SQL: ``Table.update`` reads the row first, and this is on the append path.
+    assignments = ", ".join(f"{name} = ?" for name in encoded)
+    db.conn.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*encoded.values(), run_id])
+
+
+def append_events(db: Database, rows: Iterable[tuple]) -> None:
+    """Append ``(run_id, seq, type, ts, data)`` rows; a duplicate ``(run_id, seq)`` raises."""
+    db.conn.executemany("INSERT INTO events (run_id, seq, type, ts, data) VALUES (?, ?, ?, ?, ?)", rows)
+
+
+def delete_run(db: Database, run_id: str) -> None:
+    db.conn.execute("DELETE FROM events WHERE run_id = ?", [run_id])
+    db.conn.execute("DELETE FROM idempotency_keys WHERE run_id = ?", [run_id])
+    db.conn.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
+
+
+def renew_leases(db: Database, executor_id: str, run_ids: list[str], expires: float) -> None:
+    db.conn.executemany(
+        "UPDATE runs SET lease_expires = ? WHERE run_id = ? AND executor_id = ?",
+        [(expires, run_id, executor_id) for run_id in run_ids],
+    )
+
+
+def purge_keys(db: Database, older_than: float) -> None:
+    db.conn.execute("DELETE FROM idempotency_keys WHERE created_ts < ?", [older_than])
