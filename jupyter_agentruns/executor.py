@@ -45,7 +45,8 @@ CUSTOM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 YIELD_EVERY = 64
 # How long a cancelled agent gets to run its ``finally`` blocks.
 CANCEL_GRACE_SECONDS = 10
-_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.~ -]+){2,}[\\/]?")
+# Absolute file paths in error messages: they say where the server keeps things.
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.~-]+){2,}[\\/]?")
 
 
 class RunClosed(Exception):

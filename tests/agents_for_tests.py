@@ -1,0 +1,79 @@
+"""Agents the tests register with ``c.AgentRuns.agents``."""
+
+import asyncio
+import os
+import sqlite3
+import time
+
+from jupyter_agentruns import agent
+
+finally_ran: list[str] = []
+thread_emits: dict[str, int] = {}
+
+
+@agent(input_schema={"type": "object", "properties": {"n": {"type": "integer"}}})
+def counter(run, input):
+    """A plain function: runs in a worker thread, emits through the same ordered path."""
+    for index in range(input.get("n", 10)):
+        run.text(f"{index} ")
+        thread_emits[run.run_id] = index + 1
+        time.sleep(input.get("sleep", 0))
+    return {"count": input.get("n", 10)}
+
+
+async def crashes(run, input):
+    await run.progress(0.5, "about to fail")
+    raise FileNotFoundError("/home/someone/secret/project/data.csv is missing")
+
+
+async def huge_event(run, input):
+    await run.text("x" * 5000)
+    return {}
+
+
+async def bad_output(run, input):
+    return {"not json": object()}
+
+
+async def reserved_type(run, input):
+    await run.emit("run.succeeded", {"output": "forged"})
+
+
+async def sleeper(run, input):
+    try:
+        async with run.tool("wait", {"seconds": 60}) as call:
+            await asyncio.sleep(60)
+            call.result = "woke"
+    finally:
+        finally_ran.append(run.run_id)
+
+
+async def durable_count(run, input):
+    """Emits, waits for durability, then counts its own events in the database file."""
+    for index in range(input["n"]):
+        await run.text(f"{index} ")
+    await run.durable()
+    db = sqlite3.connect(os.environ["AGENTRUNS_TEST_DB"])
+    try:
+        stored = db.execute("SELECT count(*) FROM events WHERE run_id = ?", [run.run_id]).fetchone()[0]
+    finally:
+        db.close()
+    return {"stored": stored, "emitted": input["n"] + 2}
+
+
+async def tool_user(run, input):
+    async with run.tool("lookup", {"q": "x"}) as call:
+        call.result = {"found": True}
+    try:
+        async with run.tool("broken", {}):
+            raise KeyError("missing")
+    except KeyError:
+        pass
+    await run.custom("chart", {"kind": "bar"})
+    return "ok"
+
+
+TEST_AGENTS = {
+    name: f"agents_for_tests:{name}"
+    for name in ("counter", "crashes", "huge_event", "bad_output", "reserved_type", "sleeper", "durable_count", "tool_user")
+}

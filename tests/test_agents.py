@@ -1,0 +1,88 @@
+"""The agent interface: plain functions, failures, limits, durability, custom events."""
+
+import pytest
+
+from agents_for_tests import TEST_AGENTS
+from conftest import all_events, submit, wait_run
+
+
+
+@pytest.fixture
+def agentruns_config():
+    return {"agents": TEST_AGENTS, "max_event_bytes": 4096}
+
+
+async def run_agent(api, name, input=None):
+    response = await submit(api, agent=name, input=input or {})
+    assert response.status_code == 201, response.text
+    return await wait_run(api, response.json()["run_id"])
+
+
+async def test_a_plain_function_agent_runs_in_a_thread_through_the_same_ordered_path(api):
+    run = await run_agent(api, "counter", {"n": 300})
+    assert run["status"] == "succeeded" and run["output"] == {"count": 300}
+    events = await all_events(api, run["run_id"])
+    assert [e["seq"] for e in events] == list(range(1, 304))  # started, message, 300 deltas, end
+    assert run["snapshot"]["messages"][0]["text"] == "".join(f"{i} " for i in range(300))
+
+
+async def test_an_exception_fails_the_run_without_traceback_or_server_paths(api):
+    run = await run_agent(api, "crashes")
+    assert run["status"] == "failed"
+    assert run["error"]["type"] == "FileNotFoundError"
+    assert "/home/someone" not in run["error"]["message"]
+    assert "Traceback" not in run["error"]["message"]
+    assert "is missing" in run["error"]["message"]
+    events = await all_events(api, run["run_id"])
+    assert events[-1] == {**events[-1], "type": "run.failed", "data": {"error": run["error"]}}
+
+
+async def test_an_event_over_max_event_bytes_fails_the_run(api):
+    run = await run_agent(api, "huge_event")
+    assert run["status"] == "failed"
+    assert run["error"]["type"] == "event_too_large"
+    types = [e["type"] for e in await all_events(api, run["run_id"])]
+    assert types == ["run.started", "message.started", "run.failed"]
+
+
+async def test_an_output_that_is_not_json_fails_the_run(api):
+    run = await run_agent(api, "bad_output")
+    assert run["status"] == "failed" and run["error"]["type"] == "invalid_output"
+
+
+async def test_agents_cannot_forge_lifecycle_events(api):
+    run = await run_agent(api, "reserved_type")
+    assert run["status"] == "failed" and run["error"]["type"] == "ValueError"
+    assert [e["type"] for e in await all_events(api, run["run_id"])] == ["run.started", "run.failed"]
+
+
+async def test_durable_waits_until_every_emitted_event_is_in_the_database(api, engine, monkeypatch):
+    monkeypatch.setenv("AGENTRUNS_TEST_DB", engine.config.db_path)
+    run = await run_agent(api, "durable_count", {"n": 500})
+    assert run["output"] == {"stored": 502, "emitted": 502}
+
+
+async def test_tool_context_records_success_failure_and_custom_events(api):
+    run = await run_agent(api, "tool_user")
+    assert run["status"] == "succeeded"
+    tools = run["snapshot"]["tools"]
+    assert [(t["name"], t["status"]) for t in tools] == [("lookup", "completed"), ("broken", "failed")]
+    assert tools[0]["result"] == {"found": True}
+    assert tools[1]["error"]["type"] == "KeyError"
+    events = await all_events(api, run["run_id"])
+    assert {"type": "x.chart", "data": {"kind": "bar"}}.items() <= events[-2].items()
+
+
+@pytest.mark.parametrize("agentruns_config", [{"max_run_seconds": 0.3}])
+async def test_a_run_past_max_run_seconds_fails_with_deadline_exceeded(api):
+    response = await submit(api, input={"prompt": "p", "delay": 0.05, "chunks": 100})
+    run = await wait_run(api, response.json()["run_id"])
+    assert run["status"] == "failed"
+    assert run["error"]["type"] == "deadline_exceeded"
+
+
+async def test_the_demo_agent_can_be_asked_to_fail(api):
+    response = await submit(api, input={"prompt": "p", "chunks": 3, "delay": 0, "fail": True})
+    run = await wait_run(api, response.json()["run_id"])
+    assert run["status"] == "failed" and run["error"]["type"] == "DemoFailure"
+    assert run["snapshot"]["messages"][0]["done"] is True

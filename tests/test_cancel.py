@@ -1,0 +1,116 @@
+"""POST runs/{id}/cancel, and that nothing else ever cancels a run."""
+
+import asyncio
+
+import pytest
+
+import agents_for_tests
+from agents_for_tests import TEST_AGENTS
+from conftest import all_events, demo_input, sse_frames, submit, wait_run
+
+SLOW = demo_input(delay=0.05, chunks=200)
+
+
+async def test_cancel_is_202_then_the_run_ends_cancelled_with_reason_and_stage(api):
+    run_id = (await submit(api, input=SLOW)).json()["run_id"]
+    await asyncio.sleep(0.3)
+    response = await api.post(f"runs/{run_id}/cancel", json={"reason": "changed my mind"})
+    assert response.status_code == 202
+    assert response.json()["status"] in ("cancelling", "cancelled")
+    run = await wait_run(api, run_id)
+    assert run["status"] == "cancelled"
+    events = await all_events(api, run_id)
+    types = [e["type"] for e in events]
+    assert types[-1] == "run.cancelled"
+    requested = types.index("run.cancel_requested")
+    assert events[requested]["data"] == {"reason": "changed my mind"}
+    stage = events[-1]["data"]["stage"]
+    assert events[-1]["data"]["reason"] == "changed my mind"
+    assert stage["seq"] == events[requested]["seq"] - 1
+    assert stage["step"].startswith(("message m1", "tool ", "progress"))
+    assert run["cancel"]["reason"] == "changed my mind"
+    assert run["cancel"]["stage"] == stage
+    assert run["cancel"]["requested_at"]
+
+
+async def test_a_repeated_cancel_is_200_and_changes_nothing(api):
+    run_id = (await submit(api, input=SLOW)).json()["run_id"]
+    assert (await api.post(f"runs/{run_id}/cancel")).status_code == 202
+    second = await api.post(f"runs/{run_id}/cancel", json={"reason": "again"})
+    assert second.status_code == 200
+    run = await wait_run(api, run_id)
+    third = await api.post(f"runs/{run_id}/cancel")
+    assert third.status_code == 200 and third.json()["status"] == "cancelled"
+    events = await all_events(api, run_id)
+    assert [e["type"] for e in events].count("run.cancel_requested") == 1
+    assert run["cancel"]["reason"] is None
+
+
+async def test_cancelling_a_finished_run_is_200_and_it_stays_succeeded(api):
+    run_id = (await submit(api, input=demo_input(chunks=2))).json()["run_id"]
+    await wait_run(api, run_id)
+    response = await api.post(f"runs/{run_id}/cancel")
+    assert response.status_code == 200
+    assert response.json()["status"] == "succeeded"
+    assert response.json()["cancel"] is None
+
+
+async def test_a_run_cancelled_while_queued_ends_cancelled_at_once(api, engine):
+    from jupyter_agentruns.engine import SubmitRequest
+
+    # Cancel in the same loop turn as the submit returns: the run's task has not started.
+    run, _ = await engine.submit("~shared", SubmitRequest("demo", demo_input()), None)
+    ctx = engine.executor.live[run["run_id"]]
+    started = await engine.executor.cancel(ctx, "too soon")
+    assert started
+    finished = await wait_run(api, run["run_id"])
+    assert finished["status"] == "cancelled"
+    types = [e["type"] for e in await all_events(api, run["run_id"])]
+    assert types == ["run.cancel_requested", "run.cancelled"]
+
+
+async def test_closing_a_stream_never_cancels_the_run(api):
+    run_id = (await submit(api, input=demo_input(delay=0.01, chunks=50))).json()["run_id"]
+    for _ in range(3):
+        await sse_frames(api, run_id, limit=2)
+    run = await wait_run(api, run_id)
+    assert run["status"] == "succeeded"
+
+
+@pytest.mark.parametrize("body", [b"{", b'{"reason": 3}', b'{"why": "x"}', b"[]"])
+async def test_a_bad_cancel_body_is_400_and_the_run_goes_on(api, body):
+    run_id = (await submit(api, input=demo_input(delay=0.01, chunks=20))).json()["run_id"]
+    response = await api.post(f"runs/{run_id}/cancel", content=body)
+    assert response.status_code == 400
+    assert (await wait_run(api, run_id))["status"] == "succeeded"
+
+
+async def test_cancelling_an_unknown_run_is_404(api):
+    response = await api.post("runs/run_nope/cancel")
+    assert response.status_code == 404 and response.json()["error"] == "run_not_found"
+
+
+@pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS}])
+async def test_cancel_runs_the_agents_finally_blocks(api):
+    run_id = (await submit(api, agent="sleeper", input={})).json()["run_id"]
+    await asyncio.sleep(0.2)
+    await api.post(f"runs/{run_id}/cancel")
+    run = await wait_run(api, run_id)
+    assert run["status"] == "cancelled"
+    assert run_id in agents_for_tests.finally_ran
+    assert run["cancel"]["stage"]["step"] == "tool wait running"
+
+
+@pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS}])
+async def test_cancel_stops_a_plain_function_agent_at_its_next_event(api):
+    run_id = (await submit(api, agent="counter", input={"n": 1000, "sleep": 0.01})).json()["run_id"]
+    await asyncio.sleep(0.3)
+    await api.post(f"runs/{run_id}/cancel")
+    run = await wait_run(api, run_id)
+    assert run["status"] == "cancelled"
+    await asyncio.sleep(0.2)
+    emitted = agents_for_tests.thread_emits[run_id]
+    await asyncio.sleep(0.2)
+    assert agents_for_tests.thread_emits[run_id] == emitted < 1000
+    events = await all_events(api, run_id)
+    assert [e["seq"] for e in events] == list(range(1, run["last_seq"] + 1))

@@ -1,0 +1,49 @@
+"""The Python reducer against the shared test vectors (the JS reducer reads the same files)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jupyter_agentruns.reducer import apply, describe_step, empty_snapshot, reduce
+
+VECTORS = sorted((Path(__file__).parent / "vectors").glob("*.json"))
+
+
+def test_vectors_exist():
+    assert len(VECTORS) >= 5
+
+
+@pytest.mark.parametrize("path", VECTORS, ids=lambda p: p.stem)
+def test_vector(path):
+    vector = json.loads(path.read_text())
+    assert reduce(vector["events"]) == vector["snapshot"]
+
+
+@pytest.mark.parametrize("path", VECTORS, ids=lambda p: p.stem)
+def test_reducing_in_two_halves_equals_reducing_at_once(path):
+    events = json.loads(path.read_text())["events"]
+    half = len(events) // 2
+    assert reduce(events[half:], reduce(events[:half])) == reduce(events)
+
+
+def test_reduce_does_not_mutate_the_snapshot_it_starts_from():
+    start = reduce([{"type": "message.started", "data": {"message_id": "m1", "role": "assistant"}}])
+    before = json.dumps(start)
+    reduce([{"type": "text.delta", "data": {"message_id": "m1", "delta": "x"}}], start)
+    assert json.dumps(start) == before
+
+
+def test_describe_step_names_the_last_tool():
+    snapshot = empty_snapshot()
+    apply(snapshot, {"type": "tool.started", "data": {"call_id": "c1", "name": "get_weather", "args": {}}})
+    assert describe_step(snapshot, "tool.started") == "tool get_weather running"
+    apply(snapshot, {"type": "tool.completed", "data": {"call_id": "c1", "ok": True, "result": 1}})
+    assert describe_step(snapshot, "tool.completed") == "tool get_weather completed"
+
+
+def test_describe_step_for_a_streaming_message_and_a_fresh_run():
+    snapshot = reduce([{"type": "message.started", "data": {"message_id": "m1", "role": "assistant"}}])
+    assert describe_step(snapshot, "text.delta") == "message m1 streaming"
+    assert describe_step(empty_snapshot(), "run.started") == "started"
+    assert describe_step(empty_snapshot(), None) == "not started"

@@ -1,0 +1,109 @@
+"""Reading, listing and deleting runs; the JSON error shape everywhere."""
+
+import httpx
+import pytest
+
+from conftest import demo_input, submit, wait_run
+
+
+async def finished(api, **input):
+    response = await submit(api, input=demo_input(chunks=3, **input))
+    return await wait_run(api, response.json()["run_id"])
+
+
+async def test_get_run_is_the_authoritative_state(api):
+    run = await finished(api)
+    assert run["status"] == "succeeded"
+    assert run["output"]["text"] == run["snapshot"]["messages"][0]["text"]
+    assert run["error"] is None and run["cancel"] is None
+    assert run["started_at"] and run["finished_at"] and run["created_at"]
+    assert run["first_seq"] == 1
+
+
+async def test_unknown_run_is_404_run_not_found(api):
+    response = await api.get("runs/run_nope")
+    assert response.status_code == 404
+    assert response.json()["error"] == "run_not_found"
+
+
+async def test_list_is_newest_first_and_paginates(api):
+    ids = [(await submit(api, input=demo_input(chunks=1, tools=False))).json()["run_id"] for _ in range(5)]
+    for run_id in ids:
+        await wait_run(api, run_id)
+    page = (await api.get("runs", params={"limit": 2})).json()
+    seen = [r["run_id"] for r in page["runs"]]
+    while page["next"]:
+        page = (await api.get("runs", params={"limit": 2, "before": page["next"]})).json()
+        seen += [r["run_id"] for r in page["runs"]]
+    assert seen == ids[::-1]
+
+
+async def test_list_filters_by_status_and_session(api):
+    a = await submit(api, input=demo_input(chunks=1), session="a.ipynb")
+    b = await submit(api, input=demo_input(chunks=1, fail=True), session="b.ipynb")
+    await wait_run(api, a.json()["run_id"])
+    await wait_run(api, b.json()["run_id"])
+    runs = (await api.get("runs", params={"session": "a.ipynb"})).json()["runs"]
+    assert [r["run_id"] for r in runs] == [a.json()["run_id"]]
+    runs = (await api.get("runs", params={"status": "failed"})).json()["runs"]
+    assert [r["run_id"] for r in runs] == [b.json()["run_id"]]
+
+
+@pytest.mark.parametrize("params", [{"limit": 0}, {"limit": 501}, {"limit": "ten"}, {"before": "x"}, {"status": "done"}])
+async def test_list_rejects_bad_parameters(api, params):
+    response = await api.get("runs", params=params)
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_request"
+
+
+async def test_delete_an_active_run_is_409_and_a_finished_one_204(api):
+    slow = await submit(api, input=demo_input(delay=0.05, chunks=100))
+    run_id = slow.json()["run_id"]
+    response = await api.delete(f"runs/{run_id}")
+    assert response.status_code == 409 and response.json()["error"] == "run_active"
+    await api.post(f"runs/{run_id}/cancel")
+    await wait_run(api, run_id)
+    response = await api.delete(f"runs/{run_id}")
+    assert response.status_code == 204
+    assert (await api.get(f"runs/{run_id}")).status_code == 404
+    assert (await api.get(f"runs/{run_id}/events")).status_code == 404
+
+
+async def test_deleting_a_run_frees_its_idempotency_key(api):
+    first = await submit(api, key="k", input=demo_input(chunks=1))
+    await wait_run(api, first.json()["run_id"])
+    await api.delete(f"runs/{first.json()['run_id']}")
+    again = await submit(api, key="k", input=demo_input(chunks=1))
+    assert again.status_code == 201 and again.json()["run_id"] != first.json()["run_id"]
+
+
+async def test_an_unknown_endpoint_is_a_json_404(api):
+    response = await api.get("nothing/here")
+    assert response.status_code == 404
+    assert set(response.json()) >= {"error", "message"}
+
+
+async def test_a_wrong_method_is_a_json_405(api):
+    response = await api.put("runs")
+    assert response.status_code == 405
+    assert response.json()["error"] == "method_not_allowed"
+
+
+async def test_unauthenticated_requests_are_a_json_403(api_url):
+    async with httpx.AsyncClient(base_url=api_url) as anonymous:
+        for method, path in (("GET", "agents"), ("GET", "runs"), ("POST", "runs"), ("GET", "nothing")):
+            response = await anonymous.request(method, path)
+            assert response.status_code == 403, (method, path)
+            assert response.json()["error"] == "forbidden"
+            assert response.json()["message"]
+
+
+async def test_a_cookie_authenticated_post_without_xsrf_is_a_json_403(api, api_url, token):
+    # Log in through the API once to get the cookies a browser would have.
+    response = await api.get("agents")
+    cookies = response.cookies
+    async with httpx.AsyncClient(base_url=api_url, cookies=cookies) as browser:
+        assert (await browser.get("agents")).status_code == 200
+        response = await browser.post("runs", json={"agent": "demo", "input": demo_input()})
+        assert response.status_code == 403
+        assert set(response.json()) == {"error", "message"}
