@@ -1,0 +1,107 @@
+"""Jupyter servers as real subprocesses, for crash, restart and multi-server tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerProcess:
+    """``jupyter server`` with the extension, its own config and runtime dirs, a given database."""
+
+    def __init__(self, home: Path, db_path: Path, agentruns: dict | None = None, app: str = "jupyter_server"):
+        self.home = home
+        self.db_path = db_path
+        self.port = free_port()
+        self.token = "test-token-" + os.urandom(6).hex()
+        self.app = app
+        home.mkdir(parents=True, exist_ok=True)
+        config_dir = home / "config"
+        config_dir.mkdir(exist_ok=True)
+        config = {
+            "ServerApp": {"jpserver_extensions": {"jupyter_agentruns": True}},
+            "AgentRuns": {"db_path": str(db_path), **(agentruns or {})},
+        }
+        (config_dir / "jupyter_server_config.json").write_text(json.dumps(config))
+        self.env = {
+            **os.environ,
+            "HOME": str(home),
+            "JUPYTER_CONFIG_DIR": str(config_dir),
+            "JUPYTER_DATA_DIR": str(home / "data"),
+            "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+            "IPYTHONDIR": str(home / "ipython"),
+            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
+        }
+        self.process: subprocess.Popen | None = None
+        self.log_path = home / f"server-{self.port}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    @property
+    def api_url(self) -> str:
+        return f"{self.url}api/agentruns/"
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.api_url, headers={"Authorization": f"token {self.token}"}, timeout=30)
+
+    def start(self, timeout: float = 60) -> ServerProcess:
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            [
+                sys.executable, "-m", self.app,
+                f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
+                "--ServerApp.ip=127.0.0.1", "--ServerApp.open_browser=False",
+                "--ServerApp.allow_root=True", f"--IdentityProvider.token={self.token}",
+            ],  # fmt: skip
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        with self.client() as client:
+            while True:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"server exited with {self.process.returncode}: {self.log_tail()}")
+                try:
+                    if client.get("agents", timeout=2).status_code == 200:
+                        return self
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"server did not start: {self.log_tail()}")
+                time.sleep(0.1)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def kill(self) -> None:
+        """SIGKILL: the process gets no chance to clean up."""
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def terminate(self, timeout: float = 30) -> int:
+        """SIGTERM, then wait for the server to shut down cleanly."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        finally:
+            self.kill()

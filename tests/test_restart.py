@@ -1,0 +1,121 @@
+"""Crash, restart and shared-database behaviour with real server processes."""
+
+import json
+import sqlite3
+import time
+
+import pytest
+
+from servers import ServerProcess
+
+TERMINAL = {"succeeded", "failed", "cancelled", "interrupted"}
+
+
+@pytest.fixture
+def servers(tmp_path):
+    started = []
+
+    def start(name="a", **agentruns):
+        server = ServerProcess(tmp_path / name, tmp_path / "agentruns.sqlite3", agentruns).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.kill()
+
+
+def wait_status(client, run_id, statuses, timeout=30):
+    deadline = time.monotonic() + timeout
+    while True:
+        run = client.get(f"runs/{run_id}").json()
+        if run["status"] in statuses:
+            return run
+        assert time.monotonic() < deadline, f"{run_id} still {run['status']}"
+        time.sleep(0.05)
+
+
+def read_events(client, run_id, count):
+    """The first ``count`` event frames of a live SSE stream, as raw data lines."""
+    received = []
+    with client.stream("GET", f"runs/{run_id}/events", headers={"Accept": "text/event-stream"}) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                received.append(line[6:])
+                if len(received) == count:
+                    break
+    return received
+
+
+def all_raw_events(client, run_id):
+    body = client.get(f"runs/{run_id}/events", params={"limit": 1000}).text
+    return [json.dumps(e, separators=(",", ":")) for e in json.loads(body)["events"]]
+
+
+SLOW = {"prompt": "slow", "chunks": 1000, "delay": 0.02}
+
+
+@pytest.mark.timeout(180)
+def test_after_a_kill_and_restart_finished_runs_are_intact_and_unfinished_ones_end_interrupted(servers):
+    first = servers("a", lease_seconds=1.5)
+    with first.client() as client:
+        fast = client.post("runs", json={"agent": "demo", "input": {"prompt": "p", "chunks": 5, "delay": 0}}).json()
+        fast = wait_status(client, fast["run_id"], TERMINAL)
+        fast_events = all_raw_events(client, fast["run_id"])
+        slow = client.post("runs", json={"agent": "demo", "input": SLOW}, headers={"Idempotency-Key": "slow"}).json()
+        received = read_events(client, slow["run_id"], 15)
+    first.kill()
+
+    second = servers("b", lease_seconds=1.5)
+    with second.client() as client:
+        again = client.get(f"runs/{fast['run_id']}").json()
+        assert again == fast
+        assert all_raw_events(client, fast["run_id"]) == fast_events
+
+        run = wait_status(client, slow["run_id"], TERMINAL, timeout=30)
+        assert run["status"] == "interrupted"
+        events = all_raw_events(client, slow["run_id"])
+        # Everything a client received before the kill is stored, byte for byte.
+        assert events[: len(received)] == received
+        parsed = [json.loads(e) for e in events]
+        assert [e["seq"] for e in parsed] == list(range(1, run["last_seq"] + 1))
+        assert parsed[-1]["type"] == "run.interrupted"
+        assert parsed[-1]["data"] == {"reason": "lease_expired"}
+        text = "".join(e["data"]["delta"] for e in parsed if e["type"] == "text.delta")
+        assert run["snapshot"]["messages"][0]["text"] == text
+        # Re-submitting with the same key finds the same run, never a second one.
+        replay = client.post(
+            "runs", json={"agent": "demo", "input": SLOW}, headers={"Idempotency-Key": "slow"}
+        )
+        assert replay.status_code == 200 and replay.json()["run_id"] == slow["run_id"]
+
+
+@pytest.mark.timeout(120)
+def test_a_clean_stop_ends_live_runs_interrupted_with_server_shutdown(servers, tmp_path):
+    server = servers("a")
+    with server.client() as client:
+        slow = client.post("runs", json={"agent": "demo", "input": SLOW}).json()
+        read_events(client, slow["run_id"], 5)
+    server.terminate()
+    db = sqlite3.connect(tmp_path / "agentruns.sqlite3")
+    status, last_seq = db.execute("SELECT status, last_seq FROM runs WHERE run_id = ?", [slow["run_id"]]).fetchone()
+    seq, type, data = db.execute(
+        "SELECT seq, type, data FROM events WHERE run_id = ? ORDER BY seq DESC LIMIT 1", [slow["run_id"]]
+    ).fetchone()
+    db.close()
+    assert status == "interrupted"
+    assert (seq, type, data) == (last_seq, "run.interrupted", '{"reason":"server_shutdown"}')
+
+
+@pytest.mark.timeout(120)
+def test_two_live_servers_on_one_database_never_interrupt_each_others_runs(servers):
+    a = servers("a", lease_seconds=1)
+    b = servers("b", lease_seconds=1)
+    with a.client() as client_a, b.client() as client_b:
+        run = client_a.post("runs", json={"agent": "demo", "input": {"prompt": "p", "chunks": 60, "delay": 0.05}}).json()
+        # B sweeps for expired leases three times a second while A executes for ~3 s.
+        seen_by_b = wait_status(client_b, run["run_id"], TERMINAL, timeout=60)
+        assert seen_by_b["status"] == "succeeded"
+        # B can also stream the run A executed.
+        events = all_raw_events(client_b, run["run_id"])
+        assert len(events) == seen_by_b["last_seq"]
