@@ -532,7 +532,9 @@ export class Hub {
         signal: connection.controller.signal,
       });
     } catch {
-      if (this.connection === connection) this._lost();
+      if (this.connection !== connection) return; // aborted by a reopen
+      this.connection = null;
+      this._lost();
       return;
     }
     if (this.connection !== connection) return;

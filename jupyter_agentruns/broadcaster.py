@@ -151,3 +151,26 @@ class Subscriber:
                 await asyncio.wait_for(wake.wait(), remaining)
             except asyncio.TimeoutError:
                 pass
+
+
+async def wait_any(subscribers: list[Subscriber], broadcaster: Broadcaster, timeout: float) -> None:
+    """Wait until one of ``subscribers`` may have new events, or ``timeout`` passes."""
+    waiters = set()
+    poll = False
+    for subscriber in subscribers:
+        channel = broadcaster.get(subscriber.run_id)
+        if channel is None:
+            poll = True
+        else:
+            waiters.add(channel.waiter())
+    if poll:
+        timeout = min(timeout, STORE_POLL_SECONDS)
+    if not waiters:
+        await asyncio.sleep(timeout)
+        return
+    tasks = {asyncio.ensure_future(waiter.wait()) for waiter in waiters}
+    try:
+        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()

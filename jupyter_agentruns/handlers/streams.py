@@ -1,0 +1,102 @@
+"""``GET streams?runs=<run_id>:<cursor>,…``: the events of many runs over one connection.
+
+Browsers open at most six HTTP/1.1 connections per host, shared by every tab,
+and tornado has no HTTP/2: one stream per widget would starve JupyterLab's own
+requests after a few live runs. A page opens this one stream instead. Frames
+are the per-run stream's without ``id:`` lines (the client keeps one cursor per
+run); a run that is unknown, not the caller's, or whose cursor is wrong gets an
+``event: error`` frame and is done for this stream while the others go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from jupyter_server.auth.decorator import authorized
+from tornado import web
+
+from ..broadcaster import Subscriber, wait_any
+from ..cursor import check_cursor, parse_cursor
+from ..errors import ApiError, invalid_request
+from ..store import TERMINAL_STATUSES
+from . import sse
+from .base import AgentRunsHandler
+
+MAX_RUNS = 50
+BATCH_PER_RUN = 200
+
+
+def parse_runs(raw: str | None) -> list[tuple[str, str]]:
+    """``run_id:cursor,…`` to ``[(run_id, raw_cursor)]`` (cursors are checked per run)."""
+    if not raw:
+        raise invalid_request("List the runs to follow: ?runs=<run_id>:<cursor>,<run_id>:<cursor>")
+    pairs = []
+    for item in raw.split(","):
+        run_id, colon, cursor = item.partition(":")
+        if not run_id or not colon:
+            raise invalid_request(f"{item!r} is not of the form <run_id>:<cursor>.")
+        pairs.append((run_id, cursor))
+    if len(pairs) > MAX_RUNS:
+        raise invalid_request(f"At most {MAX_RUNS} runs per stream, not {len(pairs)}.")
+    if len({run_id for run_id, _ in pairs}) != len(pairs):
+        raise invalid_request("Each run may be listed once.")
+    return pairs
+
+
+class StreamsHandler(AgentRunsHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        engine = self.engine
+        await engine.start()
+        pairs = parse_runs(self.get_argument("runs", None))
+        opening: list[str] = []
+        subscribers: list[Subscriber] = []
+        for run_id, raw_cursor in pairs:
+            try:
+                cursor = parse_cursor(None, raw_cursor)
+                row = engine.owned_row(self.owner, run_id)
+                check_cursor(cursor, row["last_seq"])
+            except ApiError as error:
+                opening.append(sse.named("error", json.dumps({"run_id": run_id, "error": error.body()})))
+                continue
+            if row["status"] in TERMINAL_STATUSES and cursor == row["last_seq"]:
+                continue  # the client has everything of this run
+            subscribers.append(engine.subscriber(run_id, cursor))
+        if not opening and not subscribers:
+            self.set_status(204)
+            self.finish()
+            return
+        config = engine.config
+        with engine.stream_slot(self.owner):
+            sse.begin(self)
+            try:
+                await sse.send(self, "".join(opening), config.write_timeout_seconds)
+                await self._follow(subscribers)
+            except sse.ClientGone:
+                return
+        self.finish()
+
+    async def _follow(self, subscribers: list[Subscriber]) -> None:
+        config = self.engine.config
+        loop = asyncio.get_running_loop()
+        last_write = loop.time()
+        while subscribers:
+            frames = []
+            for subscriber in subscribers:
+                frames.extend(sse.frame(event, with_id=False) for event in subscriber.read(BATCH_PER_RUN))
+            subscribers = [s for s in subscribers if not s.done]
+            if frames:
+                await sse.send(self, "".join(frames), config.write_timeout_seconds)
+                last_write = loop.time()
+                continue
+            idle = loop.time() - last_write
+            if idle >= config.heartbeat_interval:
+                await sse.send(self, sse.PING, config.write_timeout_seconds)
+                last_write = loop.time()
+                continue
+            await wait_any(subscribers, self.engine.broadcaster, config.heartbeat_interval - idle)
+
+
+default_handlers = [(r"api/agentruns/streams", StreamsHandler)]
