@@ -1,11 +1,28 @@
-"""Durable, resumable AI agent runs owned by the Jupyter server."""
+"""Durable, resumable AI agent runs owned by the Jupyter server.
+
+In a notebook::
+
+    from jupyter_agentruns import submit
+    run = submit("demo", {"prompt": "weather in Shanghai"})
+"""
 
 from __future__ import annotations
 
 from .agents import agent
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "agent"]
+__all__ = ["Run", "__version__", "agent", "attach", "runs", "submit"]
+
+# The notebook API needs ipywidgets; the server extension does not load it.
+_NOTEBOOK_API = {"Run", "attach", "runs", "submit"}
+
+
+def __getattr__(name: str):
+    if name in _NOTEBOOK_API:
+        from . import widget
+
+        return getattr(widget, name)
+    raise AttributeError(f"module 'jupyter_agentruns' has no attribute {name!r}")
 
 
 def _jupyter_server_extension_points():

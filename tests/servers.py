@@ -68,6 +68,7 @@ class ServerProcess:
                 f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
                 "--ServerApp.ip=127.0.0.1", "--ServerApp.open_browser=False",
                 "--ServerApp.allow_root=True", f"--IdentityProvider.token={self.token}",
+                f"--ServerApp.root_dir={self.home}",
             ],  # fmt: skip
             env=self.env,
             stdout=log,

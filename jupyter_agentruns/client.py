@@ -1,0 +1,196 @@
+"""The kernel's side: find the Jupyter server that started this kernel and call its API.
+
+Plain ``urllib``, so it works in any kernel without extra dependencies. The
+server is found, in order, from: explicit ``url``/``token``; the environment
+variables ``AGENTRUNS_URL``/``AGENTRUNS_TOKEN``; the running server whose
+process started this kernel; JupyterHub's environment; the only running server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+TERMINAL = ("succeeded", "failed", "cancelled", "interrupted")
+
+
+class AgentRunsError(Exception):
+    """An error answered by the agentruns API (``code`` is its ``error`` field)."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(f"{message} ({status} {code})")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class ServerNotFound(RuntimeError):
+    """No Jupyter server to talk to could be found."""
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str  # the server's base URL, ending in "/"
+    token: str
+    base_url: str = "/"
+
+
+def _running_servers() -> list[dict[str, Any]]:
+    from jupyter_server.serverapp import list_running_servers
+
+    return list(list_running_servers())
+
+
+def _server_from_info(info: dict[str, Any]) -> Server:
+    scheme = "https" if info.get("secure") else "http"
+    base_url = info.get("base_url") or "/"
+    # The kernel runs on the server's machine: loopback reaches it whatever it listens on.
+    return Server(f"{scheme}://127.0.0.1:{info['port']}{base_url}", info.get("token") or "", base_url)
+
+
+def find_server(url: str | None = None, token: str | None = None) -> Server:
+    """The server this kernel should talk to (see the module docstring for the order)."""
+    url = url or os.environ.get("AGENTRUNS_URL")
+    token = token if token is not None else os.environ.get("AGENTRUNS_TOKEN")
+    if url:
+        url = url if url.endswith("/") else url + "/"
+        return Server(url, token or "", urllib.parse.urlparse(url).path or "/")
+    servers = _running_servers()
+    parent = [info for info in servers if info.get("pid") == os.getppid()]
+    if parent:
+        server = _server_from_info(parent[0])
+    elif os.environ.get("JUPYTERHUB_SERVICE_URL") and os.environ.get("JUPYTERHUB_API_TOKEN"):
+        hub_url = os.environ["JUPYTERHUB_SERVICE_URL"].rstrip("/") + "/"
+        server = Server(hub_url, os.environ["JUPYTERHUB_API_TOKEN"], urllib.parse.urlparse(hub_url).path)
+    elif len(servers) == 1:
+        server = _server_from_info(servers[0])
+    else:
+        found = ", ".join(info.get("url", "?") for info in servers) or "none"
+        raise ServerNotFound(
+            "Cannot tell which Jupyter server to use (running servers: "
+            f"{found}). Pass url= and token= to submit(), or set AGENTRUNS_URL and AGENTRUNS_TOKEN."
+        )
+    if token:
+        server = Server(server.url, token, server.base_url)
+    if not server.token:
+        raise ServerNotFound(
+            f"The Jupyter server at {server.url} has no token this kernel can use (password login?). "
+            "Pass token= to submit(), or set AGENTRUNS_TOKEN."
+        )
+    return server
+
+
+class Client:
+    """Blocking calls to ``{server}api/agentruns/``."""
+
+    def __init__(self, server: Server, timeout: float = 60):
+        self.server = server
+        self.api = server.url + "api/agentruns/"
+        self.timeout = timeout
+        self._ssl = ssl._create_unverified_context() if self.api.startswith("https://127.0.0.1") else None
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, dict[str, str], Any]:
+        url = self.api + path
+        if params:
+            url += "?" + urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(url, data=data, method=method)
+        request.add_header("Authorization", f"token {self.server.token}")
+        request.add_header("Accept", "application/json")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout or self.timeout, context=self._ssl) as response:
+                raw = response.read()
+                return response.status, dict(response.headers), json.loads(raw) if raw else None
+        except urllib.error.HTTPError as error:
+            raw = error.read()
+            try:
+                body = json.loads(raw)
+                code, message = body.get("error", "http_error"), body.get("message", "")
+            except ValueError:
+                code, message = "http_error", raw.decode(errors="replace")[:500]
+            raise AgentRunsError(error.code, code, message) from None
+        except urllib.error.URLError as error:
+            raise ServerNotFound(f"Cannot reach the Jupyter server at {self.server.url}: {error.reason}") from None
+
+    def submit(self, body: dict[str, Any], key: str) -> tuple[dict[str, Any], bool]:
+        """Submit a run; returns ``(run, replayed)``."""
+        status, headers, run = self.request("POST", "runs", body, headers={"Idempotency-Key": key})
+        return run, status == 200
+
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        return self.request("GET", f"runs/{run_id}")[2]
+
+    def list_runs(self, **params: Any) -> dict[str, Any]:
+        return self.request("GET", "runs", params=params)[2]
+
+    def cancel(self, run_id: str, reason: str | None = None) -> dict[str, Any]:
+        return self.request("POST", f"runs/{run_id}/cancel", {"reason": reason})[2]
+
+    def wait(self, run_id: str, after: int, timeout: float | None) -> dict[str, Any]:
+        """Long-poll the run's events until it is terminal; returns the run."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = 25.0 if deadline is None else max(0.0, min(25.0, deadline - time.monotonic()))
+            body = self.request(
+                "GET",
+                f"runs/{run_id}/events",
+                params={"after": after, "limit": 1000, "wait": round(remaining, 3)},
+                timeout=remaining + 30,
+            )[2]
+            if body["events"]:
+                after = body["events"][-1]["seq"]
+            if body["done"] or body["status"] in TERMINAL and after >= body["last_seq"]:
+                return self.get_run(run_id)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"run {run_id} is still {body['status']} after {timeout} s")
+
+
+def cell_context() -> tuple[str | None, str | None]:
+    """``(notebook path, cell id)`` of the executing cell, when there is one."""
+    notebook = os.environ.get("JPY_SESSION_NAME")
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        parent = shell.kernel.get_parent() if shell is not None and hasattr(shell, "kernel") else None
+        cell_id = (parent or {}).get("metadata", {}).get("cellId")
+    except Exception:
+        cell_id = None
+    return notebook, cell_id
+
+
+def default_key(agent: str, input: Any, notebook: str | None, cell_id: str | None) -> str:
+    """The Idempotency-Key of a submit from a notebook cell: re-running the cell finds its run.
+
+    Outside a notebook cell there is nothing stable to derive it from: a random key.
+    """
+    if not notebook or not cell_id:
+        return "py-" + uuid.uuid4().hex
+    canonical = json.dumps(
+        {"notebook": notebook, "cell": cell_id, "agent": agent, "input": input},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return "nb-" + hashlib.sha256(canonical.encode()).hexdigest()

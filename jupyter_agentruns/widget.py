@@ -1,0 +1,181 @@
+"""The notebook API: ``submit`` returns a ``Run``, a widget that follows a server-owned run.
+
+The widget's state is only ``run_id`` and ``last_seq`` (plus the last status
+seen): the run itself lives on the server. Its view (``js/widget.js``) talks to
+the server directly from the page, so a kernel restart does not even interrupt
+it, and re-running the cell finds the same run through its Idempotency-Key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import traitlets
+
+from .client import TERMINAL, Client, cell_context, default_key, find_server
+
+_HERE = Path(__file__).parent
+
+
+def _asset(name: str) -> Path:
+    # A wheel ships js/ inside the package; an editable install reads the source tree.
+    packaged = _HERE / "static" / name
+    return packaged if packaged.exists() else _HERE.parent / "js" / name
+
+
+_clients: dict[tuple[str | None, str | None], Client] = {}
+
+
+def _client(url: str | None = None, token: str | None = None) -> Client:
+    key = (url, token)
+    if key not in _clients:
+        _clients[key] = Client(find_server(url, token))
+    return _clients[key]
+
+
+class Run(anywidget.AnyWidget):
+    """A server-owned agent run, shown as a live widget."""
+
+    _esm = _asset("widget.js")
+    _css = _asset("widget.css")
+
+    run_id = traitlets.Unicode("").tag(sync=True)
+    last_seq = traitlets.Int(0).tag(sync=True)
+    status = traitlets.Unicode("").tag(sync=True)
+    base_url = traitlets.Unicode("/").tag(sync=True)
+
+    def __init__(self, run: dict[str, Any], client: Client, **kwargs: Any):
+        super().__init__(
+            run_id=run["run_id"],
+            last_seq=run["last_seq"],
+            status=run["status"],
+            base_url=client.server.base_url,
+            **kwargs,
+        )
+        self._client = client
+        self._run = run
+        self._shown_in: int | None = None
+
+    def __repr__(self) -> str:
+        return f"<Run {self.run_id} {self.status}>"
+
+    def refresh(self) -> dict[str, Any]:
+        """Reread the run from the server (the authoritative state) and return it."""
+        self._update(self._client.get_run(self.run_id))
+        return self._run
+
+    def _update(self, run: dict[str, Any]) -> None:
+        self._run = run
+        self.status = run["status"]
+        if run["last_seq"] > self.last_seq:
+            self.last_seq = run["last_seq"]
+
+    @property
+    def run(self) -> dict[str, Any]:
+        """The run object as last read (see ``refresh``)."""
+        return self._run
+
+    @property
+    def text(self) -> str:
+        """The text of the run's messages so far."""
+        return "".join(message["text"] for message in self.refresh()["snapshot"]["messages"])
+
+    @property
+    def output(self) -> Any:
+        """The output of a succeeded run, else None."""
+        return self.refresh()["output"]
+
+    @property
+    def error(self) -> dict[str, str] | None:
+        """``{type, message}`` of a failed run, else None."""
+        return self.refresh()["error"]
+
+    @property
+    def done(self) -> bool:
+        return self.refresh()["status"] in TERMINAL
+
+    def wait(self, timeout: float | None = None) -> Run:
+        """Block until the run is terminal (``TimeoutError`` after ``timeout`` seconds)."""
+        self._update(self._client.wait(self.run_id, self.last_seq, timeout))
+        return self
+
+    def cancel(self, reason: str | None = None) -> Run:
+        """Ask the server to cancel the run (idempotent)."""
+        self._update(self._client.cancel(self.run_id, reason))
+        return self
+
+    def _ipython_display_(self) -> None:
+        # submit() displays the run itself; when it is also the cell's last
+        # expression, showing it a second time would duplicate the view.
+        from IPython import get_ipython
+        from IPython.display import display
+
+        shell = get_ipython()
+        count = getattr(shell, "execution_count", None)
+        if count is not None and count == self._shown_in:
+            return
+        self._shown_in = count
+        data, metadata = self._repr_mimebundle_()
+        display(data, metadata=metadata, raw=True)
+
+
+def submit(
+    agent: str,
+    input: dict[str, Any],
+    *,
+    key: str | None = None,
+    new: bool = False,
+    session: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    retry_of: str | None = None,
+    url: str | None = None,
+    token: str | None = None,
+    display: bool = True,
+) -> Run:
+    """Start an agent run on the Jupyter server (or find the one this cell started) and show it.
+
+    Re-running the same cell re-attaches to its run, even after a kernel
+    restart; ``new=True`` starts a new run, ``key=`` sets the Idempotency-Key.
+    """
+    client = _client(url, token)
+    notebook, cell_id = cell_context()
+    if key is None:
+        key = default_key(agent, input, None if new else notebook, None if new else cell_id)
+    body = {
+        "agent": agent,
+        "input": input,
+        "session": session if session is not None else notebook,
+        "metadata": metadata,
+        "retry_of": retry_of,
+    }
+    run, _replayed = client.submit({k: v for k, v in body.items() if v is not None}, key)
+    widget = Run(run, client)
+    if display:
+        _display(widget)
+    return widget
+
+
+def _display(widget: Run) -> None:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    if get_ipython() is not None:
+        from IPython.display import display
+
+        display(widget)
+
+
+def attach(run_id: str, *, url: str | None = None, token: str | None = None) -> Run:
+    """A widget following an existing run (from ``runs()`` or a run id)."""
+    client = _client(url, token)
+    return Run(client.get_run(run_id), client)
+
+
+def runs(
+    *, status: str | None = None, session: str | None = None, limit: int = 50, url: str | None = None, token: str | None = None
+) -> list[dict[str, Any]]:
+    """Your runs on the server, newest first (run objects)."""
+    return _client(url, token).list_runs(status=status, session=session, limit=limit)["runs"]

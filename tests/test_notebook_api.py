@@ -1,0 +1,174 @@
+"""The notebook API in a real kernel started by a real server: re-running a cell re-attaches."""
+
+import json
+import time
+
+import pytest
+from jupyter_client import BlockingKernelClient
+
+from servers import ServerProcess
+
+pytestmark = pytest.mark.timeout(180)
+
+
+class Kernel:
+    """A kernel started by the server for a notebook, driven over its connection file."""
+
+    def __init__(self, server: ServerProcess, http, path="work/analysis.ipynb"):
+        self.server = server
+        self.http = http
+        session = http.post(
+            server.url + "api/sessions",
+            json={"path": path, "type": "notebook", "name": path.rsplit("/", 1)[-1], "kernel": {"name": "python3"}},
+        ).json()
+        self.kernel_id = session["kernel"]["id"]
+        self.connect()
+
+    def connect(self):
+        connection = self.server.home / "runtime" / f"kernel-{self.kernel_id}.json"
+        for _ in range(100):
+            if connection.exists():
+                break
+            time.sleep(0.1)
+        self.client = BlockingKernelClient()
+        self.client.load_connection_file(str(connection))
+        self.client.start_channels()
+        self.client.wait_for_ready(timeout=60)
+
+    def restart(self):
+        self.client.stop_channels()
+        response = self.http.post(self.server.url + f"api/kernels/{self.kernel_id}/restart")
+        assert response.status_code == 200
+        self.connect()
+
+    def run_cell(self, code, cell_id):
+        """Execute ``code`` as the notebook cell ``cell_id``; returns (stdout, display outputs, error)."""
+        content = {"code": code, "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False}
+        message = self.client.session.msg("execute_request", content, metadata={"cellId": cell_id})
+        self.client.shell_channel.send(message)
+        stdout, displays, error = "", [], None
+        while True:
+            reply = self.client.get_iopub_msg(timeout=60)
+            if reply["parent_header"].get("msg_id") != message["header"]["msg_id"]:
+                continue
+            kind, body = reply["msg_type"], reply["content"]
+            if kind == "stream" and body["name"] == "stdout":
+                stdout += body["text"]
+            elif kind in ("display_data", "execute_result"):
+                displays.append(body["data"])
+            elif kind == "error":
+                error = "\n".join(body["traceback"])
+            elif kind == "status" and body["execution_state"] == "idle":
+                return stdout, displays, error
+
+    def close(self):
+        self.client.stop_channels()
+        self.http.delete(self.server.url + f"api/kernels/{self.kernel_id}")
+
+
+@pytest.fixture
+def lab(tmp_path):
+    server = ServerProcess(tmp_path / "home", tmp_path / "agentruns.sqlite3").start()
+    (server.home / "work").mkdir(exist_ok=True)
+    http = server.client()
+    kernel = Kernel(server, http)
+    yield server, http, kernel
+    kernel.close()
+    http.close()
+    server.kill()
+
+
+CELL = """
+from jupyter_agentruns import submit
+run = submit("demo", {"prompt": "weather in Shanghai", "chunks": 8, "delay": 0})
+run.wait(60)
+print(run.run_id, run.status, repr(run.text))
+"""
+
+
+def widget_views(displays):
+    return [d for d in displays if "application/vnd.jupyter.widget-view+json" in d]
+
+
+def test_rerunning_a_cell_and_restarting_the_kernel_reattach_to_the_same_run(lab):
+    server, http, kernel = lab
+    first, displays, error = kernel.run_cell(CELL, "cell-1")
+    assert error is None, error
+    run_id, status, text = first.split(" ", 2)
+    assert status == "succeeded" and "Demo answer about weather in Shanghai" in text
+    assert len(widget_views(displays)) == 1
+
+    again, _, error = kernel.run_cell(CELL, "cell-1")
+    assert error is None and again.split(" ")[0] == run_id
+
+    kernel.restart()
+    after_restart, _, error = kernel.run_cell(CELL, "cell-1")
+    assert error is None, error
+    assert after_restart == first
+
+    runs = http.get("runs").json()["runs"]
+    assert [r["run_id"] for r in runs] == [run_id]
+    assert runs[0]["session"].endswith("work/analysis.ipynb")
+
+
+def test_another_cell_or_new_true_starts_another_run(lab):
+    server, http, kernel = lab
+    first, _, _ = kernel.run_cell(CELL, "cell-1")
+    other, _, _ = kernel.run_cell(CELL, "cell-2")
+    forced, _, error = kernel.run_cell(CELL.replace('"delay": 0}', '"delay": 0}, new=True'), "cell-1")
+    assert error is None, error
+    ids = {first.split(" ")[0], other.split(" ")[0], forced.split(" ")[0]}
+    assert len(ids) == 3
+    assert len(http.get("runs").json()["runs"]) == 3
+
+
+def test_submit_as_the_last_expression_shows_one_widget(lab):
+    server, http, kernel = lab
+    code = 'from jupyter_agentruns import submit\nsubmit("demo", {"prompt": "p", "chunks": 2, "delay": 0})'
+    _, displays, error = kernel.run_cell(code, "cell-9")
+    assert error is None, error
+    views = widget_views(displays)
+    assert len(views) == 1
+    model_id = views[0]["application/vnd.jupyter.widget-view+json"]["model_id"]
+    assert model_id
+
+
+def test_cancel_wait_and_errors_from_the_kernel(lab):
+    server, http, kernel = lab
+    code = """
+from jupyter_agentruns import submit, runs
+from jupyter_agentruns.client import AgentRunsError
+run = submit("demo", {"prompt": "slow", "chunks": 500, "delay": 0.05}, display=False)
+try:
+    run.wait(timeout=0.3)
+except TimeoutError:
+    print("timeout")
+run.cancel("from the kernel")
+run.wait(30)
+print(run.status, run.refresh()["cancel"]["reason"], len(runs()))
+try:
+    submit("nope", {})
+except AgentRunsError as error:
+    print(error.status, error.code)
+"""
+    stdout, _, error = kernel.run_cell(code, "cell-3")
+    assert error is None, error
+    assert stdout.splitlines() == ["timeout", "cancelled from the kernel 1", "404 unknown_agent"]
+
+
+def test_outside_a_notebook_an_explicit_url_and_token_work(lab, tmp_path):
+    import subprocess
+    import sys
+
+    server, http, kernel = lab
+    code = (
+        "from jupyter_agentruns import submit\n"
+        f"run = submit('demo', {{'prompt': 'p', 'chunks': 4, 'delay': 0}}, url={server.url!r}, token={server.token!r})\n"
+        "print(run.wait(30).status, run.output['text'])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=server.env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "succeeded Demo answer about p."
+    # Plain Python has no cell to derive a key from: each submit is a new run.
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=server.env)
+    assert len(http.get("runs").json()["runs"]) == 2
