@@ -323,7 +323,7 @@ const LINE_END = /\r\n|\r|\n/g;
  */
 export class SSEParser {
   constructor() {
-    this.buffer = "";
+    this.pieces = []; // the line being received, in chunks
     this.started = false;
     this.skipLineFeed = false;
     this.lastEventId = null;
@@ -341,17 +341,20 @@ export class SSEParser {
       this.skipLineFeed = false;
       if (text[0] === "\n") text = text.slice(1);
     }
-    const buffer = this.buffer + text;
     const frames = [];
     let start = 0;
-    LINE_END.lastIndex = 0;
     let match;
-    while ((match = LINE_END.exec(buffer)) !== null) {
-      if (match[0] === "\r" && match.index === buffer.length - 1) this.skipLineFeed = true;
-      this._line(buffer.slice(start, match.index), frames);
+    LINE_END.lastIndex = 0;
+    while ((match = LINE_END.exec(text)) !== null) {
+      if (match[0] === "\r" && match.index === text.length - 1) this.skipLineFeed = true;
+      // Joining the pieces of a long line only once keeps a big frame linear in its size.
+      const piece = text.slice(start, match.index);
+      const line = this.pieces.length === 0 ? piece : this.pieces.join("") + piece;
+      this.pieces = [];
+      this._line(line, frames);
       start = LINE_END.lastIndex;
     }
-    this.buffer = buffer.slice(start);
+    if (start < text.length) this.pieces.push(text.slice(start));
     return frames;
   }
 
@@ -404,8 +407,8 @@ export const SIGNED_OUT_RETRY_MS = 30000;
  * The wait before reconnect number `attempt` (1, 2, ...): exponential, capped,
  * with full jitter above the floor, so a restarted server is not stampeded.
  */
-export function backoffDelay(attempt, floorMs, random, capMs = MAX_BACKOFF_MS) {
-  const ceiling = Math.max(floorMs, Math.min(capMs, floorMs * 2 ** attempt));
+export function backoffDelay(attempt, floorMs, random) {
+  const ceiling = Math.max(floorMs, Math.min(MAX_BACKOFF_MS, floorMs * 2 ** attempt));
   return Math.round(floorMs + random() * (ceiling - floorMs));
 }
 
@@ -550,6 +553,10 @@ export class Hub {
       this._lost();
       return;
     }
+    if (response.status === 204) {
+      await this._ended(connection); // every run listed had already ended at its cursor
+      return;
+    }
     if (!response.body || typeof response.body.getReader !== "function") {
       this.connection = null;
       this._announce("failed");
@@ -576,10 +583,38 @@ export class Hub {
       }
     } catch {
       if (this.connection !== connection) return;
+      this.connection = null;
+      this._lost();
+      return;
     }
+    await this._ended(connection);
+  }
+
+  // The server ends a stream only once each of its runs ended. A run whose end
+  // did not come through is read: a lost final event is repaired from the run.
+  async _ended(connection) {
     this.connection = null;
+    const unfinished = [...connection.runIds].filter((runId) => this.runs.has(runId));
+    await Promise.all(unfinished.map((runId) => this._readRun(runId)));
+    if (this.connection !== null || this.reopenTimer !== null || this.retryTimer !== null) return;
     if (this.runs.size > 0) this._lost();
     else this.state = "idle";
+  }
+
+  async _readRun(runId) {
+    try {
+      const response = await this.fetch(`${this.baseUrl}api/agentruns/runs/${encodeURIComponent(runId)}`, {
+        credentials: "same-origin",
+        headers: { Accept: "application/json" },
+      });
+      const body = await response.json();
+      const entry = this.runs.get(runId);
+      if (entry === undefined) return;
+      if (response.ok) this._snapshot(entry, body, null);
+      else if (response.status === 404 || response.status === 410) this._error(entry, { run_id: runId, error: body });
+    } catch {
+      // Unreadable now: the reconnect that follows will try again.
+    }
   }
 
   _dispatch(frame, connection) {
@@ -607,35 +642,39 @@ export class Hub {
     }
     entry.cursor = Math.max(entry.cursor, envelope.seq);
     connection.positions.set(entry.runId, entry.cursor);
+    if (hasOwn(TERMINAL_TYPES, envelope.type)) this._finish(entry);
     for (const registration of entry.registrations) {
       if (envelope.seq <= registration.cursor) continue; // this listener has it already
       registration.cursor = envelope.seq;
       call(registration.listener, "onEvent", envelope);
     }
-    if (hasOwn(TERMINAL_TYPES, envelope.type)) this._finish(entry);
   }
 
   _snapshot(entry, run, connection) {
-    if (!isSeq(run.last_seq)) return;
+    if (!isPlainObject(run) || !isSeq(run.last_seq)) return;
     entry.cursor = run.last_seq;
-    connection.positions.set(entry.runId, run.last_seq);
+    if (connection !== null) connection.positions.set(entry.runId, run.last_seq);
+    // The snapshot of a finished run already holds its terminal event.
+    if (isTerminal(run.status)) this._finish(entry);
     for (const registration of entry.registrations) {
       registration.cursor = run.last_seq;
       call(registration.listener, "onSnapshot", run);
     }
-    // The snapshot of a finished run already holds its terminal event.
-    if (isTerminal(run.status)) this._finish(entry);
   }
 
   _error(entry, data) {
-    for (const { listener } of entry.registrations) call(listener, "onError", data);
     this._finish(entry);
+    for (const { listener } of entry.registrations) call(listener, "onError", data);
   }
 
   // A finished run leaves the next connection; runs waiting for a slot may take it.
+  // Finishing comes before telling the listeners, so that their unregistering
+  // (a view stops following a finished run) does not count as a change.
   _finish(entry) {
     if (this.runs.get(entry.runId) !== entry) return;
     this.runs.delete(entry.runId);
+    // The server stops streaming a finished run too: the connection no longer carries it.
+    if (this.connection !== null) this.connection.runIds.delete(entry.runId);
     if (this.runs.size >= MAX_RUNS_PER_STREAM) this._changed();
   }
 
@@ -917,7 +956,9 @@ class RunView {
     if (attachment !== this.attachment) return;
     this.loadAttempt = 0;
     this.problem = null;
-    this._loaded(state.loadRun(run));
+    if (state.loadRun(run) === "protocol_error") return this._fail("protocol_error", state.problem);
+    this._show();
+    if (!state.terminal) this._follow();
   }
 
   _retryLoad(attachment, kind, message, delay) {
@@ -931,12 +972,11 @@ class RunView {
     }, wait);
   }
 
-  _loaded(result) {
+  // Draw the state soon, and tell the kernel where the run is.
+  _show() {
     const state = this.state;
-    if (result === "protocol_error") return this._fail("protocol_error", state.problem);
     this._changed();
     this.sync.save(state.runId, state.lastSeq, state.status, state.terminal);
-    if (!state.terminal) this._follow();
   }
 
   _follow() {
@@ -948,7 +988,7 @@ class RunView {
     const hub = getHub({ baseUrl: apiBase(this.model) });
     this.unregister = hub.register(state.runId, state.lastSeq, {
       onEvent: current((envelope) => this._event(envelope)),
-      onSnapshot: current((run) => this._loaded(state.loadRun(run))),
+      onSnapshot: current((run) => this._snapshot(run)),
       onError: current((frame) => this._streamError(frame)),
       onConnection: current((connection) => {
         this.connection = connection;
@@ -964,20 +1004,31 @@ class RunView {
     this.loadTimer = null;
   }
 
+  // The stream's events we missed were compacted: it sent the run as it is now.
+  _snapshot(run) {
+    const state = this.state;
+    if (state.loadRun(run) === "protocol_error") return this._fail("protocol_error", state.problem);
+    this._show();
+    if (state.terminal) this._stopFollowing();
+  }
+
   _event(envelope) {
     const state = this.state;
     const result = state.applyEnvelope(envelope);
     if (result === "applied") {
-      this._changed();
-      this.sync.save(state.runId, state.lastSeq, state.status, state.terminal);
+      this._show();
       if (state.terminal) this._stopFollowing();
     } else if (result === "gap") {
-      // Events were lost on the way: the run itself is the authority.
-      this._stopFollowing();
-      this._load(this.attachment);
+      this._resync();
     } else if (result === "protocol_error") {
       this._fail("protocol_error", state.problem);
     }
+  }
+
+  // Events were lost, or the cursor is off: the run itself is the authority.
+  _resync() {
+    this._stopFollowing();
+    this._load(this.attachment);
   }
 
   _streamError({ error }) {
@@ -985,6 +1036,7 @@ class RunView {
     const message = (error && error.message) || "The server stopped streaming this run.";
     if (code === "run_not_found") this._fail("not_found", message);
     else if (code === "run_expired") this._fail("expired", message);
+    else if (code === "cursor_ahead") this._resync(); // the server's answer says what to do
     else this._fail("error", message);
   }
 
@@ -1076,7 +1128,7 @@ class RunView {
     if (this.rendered === null || this.rendered.snapshot !== state.snapshot) this._resetBody(state);
     this._renderTools(state.snapshot.tools);
     this._renderProgress(state.snapshot.progress);
-    this._renderMessages(state.snapshot.messages);
+    this._renderMessages(state.snapshot.messages, state.textBytes > 0);
     this._renderUsage(state.snapshot.usage);
     this._renderOutput(state);
     this._renderUnknown(state.unknown);
@@ -1157,10 +1209,11 @@ class RunView {
     this.progressMessage.textContent = progress.message || (known ? `${percent}%` : "");
   }
 
-  _renderMessages(messages) {
+  _renderMessages(messages, hasText) {
     const shown = this.rendered.messages;
-    this.messages.hidden = messages.length === 0;
-    if (messages.length === 0) return;
+    // An empty box for a message that has not said anything yet is only noise.
+    this.messages.hidden = !hasText;
+    if (!hasText) return;
     const box = this.messages;
     // Follow the text only while the reader is at the bottom; never yank them back down.
     const atBottom = box.scrollTop + box.clientHeight >= box.scrollHeight - 8;

@@ -63,6 +63,11 @@ function fakeServer() {
           answered = true;
           resolve(new Response(null, { status: code }));
         },
+        json(code, body) {
+          answered = true;
+          resolve(new Response(JSON.stringify(body), { status: code, headers: { "Content-Type": "application/json" } }));
+          return settle();
+        },
         fail() {
           answered = true;
           reject(new TypeError("Failed to fetch"));
@@ -83,7 +88,7 @@ function fakeServer() {
           return settle();
         },
       };
-      init.signal.addEventListener("abort", () => {
+      init.signal?.addEventListener("abort", () => {
         request.aborted = true;
         if (!answered) reject(new DOMException("aborted", "AbortError"));
       });
@@ -200,15 +205,61 @@ test("a cut stream reconnects from the advanced cursors without duplicates", asy
   assert.deepEqual(a.states, ["connected", "reconnecting", "connected"]);
 });
 
-test("a stream the server ends while a run goes on is reopened", async () => {
+function runObject(runId, status, lastSeq) {
+  return { run_id: runId, status, last_seq: lastSeq, snapshot: { messages: [], tools: [], progress: null, usage: null } };
+}
+
+test("a stream that ends before a run did reads the run, then reopens", async () => {
   const { clock, server, hub } = setup();
-  await connected(hub, clock, server, [["run_a", 0]]);
+  const [a] = await connected(hub, clock, server, [["run_a", 0]]);
   server.last().send(frame("run_a", 1));
   server.last().end();
   await settle();
+  assert.equal(server.last().url, "/base/api/agentruns/runs/run_a");
+  await server.last().json(200, runObject("run_a", "running", 1));
+  assert.deepEqual(a.snapshots.map((run) => run.last_seq), [1]);
+  assert.deepEqual(clock.delays(), [1000]);
   await clock.advance(1000);
-  assert.equal(server.requests.length, 2);
+  assert.equal(server.requests.length, 3);
   assert.equal(server.last().runs, "run_a:1");
+});
+
+test("a run whose terminal event was lost ends from its run object", async () => {
+  const { clock, server, hub } = setup();
+  const [a] = await connected(hub, clock, server, [["run_a", 0]]);
+  server.last().send(frame("run_a", 1));
+  server.last().end();
+  await settle();
+  await server.last().json(200, runObject("run_a", "succeeded", 2));
+  assert.deepEqual(a.snapshots.map((run) => run.status), ["succeeded"]);
+  await clock.advance(60000);
+  assert.equal(server.requests.length, 2, "no reconnect for a finished run");
+  assert.equal(hub.state, "idle");
+});
+
+test("a 204 means the runs had ended at their cursors: they are read", async () => {
+  const { clock, server, hub } = setup();
+  const a = recorder();
+  hub.register("run_a", 5, a.listener);
+  await clock.advance(50);
+  server.last().status(204);
+  await settle();
+  await server.last().json(200, runObject("run_a", "cancelled", 5));
+  assert.deepEqual(a.snapshots.map((run) => run.status), ["cancelled"]);
+  await clock.advance(60000);
+  assert.equal(server.requests.length, 2);
+});
+
+test("a run read after the stream ended that is gone gets an error", async () => {
+  const { clock, server, hub } = setup();
+  const [a] = await connected(hub, clock, server, [["run_a", 0]]);
+  server.last().end();
+  await settle();
+  const gone = { error: "run_expired", message: "deleted by retention" };
+  await server.last().json(410, gone);
+  assert.deepEqual(a.errors, [{ run_id: "run_a", error: gone }]);
+  await clock.advance(60000);
+  assert.equal(server.requests.length, 2);
 });
 
 test("backoff doubles up to 30 s", async () => {
@@ -320,6 +371,21 @@ test("a run finished by its terminal event is dropped from the next connection",
   a.unregister(); // what a view does on terminal: harmless once the hub let the run go
   await clock.advance(50);
   assert.equal(server.requests.length, 2);
+  assert.deepEqual(b.events, [1]);
+});
+
+test("a view that stops following on the terminal event does not make the hub reopen", async () => {
+  const { clock, server, hub } = setup();
+  const [, b] = await connected(hub, clock, server, [["run_a", 0], ["run_b", 0]]);
+  const unregister = hub.register("run_a", 0, {
+    onEvent: (envelope) => envelope.type === "run.succeeded" && unregister(),
+  });
+  server.last().send(frame("run_a", 1, "run.succeeded", { output: 1 }));
+  await settle();
+  await clock.advance(50);
+  assert.equal(server.requests.length, 1);
+  server.last().send(frame("run_b", 1));
+  await settle();
   assert.deepEqual(b.events, [1]);
 });
 
