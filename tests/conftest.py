@@ -13,6 +13,14 @@ pytest_plugins = ["pytest_jupyter.jupyter_server"]
 TERMINAL = {"succeeded", "failed", "cancelled", "interrupted"}
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keep each phase's report on the test item (browser tests screenshot failures)."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, "rep_" + report.when, report)
+
+
 @pytest.fixture
 def agentruns_config():
     """Per-test ``c.AgentRuns`` settings; override with ``@pytest.mark.parametrize``."""

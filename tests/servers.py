@@ -46,6 +46,15 @@ class ServerProcess:
             "IPYTHONDIR": str(home / "ipython"),
             "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
         }
+        if app == "jupyterlab":
+            settings = home / "lab-settings"
+            notification = settings / "@jupyterlab" / "apputils-extension"
+            notification.mkdir(parents=True, exist_ok=True)
+            (notification / "notification.jupyterlab-settings").write_text(
+                json.dumps({"fetchNews": "false", "checkForUpdates": False})
+            )
+            self.env["JUPYTERLAB_SETTINGS_DIR"] = str(settings)
+            self.env["JUPYTERLAB_WORKSPACES_DIR"] = str(home / "lab-workspaces")
         self.process: subprocess.Popen | None = None
         self.log_path = home / f"server-{self.port}.log"
 

@@ -1,0 +1,236 @@
+"""End to end in a real Chromium against a real JupyterLab: the widget survives refreshes and restarts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from jupyter_agentruns.agents.demo import answer_words
+from servers import ServerProcess
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).parent.parent / "test-artifacts"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM) and not os.environ.get("CI"),
+        reason="Chromium is not installed (apt-get install chromium)",
+    ),
+]
+
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+
+
+# These tests use no in-process server: pytest-jupyter's autouse event loop and
+# cleanup would clash with the loop sync Playwright runs in this thread.
+@pytest.fixture(autouse=True)
+def jp_asyncio_loop():
+    yield None
+
+
+@pytest.fixture(autouse=True)
+def jp_server_cleanup():
+    yield
+
+
+def write_notebook(path: Path, sources: list[str]) -> None:
+    nb = new_notebook(
+        cells=[new_code_cell(source) for source in sources],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
+    nbformat.write(nb, path)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    home = tmp_path_factory.mktemp("lab")
+    server = ServerProcess(home, home / "agentruns.sqlite3", {"heartbeat_interval": 2, "max_active_runs_per_user": 20}, app="jupyterlab").start(
+        timeout=120
+    )
+    yield server
+    server.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, request):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.on("dialog", lambda dialog: dialog.accept())
+    yield page
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
+    context.close()
+
+
+def open_notebook(page, lab: ServerProcess, name: str) -> None:
+    page.goto(f"{lab.url}lab/tree/{name}?token={lab.token}&reset")
+    wait_idle(page)
+
+
+def wait_idle(page, timeout=90_000) -> None:
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=timeout)
+    page.wait_for_function(
+        "() => (document.querySelector('#jp-main-statusbar') || {}).textContent?.includes('| Idle')",
+        timeout=timeout,
+    )
+
+
+def run_cell(page, index: int) -> None:
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
+    cell.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Control+Enter")
+
+
+def widget(page, index: int = 0):
+    return page.locator(".agentruns-run").nth(index)
+
+
+def wait_attr(page, index: int, name: str, predicate: str, timeout=60_000):
+    """Wait until ``predicate`` (JS, over ``v``) holds for the widget's attribute ``name``."""
+    page.wait_for_function(
+        f"""() => {{
+            const el = document.querySelectorAll('.agentruns-run')[{index}];
+            if (!el) return false;
+            const v = el.getAttribute('{name}');
+            return {predicate};
+        }}""",
+        timeout=timeout,
+    )
+    return widget(page, index).get_attribute(name)
+
+
+def save(page) -> None:
+    page.keyboard.press("Control+s")
+    page.wait_for_function(
+        "() => !document.querySelector('.jp-mod-current .jp-mod-dirty, .lm-TabBar-tab.jp-mod-current.jp-mod-dirty')",
+        timeout=30_000,
+    )
+
+
+def runs_of(lab: ServerProcess) -> list[dict]:
+    with lab.client() as client:
+        return client.get("runs", params={"limit": 500}).json()["runs"]
+
+
+def test_refresh_and_kernel_restart_reattach_to_the_one_run(lab, page):
+    prompt = "refresh me"
+    write_notebook(
+        lab.home / "reattach.ipynb",
+        [f'from jupyter_agentruns import submit\nrun = submit("demo", {{"prompt": "{prompt}", "chunks": 60, "delay": 0.08}})'],
+    )
+    expected = "".join(answer_words(prompt, 60))
+    before = len(runs_of(lab))
+    open_notebook(page, lab, "reattach.ipynb")
+    started = time.monotonic()
+    run_cell(page, 0)
+    run_id = wait_attr(page, 0, "data-run-id", "v && v.startsWith('run_')")
+    wait_attr(page, 0, "data-last-seq", "Number(v) >= 10")
+    assert wait_attr(page, 0, "data-status", "v === 'running'") == "running"
+    streaming = time.monotonic() - started
+
+    save(page)
+    page.reload()
+    wait_idle(page)
+    assert wait_attr(page, 0, "data-run-id", "!!v") == run_id
+    wait_attr(page, 0, "data-status", "v === 'succeeded'", timeout=90_000)
+    assert expected in widget(page).inner_text()
+    assert len(runs_of(lab)) == before + 1
+
+    with lab.client() as client:
+        kernels = client.get(lab.url + "api/kernels").json()
+        for kernel in kernels:
+            assert client.post(lab.url + f"api/kernels/{kernel['id']}/restart").status_code == 200
+    page.reload()
+    wait_idle(page)
+    run_cell(page, 0)
+    wait_attr(page, 0, "data-status", "v === 'succeeded'")
+    assert widget(page).get_attribute("data-run-id") == run_id
+    assert expected in widget(page).inner_text()
+    assert len(runs_of(lab)) == before + 1
+    print(f"\nfirst events visible {streaming:.1f} s after Ctrl+Enter; whole test {time.monotonic() - started:.1f} s")
+
+
+def test_cancel_then_run_again_from_the_widget(lab, page):
+    write_notebook(
+        lab.home / "cancel.ipynb",
+        ['from jupyter_agentruns import submit\nrun = submit("demo", {"prompt": "cancel me", "chunks": 400, "delay": 0.1})'],
+    )
+    open_notebook(page, lab, "cancel.ipynb")
+    run_cell(page, 0)
+    run_id = wait_attr(page, 0, "data-run-id", "v && v.startsWith('run_')")
+    wait_attr(page, 0, "data-last-seq", "Number(v) >= 5")
+    widget(page).get_by_role("button", name="Cancel").click()
+    wait_attr(page, 0, "data-status", "v === 'cancelled'")
+    with lab.client() as client:
+        assert client.get(f"runs/{run_id}").json()["status"] == "cancelled"
+
+    widget(page).get_by_role("button", name="Run again").click()
+    new_id = wait_attr(page, 0, "data-run-id", f"v && v !== '{run_id}'")
+    wait_attr(page, 0, "data-status", "v === 'running'")
+    with lab.client() as client:
+        new_run = client.get(f"runs/{new_id}").json()
+        assert new_run["retry_of"] == run_id
+        assert new_run["input"] == {"prompt": "cancel me", "chunks": 400, "delay": 0.1}
+        client.post(f"runs/{new_id}/cancel")
+
+
+def test_ten_live_widgets_share_one_connection_and_the_notebook_still_saves(lab, page):
+    cells = [
+        f'from jupyter_agentruns import submit\nrun = submit("demo", {{"prompt": "widget {i}", "chunks": 150, "delay": 0.1}})'
+        for i in range(10)
+    ]
+    write_notebook(lab.home / "ten.ipynb", cells)
+    streams, open_streams = [], set()
+
+    def opened(request):
+        if "/api/agentruns/streams" in request.url:
+            streams.append(request.url)
+            open_streams.add(request)
+
+    page.on("request", opened)
+    page.on("requestfinished", lambda request: open_streams.discard(request))
+    page.on("requestfailed", lambda request: open_streams.discard(request))
+    open_notebook(page, lab, "ten.ipynb")
+    page.locator(".jp-Notebook .jp-Cell").nth(0).locator(".jp-InputArea-editor").click()
+    for index in range(10):
+        run_cell(page, index)
+    for index in range(10):
+        wait_attr(page, index, "data-last-seq", "Number(v) >= 3")
+    # All ten runs live: the notebook still saves promptly.
+    started = time.monotonic()
+    save(page)
+    save_seconds = time.monotonic() - started
+    page.wait_for_timeout(500)
+    assert len(open_streams) == 1, [request.url for request in open_streams]
+    assert all(url.count("run_") >= 1 for url in streams)
+    assert save_seconds < 10
+    ids = [widget(page, i).get_attribute("data-run-id") for i in range(10)]
+    assert len(set(ids)) == 10
+    assert all(any(run_id in url for url in streams) for run_id in ids)
+    with lab.client() as client:
+        for run_id in ids:
+            client.post(f"runs/{run_id}/cancel")
+    print(f"\nsaved with 10 live widgets in {save_seconds:.2f} s; {len(streams)} stream requests in all")
