@@ -19,6 +19,8 @@ from .reducer import TERMINAL_TYPES
 WINDOW_EVENTS = 2048
 WINDOW_BYTES = 4 * 1024 * 1024
 STORE_READ_CHUNK = 1000
+# One read's worth of event bytes: bounds what a subscriber hands to a response at once.
+READ_MAX_BYTES = 1024 * 1024
 # How often a subscriber re-reads the store for a run no channel here
 # announces (one executed by another server sharing the database).
 STORE_POLL_SECONDS = 0.5
@@ -72,13 +74,19 @@ class Channel:
         """An event set at the next publish; take it before reading, then wait on it."""
         return self._wake
 
-    def window_after(self, cursor: int, limit: int) -> list[Event] | None:
+    def window_after(self, cursor: int, limit: int, max_bytes: int) -> list[Event] | None:
         """Committed events after ``cursor`` from the window, or None if it does not reach back."""
         if not self._window or self._window[0].seq > cursor + 1:
             return None
         start = cursor + 1 - self._window[0].seq
-        end = min(len(self._window), start + limit)
-        return [self._window[i] for i in range(start, end)]
+        events, size = [], 0
+        for index in range(start, min(len(self._window), start + limit)):
+            event = self._window[index]
+            events.append(event)
+            size += len(event.envelope)
+            if size >= max_bytes:
+                break
+        return events
 
 
 class Broadcaster:
@@ -120,9 +128,11 @@ class Subscriber:
         if channel is not None:
             if channel.committed_seq <= self.cursor:
                 return []
-            events = channel.window_after(self.cursor, limit)
+            events = channel.window_after(self.cursor, limit, READ_MAX_BYTES)
         if events is None:
-            rows = store.read_events(self._db, self.run_id, self.cursor, min(limit, STORE_READ_CHUNK))
+            rows = store.read_events(
+                self._db, self.run_id, self.cursor, min(limit, STORE_READ_CHUNK), max_bytes=READ_MAX_BYTES
+            )
             events = [
                 Event(seq, type, envelope(self._run_id_json, seq, type, ts, data))
                 for seq, type, ts, data in rows

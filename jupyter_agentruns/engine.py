@@ -28,7 +28,7 @@ from .writer import Append, Writer
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_CACHE_SIZE = 256
+SNAPSHOT_CACHE_BYTES = 64 * 1024 * 1024
 RUN_FIELDS = (
     "run_id", "agent", "status", "session", "metadata", "input", "retry_of",
     "created_at", "started_at", "finished_at", "last_seq", "first_seq",
@@ -87,7 +87,11 @@ class Engine:
         self.executor = Executor(self)
         self._starting: asyncio.Task | None = None
         self._maintenance: asyncio.Task | None = None
-        self._snapshots: OrderedDict[str, tuple[int, dict]] = OrderedDict()
+        self._snapshots: OrderedDict[str, tuple[int, dict, int]] = OrderedDict()
+        self._snapshot_bytes = 0
+        # Expired leases this server has seen, with when it first saw each
+        # (writer thread only): see sweep().
+        self._expired_seen: dict[str, tuple[float | None, float]] = {}
         self.open_streams: Counter[str] = Counter()
 
     # Life cycle ------------------------------------------------------------
@@ -96,24 +100,29 @@ class Engine:
         """Start the writer and the lease keeper; safe to call from every request."""
         if self._starting is None:
             self._starting = asyncio.ensure_future(self._start())
-        await asyncio.shield(self._starting)
+        try:
+            await asyncio.shield(self._starting)
+        except Exception:
+            # Not cached: the next request tries again (the database may
+            # have been locked by another process for a while).
+            self._starting = None
+            raise
 
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
-        writer_db = store.connect(self.config.db_path, self.config.sqlite_synchronous)
-        self.writer = Writer(writer_db, loop, self._on_commit)
+        if self.writer is None:
+            writer_db = store.connect(self.config.db_path, self.config.sqlite_synchronous)
+            self.writer = Writer(writer_db, loop, self._on_commit)
         await self.sweep()
         self._maintenance = loop.create_task(self._maintain())
 
     async def stop(self) -> None:
         """End live runs ``interrupted`` (``server_shutdown``), commit, close the store."""
-        if self._starting is None:
-            self.db.conn.close()
-            return
-        await self._starting
-        self._maintenance.cancel()
-        await self.executor.shutdown()
-        await asyncio.get_running_loop().run_in_executor(None, self.writer.close)
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+        if self.writer is not None:
+            await self.executor.shutdown()
+            await asyncio.get_running_loop().run_in_executor(None, self.writer.close)
         self.db.conn.close()
 
     def _on_commit(self, appended: dict[str, list[Append]], failed: set[str]) -> None:
@@ -125,7 +134,9 @@ class Engine:
             self.executor.lost(run_id)
 
     async def _maintain(self) -> None:
-        interval = max(0.05, self.config.lease_seconds / 3)
+        # Often enough that a cancel sent to another server sharing the
+        # database takes effect within a second.
+        interval = max(0.05, min(1.0, self.config.lease_seconds / 3))
         while True:
             await asyncio.sleep(interval)
             try:
@@ -135,25 +146,53 @@ class Engine:
                 log.exception("agentruns: lease upkeep failed")
 
     async def renew_leases(self) -> None:
+        """Renew this server's leases, and take the cancels other servers recorded for its runs."""
         live = list(self.executor.live)
-        if live:
-            expires = time.time() + self.config.lease_seconds
-            await self.writer.run(lambda db: store.renew_leases(db, self.executor_id, live, expires))
-            self.activity_changed()
+        if not live:
+            return
+        expires = time.time() + self.config.lease_seconds
+
+        def renew(db) -> list[tuple[str, str | None]]:
+            store.renew_leases(db, self.executor_id, live, expires)
+            return store.take_cancel_requests(db, self.executor_id)
+
+        for run_id, reason in await self.writer.run(renew):
+            ctx = self.executor.live.get(run_id)
+            if ctx is not None:
+                await self.executor.cancel(ctx, reason)
+        self.activity_changed()
 
     async def sweep(self) -> int:
-        """End ``interrupted`` every unfinished run whose executor's lease expired."""
+        """End ``interrupted`` every unfinished run whose executor's lease expired.
+
+        Wall clocks jump (a laptop sleeps, a VM is paused): a lease that looks
+        expired may belong to a server about to renew it. So a run is
+        interrupted only once this server has seen the same expired lease,
+        unrenewed, for ``lease_seconds`` of its own monotonic time.
+        """
         live = set(self.executor.live)
         ttl = self.config.idempotency_ttl_seconds
+        lease = self.config.lease_seconds
+        seen = self._expired_seen
 
         def interrupt_expired(db) -> int:
-            now = time.time()
+            now, clock = time.time(), time.monotonic()
+            still: dict[str, tuple[float | None, float]] = {}
             count = 0
             for row in store.expired_active_runs(db, now):
-                if row["run_id"] in live:
+                run_id, expires = row["run_id"], row["lease_expires"]
+                if run_id in live:
                     continue
-                interrupt(db, row, "lease_expired")
-                count += 1
+                first = seen.get(run_id)
+                if first is None or first[0] != expires:
+                    still[run_id] = (expires, clock)
+                elif clock - first[1] >= lease:
+                    interrupt(db, row, "lease_expired")
+                    count += 1
+                else:
+                    still[run_id] = first
+            seen.clear()
+            seen.update(still)
             store.purge_keys(db, now - ttl)
             return count
 
@@ -265,7 +304,10 @@ class Engine:
         await self.start()
         self.owned_row(owner, run_id)
         ctx = self.executor.live.get(run_id)
-        started = ctx is not None and await self.executor.cancel(ctx, reason)
+        if ctx is not None:
+            started = await self.executor.cancel(ctx, reason)
+        else:
+            started = await self.writer.run(lambda db: request_cancel(db, run_id, reason))
         return self.get_run(owner, run_id), started
 
     async def delete(self, owner: str, run_id: str) -> None:
@@ -280,7 +322,9 @@ class Engine:
             store.delete_run(db, run_id)
 
         await self.writer.run(delete)
-        self._snapshots.pop(run_id, None)
+        cached = self._snapshots.pop(run_id, None)
+        if cached is not None:
+            self._snapshot_bytes -= cached[2]
 
     def run_object(self, row: dict[str, Any]) -> dict[str, Any]:
         """The public run object: ``snapshot`` is exactly the events up to ``last_seq``."""
@@ -297,16 +341,21 @@ class Engine:
         run_id, last_seq = row["run_id"], row["last_seq"]
         if row["snapshot_seq"] == last_seq and row["snapshot"] is not None:
             return row["snapshot"]
-        cached = self._snapshots.get(run_id)
+        cached = self._snapshots.pop(run_id, None)
+        if cached is not None:
+            self._snapshot_bytes -= cached[2]
         if cached is not None and row["snapshot_seq"] <= cached[0] <= last_seq:
-            seq, snapshot = cached
+            seq, snapshot = cached[0], cached[1]
         else:
             seq, snapshot = row["snapshot_seq"], reducer.reduce([], row["snapshot"])
         snapshot = reduce_stored(self.db, run_id, snapshot, seq, last_seq)
-        self._snapshots[run_id] = (last_seq, snapshot)
-        self._snapshots.move_to_end(run_id)
-        while len(self._snapshots) > SNAPSHOT_CACHE_SIZE:
-            self._snapshots.popitem(last=False)
+        # Cached for the next read of a live run, within a memory budget.
+        size = approximate_size(snapshot)
+        if size <= SNAPSHOT_CACHE_BYTES // 4:
+            self._snapshots[run_id] = (last_seq, snapshot, size)
+            self._snapshot_bytes += size
+            while self._snapshot_bytes > SNAPSHOT_CACHE_BYTES:
+                self._snapshot_bytes -= self._snapshots.popitem(last=False)[1][2]
         return snapshot
 
     # Events --------------------------------------------------------------
@@ -330,6 +379,20 @@ class Engine:
             yield
         finally:
             self.open_streams[owner] -= 1
+
+
+def approximate_size(snapshot: dict) -> int:
+    """Roughly the bytes a snapshot holds: its text, plus a little per tool call."""
+    return sum(len(m["text"]) for m in snapshot["messages"]) + 512 * (len(snapshot["tools"]) + 1)
+
+
+def request_cancel(db, run_id: str, reason: str | None) -> bool:
+    """Record a cancel for the server executing ``run_id``; False when there is nothing to start."""
+    row = store.get_run(db, run_id)
+    if row is None or row["status"] not in ("queued", "running") or row["cancel_request"] is not None:
+        return False
+    store.update_run(db, run_id, store.encode_fields({"cancel_request": {"reason": reason}}))
+    return True
 
 
 def reduce_stored(db, run_id: str, snapshot: dict, after: int, upto: int) -> dict:

@@ -14,8 +14,8 @@ import functools
 import json
 import logging
 import re
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from . import reducer, store
@@ -109,6 +109,7 @@ class RunContext:
         self._counters = {"m": 0, "c": 0}
         self._message_id: str | None = None
         self._agent_task: asyncio.Future | None = None
+        self._stop = asyncio.Event()  # set by cancel() and shutdown()
         self._lost = False
 
     # What agents call ------------------------------------------------------
@@ -201,48 +202,65 @@ class RunContext:
     # The executor's side -------------------------------------------------
 
     async def _emit(self, type: str, data: dict[str, Any], fields: dict[str, Any] | None = None) -> int:
-        if self._closed:
-            raise RunClosed(f"run {self.run_id} has ended")
-        data_json = json.dumps(data, separators=(",", ":"))
-        limit = self._executor.engine.config.max_event_bytes
-        if len(data_json) > limit:
-            error = EventTooLarge(
-                f"a {type} event of {len(data_json)} bytes is over max_event_bytes ({limit})"
-            )
-            if type not in reducer.TERMINAL_TYPES:
-                self._fatal = error
-            raise error
-        if self._writer.full:
-            await self._writer.wait_for_space()
-            if self._closed:
-                raise RunClosed(f"run {self.run_id} has ended")
-        self._seq += 1
-        seq = self._seq
-        ts = now_iso()
-        if type in reducer.TERMINAL_TYPES:
-            self._closed = True
-            fields = dict(fields or {})
-            fields["snapshot"] = self._snapshot
-            fields["snapshot_seq"] = seq
-        else:
-            reducer.apply(self._snapshot, {"type": type, "data": data})
-            self._last_type = type
-        self._writer.append(
-            Append(
-                self.run_id,
-                seq,
-                type,
-                ts,
-                data_json,
-                store.encode_fields(fields) if fields else None,
-                envelope(self._run_id_json, seq, type, ts, data_json),
-            )
-        )
+        data_json = self._encode(type, data)
+        await self._reserve()
+        seq = self._append(type, data, data_json, fields)
         self._since_yield += 1
         if self._since_yield >= YIELD_EVERY:
             self._since_yield = 0
             await asyncio.sleep(0)
         return seq
+
+    def _encode(self, type: str, data: dict[str, Any]) -> str:
+        if self._closed:
+            raise RunClosed(f"run {self.run_id} has ended")
+        # allow_nan=False: NaN is not JSON, and a browser could not parse the event.
+        data_json = json.dumps(data, separators=(",", ":"), allow_nan=False)
+        limit = self._executor.engine.config.max_event_bytes
+        if len(data_json) > limit:
+            error = EventTooLarge(f"a {type} event of {len(data_json)} bytes is over max_event_bytes ({limit})")
+            if type not in reducer.TERMINAL_TYPES:
+                self._fatal = error
+            raise error
+        return data_json
+
+    async def _reserve(self) -> None:
+        """Wait until the writer's queue has room (backpressure: the disk sets the pace)."""
+        if self._writer.full:
+            await self._writer.wait_for_space()
+
+    def _append(self, type: str, data: dict[str, Any], data_json: str, fields: dict[str, Any] | None) -> int:
+        """Number the event and hand it to the writer; synchronous, so nothing interleaves."""
+        if self._closed or self._writer.closed:
+            raise RunClosed(f"run {self.run_id} has ended")
+        seq = self._seq + 1
+        ts = now_iso()
+        if type in reducer.TERMINAL_TYPES:
+            fields = dict(fields or {})
+            fields["snapshot"] = self._snapshot
+            fields["snapshot_seq"] = seq
+        item = Append(
+            self.run_id,
+            seq,
+            type,
+            ts,
+            data_json,
+            store.encode_fields(fields) if fields else None,
+            envelope(self._run_id_json, seq, type, ts, data_json),
+        )
+        self._writer.append(item)
+        self._seq = seq
+        if type in reducer.TERMINAL_TYPES:
+            self._closed = True
+        else:
+            reducer.apply(self._snapshot, {"type": type, "data": data})
+            self._last_type = type
+        return seq
+
+    @property
+    def _ending(self) -> bool:
+        """Asked to stop (cancel or shutdown) or already ended."""
+        return self._closed or self._cancel is not None or self._interrupt_reason is not None
 
     def _stage(self) -> dict[str, Any]:
         return {"seq": self._seq, "step": reducer.describe_step(self._snapshot, self._last_type)}
@@ -273,7 +291,13 @@ class SyncRun:
 
         @functools.wraps(method)
         def call(*args, **kwargs):
-            return asyncio.run_coroutine_threadsafe(method(*args, **kwargs), self._loop).result()
+            if self._run._closed:
+                raise RunClosed(f"run {self.run_id} has ended")
+            try:
+                future = asyncio.run_coroutine_threadsafe(method(*args, **kwargs), self._loop)
+            except RuntimeError:  # the server's event loop is gone
+                raise RunClosed(f"run {self.run_id} has ended") from None
+            return future.result()
 
         return call
 
@@ -283,30 +307,42 @@ class Executor:
         self.engine = engine
         self.live: dict[str, RunContext] = {}
         self._tasks: set[asyncio.Task] = set()
-        self._threads = ThreadPoolExecutor(max_workers=16, thread_name_prefix="agentruns-agent")
 
     def start(self, row: dict[str, Any], spec: AgentSpec) -> RunContext:
         """Start executing a freshly created (queued) run."""
         ctx = RunContext(self, row)
         self.live[ctx.run_id] = ctx
         self.engine.broadcaster.open(ctx.run_id, ctx._seq)
-        task = asyncio.get_running_loop().create_task(self._execute(ctx, spec))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._execute(ctx, spec))
         return ctx
 
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def _execute(self, ctx: RunContext, spec: AgentSpec) -> None:
-        if ctx._cancel is not None or ctx._interrupt_reason is not None:
-            return  # ended while queued, by cancel() or shutdown()
-        ctx._started = True
         try:
-            await ctx._emit("run.started", {}, {"status": "running", "started_at": now_iso()})
-            ctx._agent_task = asyncio.ensure_future(self._call_agent(ctx, spec))
-            done, _ = await asyncio.wait({ctx._agent_task}, timeout=self.engine.config.max_run_seconds)
-            if not done:
-                ctx._deadline_hit = True
-                ctx._agent_task.cancel()
-                await asyncio.wait({ctx._agent_task}, timeout=CANCEL_GRACE_SECONDS)
+            if ctx._ending:
+                return  # ended while queued: cancel() or shutdown() finish it
+            ctx._started = True
+            data_json = ctx._encode("run.started", {})
+            await ctx._reserve()
+            if ctx._ending:  # asked to stop while waiting for queue space
+                await self._finish(ctx)
+                return
+            ctx._append("run.started", {}, data_json, {"status": "running", "started_at": now_iso()})
+            agent = ctx._agent_task = asyncio.ensure_future(self._call_agent(ctx, spec))
+            stop = asyncio.ensure_future(ctx._stop.wait())
+            done, _ = await asyncio.wait(
+                {agent, stop}, timeout=self.engine.config.max_run_seconds, return_when=asyncio.FIRST_COMPLETED
+            )
+            stop.cancel()
+            if agent not in done:
+                ctx._deadline_hit = not ctx._stop.is_set()
+                agent.cancel()
+                # The agent's finally blocks get a bounded time, not forever.
+                await asyncio.wait({agent}, timeout=CANCEL_GRACE_SECONDS)
             await self._finish(ctx)
         except RunClosed:
             await self._forget(ctx)
@@ -317,8 +353,31 @@ class Executor:
     async def _call_agent(self, ctx: RunContext, spec: AgentSpec) -> Any:
         if spec.is_async:
             return await spec.fn(ctx, ctx.input)
+        # A daemon thread, not a pool: a cancelled plain function cannot be
+        # stopped, and must neither hold a worker forever nor block exit.
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._threads, spec.fn, SyncRun(ctx, loop), ctx.input)
+        result = loop.create_future()
+
+        def settle(ok: bool, value: Any) -> None:
+            if result.done():
+                return
+            if ok:
+                result.set_result(value)
+            else:
+                result.set_exception(value)
+
+        def target() -> None:
+            try:
+                outcome = (True, spec.fn(SyncRun(ctx, loop), ctx.input))
+            except BaseException as exc:
+                outcome = (False, exc)
+            try:
+                loop.call_soon_threadsafe(settle, *outcome)
+            except RuntimeError:
+                pass  # the server stopped meanwhile
+
+        threading.Thread(target=target, name=f"agentruns-{ctx.run_id}", daemon=True).start()
+        return await result
 
     async def _finish(self, ctx: RunContext) -> None:
         """Emit the run's one terminal event, wait for it to commit, let the run go."""
@@ -345,8 +404,8 @@ class Executor:
             error = error_object(ctx._fatal)
             if isinstance(ctx._fatal, EventTooLarge):
                 error["type"] = "event_too_large"
-        elif task.cancelled():
-            error = {"type": "cancelled", "message": "the agent cancelled itself"}
+        elif not task.done() or task.cancelled():
+            error = {"type": "cancelled", "message": "the agent stopped without an answer"}
         elif task.exception() is not None:
             exc = task.exception()
             log.warning("agentruns: run %s failed", ctx.run_id, exc_info=exc)
@@ -373,42 +432,53 @@ class Executor:
 
     async def cancel(self, ctx: RunContext, reason: str | None) -> bool:
         """Start cancelling ``ctx``; False when it was already ending or cancelling."""
-        if ctx._closed or ctx._cancel is not None or ctx._interrupt_reason is not None:
+        if ctx._ending:
             return False
+        data = {"reason": reason}
+        data_json = ctx._encode("run.cancel_requested", data)
+        await ctx._reserve()
+        if ctx._ending:  # it ended, or another cancel won, while we waited
+            return False
+        # Decide and append with no await in between: whatever the run does
+        # next comes after its cancel_requested event.
         ctx._cancel = {"requested_at": now_iso(), "reason": reason, "stage": ctx._stage()}
-        await ctx._emit(
-            "run.cancel_requested", {"reason": reason}, {"status": "cancelling", "cancel": ctx._cancel}
-        )
-        if not ctx._started:
-            await self._finish(ctx)
-        else:
-            ctx._agent_task.cancel()
+        ctx._append("run.cancel_requested", data, data_json, {"status": "cancelling", "cancel": ctx._cancel})
+        self._stop(ctx)
         await ctx.durable()
         return True
 
+    def _stop(self, ctx: RunContext) -> None:
+        """Make a run asked to stop (``_cancel`` or ``_interrupt_reason`` set) reach its end."""
+        ctx._stop.set()
+        if ctx._agent_task is not None:
+            ctx._agent_task.cancel()
+        elif not ctx._started:
+            self._spawn(self._finish(ctx))
+        # Otherwise _execute is waiting for queue space to emit run.started;
+        # it sees the request and finishes the run itself.
+
     def lost(self, run_id: str) -> None:
-        """The store refused this run's events (another server took it over): stop it."""
+        """The store refused this run's events (another server ended it): stop it."""
         ctx = self.live.get(run_id)
         if ctx is None:
             return
         ctx._lost = True
         ctx._closed = True
+        ctx._stop.set()
         if ctx._agent_task is not None:
             ctx._agent_task.cancel()
         channel = self.engine.broadcaster.get(run_id)
         if channel is not None:
             channel.wake()
+        if not self.engine.writer.closed:
+            self.engine.writer.forget_refused(run_id)
 
     async def shutdown(self) -> None:
         """End every live run ``interrupted`` (reason ``server_shutdown``) and wait for it."""
         for ctx in list(self.live.values()):
-            if ctx._closed:
+            if ctx._ending:
                 continue
             ctx._interrupt_reason = "server_shutdown"
-            if ctx._agent_task is not None:
-                ctx._agent_task.cancel()
-            elif not ctx._started:
-                self._tasks.add(asyncio.ensure_future(self._finish(ctx)))
+            self._stop(ctx)
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=CANCEL_GRACE_SECONDS + 5)
-        self._threads.shutdown(wait=False, cancel_futures=True)

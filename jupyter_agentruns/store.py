@@ -20,8 +20,12 @@ from sqlite_utils import Database
 ACTIVE_STATUSES = ("queued", "running", "cancelling")
 TERMINAL_STATUSES = ("succeeded", "failed", "cancelled", "interrupted")
 
+# How long a connection waits for another process's write lock before the
+# writer backs off and retries (it never gives up on a batch).
+BUSY_TIMEOUT_MS = 10000
+
 # Columns of ``runs`` that hold JSON text.
-JSON_COLUMNS = ("metadata", "input", "snapshot", "output", "error", "cancel")
+JSON_COLUMNS = ("metadata", "input", "snapshot", "output", "error", "cancel", "cancel_request")
 
 
 def _migration_1(db: Database) -> None:
@@ -77,16 +81,25 @@ def _migration_1(db: Database) -> None:
     db["idempotency_keys"].create_index(["created_ts"])
 
 
+def _migration_2(db: Database) -> None:
+    # A cancel asked of a server that does not execute the run: the one that
+    # does picks it up (see Engine.cancel).
+    db["runs"].add_column("cancel_request", str)
+    db.execute(
+        "CREATE INDEX runs_cancel_requests ON runs (executor_id) WHERE cancel_request IS NOT NULL"
+    )
+
+
 # Append only: a database written by a newer version is refused, an older one
 # is brought forward one step at a time.
-MIGRATIONS = [_migration_1]
+MIGRATIONS = [_migration_1, _migration_2]
 
 
 def connect(path: str | Path, synchronous: str = "FULL") -> Database:
     """Open the store at ``path``, creating and migrating it as needed."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-    conn.execute("PRAGMA busy_timeout = 10000")
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     conn.execute("PRAGMA foreign_keys = OFF")
@@ -164,8 +177,19 @@ def list_runs(
     return [decode_run(row) for row in db.query(sql, params)]
 
 
-def read_events(db: Database, run_id: str, after: int, limit: int, upto: int | None = None) -> list[tuple]:
-    """Rows ``(seq, type, ts, data)`` of ``run_id`` with ``after < seq <= upto``, in order."""
+def read_events(
+    db: Database,
+    run_id: str,
+    after: int,
+    limit: int,
+    upto: int | None = None,
+    max_bytes: int | None = None,
+) -> list[tuple]:
+    """Rows ``(seq, type, ts, data)`` of ``run_id`` with ``after < seq <= upto``, in order.
+
+    With ``max_bytes``, stop once the data read reaches it (at least one row):
+    rows are stepped through, not fetched all at once.
+    """
     if upto is None:
         sql = "SELECT seq, type, ts, data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
         params: list[Any] = [run_id, after, limit]
@@ -175,7 +199,17 @@ def read_events(db: Database, run_id: str, after: int, limit: int, upto: int | N
             "ORDER BY seq LIMIT ?"
         )
         params = [run_id, after, upto, limit]
-    return db.conn.execute(sql, params).fetchall()
+    cursor = db.conn.execute(sql, params)
+    if max_bytes is None:
+        return cursor.fetchall()
+    rows, size = [], 0
+    for row in cursor:
+        rows.append(row)
+        size += len(row[3])
+        if size >= max_bytes:
+            break
+    cursor.close()
+    return rows
 
 
 def find_key(db: Database, owner: str, key: str, not_before: float) -> dict[str, Any] | None:
@@ -244,6 +278,16 @@ def renew_leases(db: Database, executor_id: str, run_ids: list[str], expires: fl
         "UPDATE runs SET lease_expires = ? WHERE run_id = ? AND executor_id = ?",
         [(expires, run_id, executor_id) for run_id in run_ids],
     )
+
+
+def take_cancel_requests(db: Database, executor_id: str) -> list[tuple[str, str | None]]:
+    """Cancels other servers recorded for this executor's runs, cleared as they are taken."""
+    rows = db.conn.execute(
+        "SELECT run_id, cancel_request FROM runs WHERE executor_id = ? AND cancel_request IS NOT NULL",
+        [executor_id],
+    ).fetchall()
+    db.conn.executemany("UPDATE runs SET cancel_request = NULL WHERE run_id = ?", [(r[0],) for r in rows])
+    return [(run_id, json.loads(request).get("reason")) for run_id, request in rows]
 
 
 def purge_keys(db: Database, older_than: float) -> None:

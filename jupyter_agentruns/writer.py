@@ -7,15 +7,19 @@ transaction, commits, and only then reports back to the event loop, which
 publishes the committed events to subscribers (publish-after-commit). There is
 no timer: under load batches grow by themselves, idle appends commit at once.
 
-The queue is bounded: ``Writer.full`` tells the producer to wait
-(``wait_for_space``) until commits drain it. Nothing is ever dropped.
+The queue is bounded in events and bytes: ``Writer.full`` tells the producer
+to wait (``wait_for_space``) until commits drain it. Nothing is ever dropped:
+a batch that fails for a passing reason (the database locked by another
+process, a full disk) is retried until it commits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +31,10 @@ from . import store
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 5000
+MAX_PENDING_EVENTS = 20000
+MAX_PENDING_BYTES = 64 * 1024 * 1024
+RETRY_FIRST_SECONDS = 0.05
+RETRY_MAX_SECONDS = 2.0
 
 
 class Append:
@@ -40,8 +48,12 @@ class Append:
         self.type = type
         self.ts = ts
         self.data = data  # JSON text
-        self.fields = fields  # runs columns to set with this event, or None
+        self.fields = fields  # runs columns to set with this event (encoded), or None
         self.envelope = envelope  # the event's wire JSON, built once
+
+    @property
+    def size(self) -> int:
+        return len(self.data) + len(self.envelope)
 
 
 class Op:
@@ -54,25 +66,33 @@ class Op:
         self.future = future
 
 
+class Refused(Exception):
+    """A run's events were refused: their seqs are taken (another server ended the run)."""
+
+
 class Writer:
     def __init__(
         self,
         db: Database,
         loop: asyncio.AbstractEventLoop,
         on_commit: Callable[[dict[str, list[Append]], set[str]], None],
-        max_pending: int = 20000,
+        max_pending_events: int = MAX_PENDING_EVENTS,
+        max_pending_bytes: int = MAX_PENDING_BYTES,
     ):
         self._db = db
         self._loop = loop
         self._on_commit = on_commit
-        self._max_pending = max_pending
+        self._max_events = max_pending_events
+        self._max_bytes = max_pending_bytes
         self._queue: deque = deque()
         self._cond = threading.Condition()
         self._stopping = False
         # Runs whose appends were refused once: later ones would leave a hole.
+        # Touched on the writer thread only.
         self._refused: set[str] = set()
         # Touched on the event loop only.
-        self.pending = 0
+        self.pending_events = 0
+        self.pending_bytes = 0
         self._space = asyncio.Event()
         self._space.set()
         self._thread = threading.Thread(target=self._run, name="agentruns-writer", daemon=True)
@@ -81,8 +101,12 @@ class Writer:
     # Event-loop side -------------------------------------------------------
 
     @property
+    def closed(self) -> bool:
+        return self._stopping
+
+    @property
     def full(self) -> bool:
-        return self.pending >= self._max_pending
+        return self.pending_events >= self._max_events or self.pending_bytes >= self._max_bytes
 
     async def wait_for_space(self) -> None:
         while self.full:
@@ -90,9 +114,10 @@ class Writer:
             await self._space.wait()
 
     def append(self, item: Append) -> None:
-        """Queue one event; the caller checks ``full`` and waits for space first."""
-        self.pending += 1
+        """Queue one event; the caller waits for space first (``full``)."""
         self._put(item)
+        self.pending_events += 1
+        self.pending_bytes += item.size
 
     def run(self, fn: Callable[[Database], Any]) -> asyncio.Future:
         """Run ``fn(db)`` in the writer's next transaction; the future gets its result."""
@@ -100,12 +125,33 @@ class Writer:
         self._put(Op(fn, future))
         return future
 
+    def forget_refused(self, run_id: str) -> asyncio.Future:
+        """Drop the record of a refused run once its queued appends are behind us."""
+        return self.run(lambda db: self._refused.discard(run_id))
+
     def _put(self, item) -> None:
         with self._cond:
             if self._stopping:
                 raise RuntimeError("the agentruns store is closed")
             self._queue.append(item)
             self._cond.notify()
+
+    def _committed(self, appended: dict[str, list[Append]], refused: dict[str, list[Append]], results) -> None:
+        try:
+            for items in (*appended.values(), *refused.values()):
+                self.pending_events -= len(items)
+                self.pending_bytes -= sum(item.size for item in items)
+            self._on_commit(appended, set(refused))
+        finally:
+            for future, ok, value in results:
+                if future.done():
+                    continue
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(value)
+            if not self.full:
+                self._space.set()
 
     def close(self) -> None:
         """Commit what is queued, then stop the thread."""
@@ -124,44 +170,74 @@ class Writer:
                 if not self._queue and self._stopping:
                     return
                 batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
-            self._write(batch)
+            self._write_until_committed(batch)
 
-    def _write(self, batch: list) -> None:
+    def _write_until_committed(self, batch: list) -> None:
+        delay = RETRY_FIRST_SECONDS
+        while True:
+            try:
+                outcome = self._write(batch)
+            except sqlite3.OperationalError as exc:
+                # Locked by another process, disk full, I/O error: nothing
+                # is dropped; producers wait (the queue is bounded) until
+                # the same batch commits.
+                log.warning("agentruns: store write failed (%s); retrying in %.2f s", exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_SECONDS)
+                continue
+            except BaseException as exc:  # a bug: answer the batch, keep the thread alive
+                log.exception("agentruns: store writer failed on a batch")
+                failures = [(op.future, False, exc) for op in batch if isinstance(op, Op)]
+                outcome = ({}, self._refuse_all(batch), failures)
+            try:
+                self._loop.call_soon_threadsafe(self._committed, *outcome)
+            except RuntimeError:
+                return  # the event loop is closed: nobody is waiting any more
+            return
+
+    def _refuse_all(self, batch: list) -> dict[str, list[Append]]:
+        refused: dict[str, list[Append]] = {}
+        for item in batch:
+            if isinstance(item, Append):
+                self._refused.add(item.run_id)
+                refused.setdefault(item.run_id, []).append(item)
+        return refused
+
+    def _write(self, batch: list):
+        """One transaction for the batch; returns (appended, refused, op results)."""
         db = self._db
         appended: dict[str, list[Append]] = {}
-        failed: dict[str, int] = {}
+        refused: dict[str, list[Append]] = {}
         results: list = []
         pending_runs: dict[str, list[Append]] = {}
 
         def flush_appends() -> None:
             for run_id, items in pending_runs.items():
                 if run_id in self._refused:
-                    failed[run_id] = failed.get(run_id, 0) + len(items)
+                    refused.setdefault(run_id, []).extend(items)
                     continue
                 try:
                     with db.atomic():
-                        store.append_events(
-                            db, [(i.run_id, i.seq, i.type, i.ts, i.data) for i in items]
-                        )
+                        store.append_events(db, [(i.run_id, i.seq, i.type, i.ts, i.data) for i in items])
                         fields: dict[str, Any] = {}
                         for item in items:
                             if item.fields:
                                 fields.update(item.fields)
                         fields["last_seq"] = items[-1].seq
                         store.update_run(db, run_id, fields)
-                except Exception:
-                    # Another writer took these seqs (a run this server lost
-                    # its lease on): this run's events are refused, the
-                    # others in the batch still commit.
-                    log.exception("agentruns: could not append events of %s", run_id)
+                except sqlite3.IntegrityError:
+                    # Another server took these seqs: it ended this run after
+                    # this server's lease on it expired. This run's events are
+                    # refused; the others in the batch still commit.
+                    log.error("agentruns: events of %s were refused: another server ended it", run_id)
                     self._refused.add(run_id)
-                    failed[run_id] = failed.get(run_id, 0) + len(items)
+                    refused.setdefault(run_id, []).extend(items)
                     continue
                 appended.setdefault(run_id, []).extend(items)
             pending_runs.clear()
 
+        db.conn.execute("BEGIN IMMEDIATE")
         try:
-            db.conn.execute("BEGIN IMMEDIATE")
             for item in batch:
                 if isinstance(item, Append):
                     pending_runs.setdefault(item.run_id, []).append(item)
@@ -171,33 +247,14 @@ class Writer:
                     with db.atomic():
                         value = item.fn(db)
                     results.append((item.future, True, value))
+                except sqlite3.OperationalError:
+                    raise
                 except Exception as exc:  # an answer for the caller, e.g. a 4xx
                     results.append((item.future, False, exc))
             flush_appends()
             db.conn.execute("COMMIT")
-        except Exception as exc:
-            log.exception("agentruns: a store commit failed")
+        except BaseException:
             if db.conn.in_transaction:
                 db.conn.execute("ROLLBACK")
-            appended, failed, results = {}, {}, []
-            for item in batch:
-                if isinstance(item, Append):
-                    self._refused.add(item.run_id)
-                    failed[item.run_id] = failed.get(item.run_id, 0) + 1
-                else:
-                    results.append((item.future, False, exc))
-        self._loop.call_soon_threadsafe(self._committed, appended, failed, results)
-
-    def _committed(self, appended, failed: dict[str, int], results) -> None:
-        self.pending -= sum(failed.values())
-        self.pending -= sum(len(items) for items in appended.values())
-        self._on_commit(appended, set(failed))
-        for future, ok, value in results:
-            if future.done():
-                continue
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
-        if not self.full:
-            self._space.set()
+            raise
+        return appended, refused, results

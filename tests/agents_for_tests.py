@@ -73,7 +73,24 @@ async def tool_user(run, input):
     return "ok"
 
 
+async def stubborn(run, input):
+    """Ignores cancellation: the executor must end the run anyway."""
+    await run.text("working")
+    while True:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            continue
+
+
+def sleepy(run, input):
+    """A plain function that blocks before its first event."""
+    time.sleep(input.get("seconds", 30))
+    run.text("woke up")
+    return "late"
+
+
 TEST_AGENTS = {
     name: f"agents_for_tests:{name}"
-    for name in ("counter", "crashes", "huge_event", "bad_output", "reserved_type", "sleeper", "durable_count", "tool_user")
+    for name in ("counter", "crashes", "huge_event", "bad_output", "reserved_type", "sleeper", "durable_count", "tool_user", "stubborn", "sleepy")
 }

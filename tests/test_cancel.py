@@ -114,3 +114,50 @@ async def test_cancel_stops_a_plain_function_agent_at_its_next_event(api):
     assert agents_for_tests.thread_emits[run_id] == emitted < 1000
     events = await all_events(api, run_id)
     assert [e["seq"] for e in events] == list(range(1, run["last_seq"] + 1))
+
+
+async def test_cancel_while_the_store_queue_is_full_keeps_the_log_in_order(api, engine):
+    from jupyter_agentruns.engine import SubmitRequest
+
+    await engine.start()
+    writer = engine.writer
+    writer.pending_events += writer._max_events  # the queue looks full: emits must wait
+    try:
+        run, _ = await engine.submit("~shared", SubmitRequest("demo", demo_input(chunks=5)), None)
+        await asyncio.sleep(0.05)
+        cancel = asyncio.ensure_future(api.post(f"runs/{run['run_id']}/cancel", json={"reason": "full"}))
+        await asyncio.sleep(0.2)
+    finally:
+        writer.pending_events -= writer._max_events
+        writer._space.set()
+    response = await cancel
+    assert response.status_code == 202
+    finished = await wait_run(api, run["run_id"])
+    assert finished["status"] == "cancelled"
+    types = [e["type"] for e in await all_events(api, run["run_id"])]
+    assert types[-2:] == ["run.cancel_requested", "run.cancelled"] or types[-1] == "run.cancelled"
+    assert "run.started" not in types[types.index("run.cancel_requested"):]
+    assert types.count("run.cancel_requested") == 1
+
+
+@pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS}])
+async def test_an_agent_that_ignores_cancellation_still_ends_cancelled(api, monkeypatch):
+    from jupyter_agentruns import executor
+
+    monkeypatch.setattr(executor, "CANCEL_GRACE_SECONDS", 0.5)
+    run_id = (await submit(api, agent="stubborn", input={})).json()["run_id"]
+    await asyncio.sleep(0.2)
+    assert (await api.post(f"runs/{run_id}/cancel")).status_code == 202
+    run = await wait_run(api, run_id, timeout=10)
+    assert run["status"] == "cancelled"
+
+
+@pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS, "max_active_runs_per_user": 40}])
+async def test_cancelled_plain_functions_that_never_return_do_not_starve_new_ones(api):
+    blocked = [(await submit(api, agent="sleepy", input={"seconds": 60})).json()["run_id"] for _ in range(20)]
+    for run_id in blocked:
+        await api.post(f"runs/{run_id}/cancel")
+    for run_id in blocked:
+        assert (await wait_run(api, run_id))["status"] == "cancelled"
+    fresh = (await submit(api, agent="counter", input={"n": 3})).json()["run_id"]
+    assert (await wait_run(api, fresh, timeout=10))["status"] == "succeeded"

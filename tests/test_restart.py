@@ -119,3 +119,20 @@ def test_two_live_servers_on_one_database_never_interrupt_each_others_runs(serve
         # B can also stream the run A executed.
         events = all_raw_events(client_b, run["run_id"])
         assert len(events) == seen_by_b["last_seq"]
+
+
+@pytest.mark.timeout(120)
+def test_a_cancel_sent_to_another_server_on_the_same_database_takes_effect(servers):
+    a = servers("a")
+    b = servers("b")
+    with a.client() as client_a, b.client() as client_b:
+        run = client_a.post("runs", json={"agent": "demo", "input": SLOW}).json()
+        read_events(client_a, run["run_id"], 3)
+        response = client_b.post(f"runs/{run['run_id']}/cancel", json={"reason": "from b"})
+        assert response.status_code == 202
+        assert client_b.post(f"runs/{run['run_id']}/cancel").status_code == 200
+        finished = wait_status(client_b, run["run_id"], TERMINAL, timeout=30)
+        assert finished["status"] == "cancelled"
+        assert finished["cancel"]["reason"] == "from b"
+        events = [json.loads(e) for e in all_raw_events(client_a, run["run_id"])]
+        assert [e["type"] for e in events][-2:] == ["run.cancel_requested", "run.cancelled"]

@@ -1,0 +1,90 @@
+"""Leases: only runs whose server really stopped are interrupted; a locked database loses nothing."""
+
+import asyncio
+import sqlite3
+import threading
+import time
+
+import pytest
+
+from conftest import all_events, demo_input, submit, wait_run
+from jupyter_agentruns import store
+
+
+def insert_foreign_run(db_path, run_id, lease_expires):
+    """A running run of another server (executor) sharing the database."""
+    db = sqlite3.connect(db_path)
+    db.execute(
+        "INSERT INTO runs (run_id, owner, agent, status, created_at, last_seq, first_seq, snapshot_seq, "
+        "executor_id, lease_expires, metadata, input) VALUES (?, '~shared', 'demo', 'running', "
+        "'2026-01-01T00:00:00.000Z', 1, 1, 0, 'exec_other', ?, '{}', '{}')",
+        [run_id, lease_expires],
+    )
+    db.execute(
+        "INSERT INTO events (run_id, seq, type, ts, data) VALUES (?, 1, 'run.started', '2026-01-01T00:00:00.000Z', '{}')",
+        [run_id],
+    )
+    db.commit()
+    db.close()
+
+
+def set_lease(db_path, run_id, lease_expires):
+    db = sqlite3.connect(db_path)
+    db.execute("UPDATE runs SET lease_expires = ? WHERE run_id = ?", [lease_expires, run_id])
+    db.commit()
+    db.close()
+
+
+@pytest.mark.parametrize("agentruns_config", [{"lease_seconds": 0.6}])
+async def test_an_expired_lease_that_is_renewed_in_time_is_never_interrupted(api, engine):
+    await engine.start()
+    path = engine.config.db_path
+    insert_foreign_run(path, "run_other", time.time() - 100)  # looks long dead (a clock jump)
+    assert await engine.sweep() == 0  # first seen: not yet
+    set_lease(path, "run_other", time.time() + 60)  # its server wakes up and renews
+    await asyncio.sleep(0.8)
+    assert await engine.sweep() == 0
+    assert (await api.get("runs/run_other")).json()["status"] == "running"
+
+    set_lease(path, "run_other", time.time() - 1)  # now it really stops renewing
+    assert await engine.sweep() == 0
+    await asyncio.sleep(0.8)
+    assert await engine.sweep() == 1
+    run = (await api.get("runs/run_other")).json()
+    assert run["status"] == "interrupted" and run["last_seq"] == 2
+    events = await all_events(api, "run_other")
+    assert events[-1]["type"] == "run.interrupted" and events[-1]["data"] == {"reason": "lease_expired"}
+
+
+@pytest.fixture
+def agentruns_config(monkeypatch):
+    # Shorter than the lock below: the writer must back off and retry, not fail.
+    monkeypatch.setattr(store, "BUSY_TIMEOUT_MS", 100)
+    return {}
+
+
+async def test_a_database_locked_by_another_process_delays_but_loses_nothing(api, engine, caplog):
+    run_id = (await submit(api, input=demo_input(chunks=200, delay=0.005))).json()["run_id"]
+    await asyncio.sleep(0.1)
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_lock():
+        db = sqlite3.connect(engine.config.db_path)
+        db.execute("BEGIN IMMEDIATE")
+        locked.set()
+        release.wait(10)
+        db.rollback()
+        db.close()
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    locked.wait(5)
+    await asyncio.sleep(1.0)
+    release.set()
+    holder.join()
+    run = await wait_run(api, run_id)
+    assert run["status"] == "succeeded"
+    events = await all_events(api, run_id)
+    assert [e["seq"] for e in events] == list(range(1, run["last_seq"] + 1))
+    assert run["output"]["text"] == run["snapshot"]["messages"][0]["text"]
+    assert "retrying" in caplog.text  # the writer did back off
