@@ -95,7 +95,7 @@ class AgentRuns(ExtensionApp):
             max_run_seconds=self.max_run_seconds,
             sqlite_synchronous=self.sqlite_synchronous,
         )
-        self.engine = Engine(config, load_agents(self.agents), on_activity=self._record_activity)
+        self.engine = Engine(config, load_agents(self.agents, parent=self), on_activity=self._record_activity)
         self.settings.update(
             {
                 "agentruns_engine": self.engine,

@@ -5,6 +5,10 @@ run in a worker thread). Decorate it with :func:`agent` to give it a name, a
 description and the JSON schema its input must satisfy, then register it by
 entry point (group ``jupyter_agentruns.agents``) or with
 ``c.AgentRuns.agents = {"name": "module:attr"}``.
+
+An agent may also be a ``traitlets.config.Configurable`` subclass whose
+instances are such callables: it is instantiated with the server's
+configuration, so ``c.<ClassName>.<trait>`` configures it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 import jsonschema
+from traitlets.config import Configurable
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +55,8 @@ class AgentSpec:
 
     @property
     def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.fn)
+        call = self.fn if inspect.isfunction(self.fn) or inspect.ismethod(self.fn) else self.fn.__call__
+        return inspect.iscoroutinefunction(call)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
@@ -65,7 +71,9 @@ class AgentSpec:
         return f"input{'/' + where if where else ''}: {error.message}"
 
 
-def spec_for(name: str, fn: Callable) -> AgentSpec:
+def spec_for(name: str, fn: Callable, parent: Configurable | None = None) -> AgentSpec:
+    if isinstance(fn, type) and issubclass(fn, Configurable):
+        fn = fn(parent=parent)
     schema = getattr(fn, "input_schema", None) or ANY_OBJECT
     jsonschema.Draft202012Validator.check_schema(schema)
     description = getattr(fn, "description", None) or inspect.getdoc(fn) or ""
@@ -83,16 +91,16 @@ def import_object(reference: str) -> Any:
     return obj
 
 
-def load_agents(configured: dict[str, str]) -> dict[str, AgentSpec]:
+def load_agents(configured: dict[str, str], parent: Configurable | None = None) -> dict[str, AgentSpec]:
     """The built-in agents, then entry points, then configuration (later wins on a name clash)."""
     from .demo import demo
 
     found: dict[str, AgentSpec] = {"demo": spec_for("demo", demo)}
     for point in entry_points(group=ENTRY_POINT_GROUP):
         try:
-            found[point.name] = spec_for(point.name, point.load())
+            found[point.name] = spec_for(point.name, point.load(), parent)
         except Exception:
             log.exception("agentruns: cannot load agent %r from entry point %s", point.name, point.value)
     for name, reference in configured.items():
-        found[name] = spec_for(name, import_object(reference))
+        found[name] = spec_for(name, import_object(reference), parent)
     return found
