@@ -9,7 +9,7 @@ from . import agent
 
 FILLER = (
     "This answer streams from a durable run owned by the Jupyter server, so a page refresh, "
-    "a dropped connection or a kernel restart only pauses the view, never the run"
+    "a dropped connection or a kernel restart only pauses the view, never the run."
 ).split()
 
 INPUT_SCHEMA = {
@@ -35,7 +35,7 @@ def answer_words(prompt: str, chunks: int) -> list[str]:
     intro = f"Demo answer about {prompt.strip() or 'nothing'}:".split()
     words = itertools.chain(intro, itertools.cycle(FILLER))
     deltas = [word + " " for word in itertools.islice(words, chunks)]
-    deltas[-1] = deltas[-1].rstrip(" :") + "."
+    deltas[-1] = deltas[-1].rstrip(" :.") + "."
     return deltas
 
 
