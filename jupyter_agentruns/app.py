@@ -85,6 +85,9 @@ class AgentRuns(ExtensionApp):
         config = Config(
             db_path=self.db_path,
             idempotency_ttl_seconds=self.idempotency_ttl_seconds,
+            event_retention_seconds=self.event_retention_seconds,
+            max_retained_events=self.max_retained_events,
+            run_retention_seconds=self.run_retention_seconds,
             max_active_runs_per_user=self.max_active_runs_per_user,
             max_streams_per_user=self.max_streams_per_user,
             heartbeat_interval=self.heartbeat_interval,

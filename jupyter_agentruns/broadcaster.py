@@ -26,6 +26,10 @@ READ_MAX_BYTES = 1024 * 1024
 STORE_POLL_SECONDS = 0.5
 
 
+class CursorExpired(Exception):
+    """The events after the cursor were compacted away: resume from the run's snapshot."""
+
+
 class Event:
     """A committed event as subscribers see it: its seq, type and wire JSON."""
 
@@ -50,6 +54,8 @@ class Channel:
     def __init__(self, run_id: str, committed_seq: int):
         self.run_id = run_id
         self.committed_seq = committed_seq
+        self.first_seq = 1
+        self.compaction_due = False
         self.finished = False
         self._window: deque[Event] = deque()
         self._window_bytes = 0
@@ -120,7 +126,10 @@ class Subscriber:
         self._run_id_json = '"' + run_id + '"'
 
     def read(self, limit: int) -> list[Event]:
-        """Committed events after the cursor, at most ``limit``, advancing the cursor."""
+        """Committed events after the cursor, at most ``limit``, advancing the cursor.
+
+        Raises ``CursorExpired`` when the next event was compacted away.
+        """
         if self.done:
             return []
         channel = self._broadcaster.get(self.run_id)
@@ -133,6 +142,8 @@ class Subscriber:
             rows = store.read_events(
                 self._db, self.run_id, self.cursor, min(limit, STORE_READ_CHUNK), max_bytes=READ_MAX_BYTES
             )
+            if rows and rows[0][0] != self.cursor + 1:
+                raise CursorExpired(self.run_id)
             events = [
                 Event(seq, type, envelope(self._run_id_json, seq, type, ts, data))
                 for seq, type, ts, data in rows

@@ -20,6 +20,7 @@ from typing import Any
 from . import reducer, store
 from .agents import AgentSpec
 from .broadcaster import Broadcaster, Event, Subscriber
+from .compaction import Compactor
 from .errors import ApiError, run_not_found
 from .executor import Executor
 from .idempotency import fingerprint
@@ -41,6 +42,9 @@ class Config:
 
     db_path: str
     idempotency_ttl_seconds: float = 86400
+    event_retention_seconds: float = 86400
+    max_retained_events: int = 100000
+    run_retention_seconds: float = 2592000
     max_active_runs_per_user: int = 8
     max_streams_per_user: int = 64
     heartbeat_interval: float = 15
@@ -85,6 +89,8 @@ class Engine:
         self.broadcaster = Broadcaster()
         self.writer: Writer | None = None
         self.executor = Executor(self)
+        self.compactor = Compactor(self)
+        self._compacting: asyncio.Task | None = None
         self._starting: asyncio.Task | None = None
         self._maintenance: asyncio.Task | None = None
         self._snapshots: OrderedDict[str, tuple[int, dict, int]] = OrderedDict()
@@ -115,21 +121,32 @@ class Engine:
             self.writer = Writer(writer_db, loop, self._on_commit)
         await self.sweep()
         self._maintenance = loop.create_task(self._maintain())
+        self._compacting = loop.create_task(self._compact_periodically())
 
     async def stop(self) -> None:
         """End live runs ``interrupted`` (``server_shutdown``), commit, close the store."""
-        if self._maintenance is not None:
-            self._maintenance.cancel()
+        for task in (self._maintenance, self._compacting):
+            if task is not None:
+                task.cancel()
         if self.writer is not None:
             await self.executor.shutdown()
             await asyncio.get_running_loop().run_in_executor(None, self.writer.close)
+        self.compactor.close()
         self.db.conn.close()
 
     def _on_commit(self, appended: dict[str, list[Append]], failed: set[str]) -> None:
+        limit = self.config.max_retained_events
         for run_id, items in appended.items():
             channel = self.broadcaster.get(run_id)
-            if channel is not None:
-                channel.publish([Event(i.seq, i.type, i.envelope) for i in items])
+            if channel is None:
+                continue
+            channel.publish([Event(i.seq, i.type, i.envelope) for i in items])
+            # A live run over its event budget (with some slack, so this is
+            # not every batch) is compacted while it goes on.
+            kept = channel.committed_seq - channel.first_seq + 1
+            if kept > limit + max(1, limit // 10) and not channel.compaction_due:
+                channel.compaction_due = True
+                asyncio.ensure_future(self._compact_live(channel))
         for run_id in failed:
             self.executor.lost(run_id)
 
@@ -144,6 +161,25 @@ class Engine:
                 await self.sweep()
             except Exception:
                 log.exception("agentruns: lease upkeep failed")
+
+    async def _compact_live(self, channel) -> None:
+        try:
+            await self.compactor.compact(channel.run_id)
+        except Exception:
+            log.exception("agentruns: compacting %s failed", channel.run_id)
+        finally:
+            channel.compaction_due = False
+
+    async def _compact_periodically(self) -> None:
+        config = self.config
+        shortest = min(config.event_retention_seconds, config.run_retention_seconds)
+        interval = min(60.0, max(0.2, shortest / 4))
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.compactor.run_once()
+            except Exception:
+                log.exception("agentruns: retention pass failed")
 
     async def renew_leases(self) -> None:
         """Renew this server's leases, and take the cancels other servers recorded for its runs."""
@@ -284,6 +320,15 @@ class Engine:
 
     def owned_row(self, owner: str, run_id: str) -> dict[str, Any]:
         row = store.get_run(self.db, run_id)
+        if row is None:
+            tombstone = store.get_tombstone(self.db, run_id)
+            if tombstone is not None and tombstone["owner"] == owner:
+                raise ApiError(
+                    410,
+                    "run_expired",
+                    f"The run {run_id!r} finished long ago and was deleted "
+                    "(run_retention_seconds); its output is no longer kept.",
+                )
         if row is None or row["owner"] != owner:
             raise run_not_found(run_id)
         return row
@@ -322,6 +367,9 @@ class Engine:
             store.delete_run(db, run_id)
 
         await self.writer.run(delete)
+        self.forget_snapshot(run_id)
+
+    def forget_snapshot(self, run_id: str) -> None:
         cached = self._snapshots.pop(run_id, None)
         if cached is not None:
             self._snapshot_bytes -= cached[2]

@@ -90,9 +90,15 @@ def _migration_2(db: Database) -> None:
     )
 
 
+def _migration_3(db: Database) -> None:
+    # What is left of a run that retention deleted: GET answers 410, not 404.
+    db["tombstones"].create({"run_id": str, "owner": str, "deleted_ts": float}, pk="run_id")
+    db["runs"].create_index(["status", "finished_ts"])
+
+
 # Append only: a database written by a newer version is refused, an older one
 # is brought forward one step at a time.
-MIGRATIONS = [_migration_1, _migration_2]
+MIGRATIONS = [_migration_1, _migration_2, _migration_3]
 
 
 def connect(path: str | Path, synchronous: str = "FULL") -> Database:
@@ -212,6 +218,33 @@ def read_events(
     return rows
 
 
+def get_tombstone(db: Database, run_id: str) -> dict[str, Any] | None:
+    rows = list(db.query("SELECT * FROM tombstones WHERE run_id = ?", [run_id]))
+    return rows[0] if rows else None
+
+
+def compaction_candidates(
+    db: Database, finished_before: float, max_events: int, limit: int = 100
+) -> list[dict[str, Any]]:
+    """Runs with events to fold into their snapshot: finished long enough ago, or too many events."""
+    placeholders = ",".join("?" for _ in TERMINAL_STATUSES)
+    rows = db.query(
+        f"SELECT * FROM runs WHERE (status IN ({placeholders}) AND finished_ts < ? AND first_seq < last_seq) "
+        "OR last_seq - first_seq + 1 > ? LIMIT ?",
+        [*TERMINAL_STATUSES, finished_before, max_events, limit],
+    )
+    return [decode_run(row) for row in rows]
+
+
+def expired_runs(db: Database, finished_before: float, limit: int = 1000) -> list[tuple[str, str]]:
+    """``(run_id, owner)`` of finished runs past their retention."""
+    placeholders = ",".join("?" for _ in TERMINAL_STATUSES)
+    return db.conn.execute(
+        f"SELECT run_id, owner FROM runs WHERE status IN ({placeholders}) AND finished_ts < ? LIMIT ?",
+        [*TERMINAL_STATUSES, finished_before, limit],
+    ).fetchall()
+
+
 def find_key(db: Database, owner: str, key: str, not_before: float) -> dict[str, Any] | None:
     rows = list(
         db.query(
@@ -265,6 +298,21 @@ def update_run(db: Database, run_id: str, encoded: dict[str, Any]) -> None:
 def append_events(db: Database, rows: Iterable[tuple]) -> None:
     """Append ``(run_id, seq, type, ts, data)`` rows; a duplicate ``(run_id, seq)`` raises."""
     db.conn.executemany("INSERT INTO events (run_id, seq, type, ts, data) VALUES (?, ?, ?, ?, ?)", rows)
+
+
+def delete_events_before(db: Database, run_id: str, seq: int, limit: int) -> int:
+    """Delete up to ``limit`` of the run's events with a smaller seq; returns how many."""
+    return db.conn.execute(
+        "DELETE FROM events WHERE run_id = ? AND seq IN "
+        "(SELECT seq FROM events WHERE run_id = ? AND seq < ? ORDER BY seq LIMIT ?)",
+        [run_id, run_id, seq, limit],
+    ).rowcount
+
+
+def bury(db: Database, run_id: str, owner: str, now: float) -> None:
+    """Delete a run for retention, leaving a tombstone."""
+    delete_run(db, run_id)
+    db["tombstones"].insert({"run_id": run_id, "owner": owner, "deleted_ts": now}, replace=True)
 
 
 def delete_run(db: Database, run_id: str) -> None:

@@ -7,6 +7,7 @@ import json
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
+from ..broadcaster import CursorExpired, Subscriber
 from ..cursor import check_cursor, parse_cursor
 from ..errors import invalid_request
 from ..store import TERMINAL_STATUSES
@@ -31,11 +32,11 @@ class EventsHandler(AgentRunsHandler):
         check_cursor(cursor, row["last_seq"])
         caught_up = row["status"] in TERMINAL_STATUSES and cursor == row["last_seq"]
         if "text/event-stream" in self.request.headers.get("Accept", ""):
-            await self._stream(run_id, cursor, caught_up)
+            await self._stream(row, cursor, caught_up)
         else:
-            await self._poll(run_id, cursor, caught_up)
+            await self._poll(row, cursor, caught_up)
 
-    async def _stream(self, run_id: str, cursor: int, caught_up: bool) -> None:
+    async def _stream(self, row: dict, cursor: int, caught_up: bool) -> None:
         if caught_up:
             # 204 is the one answer that stops a browser EventSource reconnecting.
             self.set_status(204)
@@ -43,8 +44,10 @@ class EventsHandler(AgentRunsHandler):
             return
         config = self.engine.config
         with self.engine.stream_slot(self.owner):
-            subscriber = self.engine.subscriber(run_id, cursor)
+            subscriber, snapshot = resume(self.engine, row, cursor)
             sse.begin(self)
+            if snapshot is not None:
+                self.write(sse.named("snapshot", json.dumps(snapshot), seq=subscriber.cursor))
             try:
                 await sse.send(self, "", config.write_timeout_seconds)
                 while not subscriber.done:
@@ -53,17 +56,29 @@ class EventsHandler(AgentRunsHandler):
                     await sse.send(self, text, config.write_timeout_seconds)
             except sse.ClientGone:
                 return
+            except CursorExpired:
+                # Compacted under a slow reader. A snapshot frame only ever
+                # comes first: end here, the reconnect starts with one.
+                pass
         self.finish()
 
-    async def _poll(self, run_id: str, cursor: int, caught_up: bool) -> None:
+    async def _poll(self, row: dict, cursor: int, caught_up: bool) -> None:
         limit = self.int_argument("limit", POLL_LIMIT_DEFAULT, 1, POLL_LIMIT_MAX)
         wait = self._wait_argument()
-        subscriber = self.engine.subscriber(run_id, cursor)
-        events = [] if caught_up else await subscriber.pull(limit, wait)
-        row = self.engine.owned_row(self.owner, run_id)
+        subscriber, snapshot = resume(self.engine, row, cursor)
+        try:
+            events = [] if caught_up else await subscriber.pull(limit, wait)
+        except CursorExpired:
+            row = self.engine.owned_row(self.owner, row["run_id"])
+            subscriber, snapshot = resume(self.engine, row, -1)
+            events = await subscriber.pull(limit, 0)
+        row = self.engine.owned_row(self.owner, row["run_id"])
         done = caught_up or subscriber.done
-        tail = json.dumps({"last_seq": row["last_seq"], "status": row["status"], "done": done})
-        self.write_json('{"events":[' + ",".join(e.envelope for e in events) + "]," + tail[1:])
+        tail = {"last_seq": row["last_seq"], "status": row["status"], "done": done}
+        if snapshot is not None:
+            tail["snapshot"] = snapshot
+        tail_json = json.dumps(tail, separators=(",", ":"))
+        self.write_json('{"events":[' + ",".join(e.envelope for e in events) + "]," + tail_json[1:])
 
     def _wait_argument(self) -> float:
         raw = self.get_argument("wait", None)
@@ -76,6 +91,19 @@ class EventsHandler(AgentRunsHandler):
         if not 0 <= wait <= POLL_WAIT_MAX:
             raise invalid_request(f"wait must be a number of seconds between 0 and {POLL_WAIT_MAX}, not {raw!r}.")
         return wait
+
+
+def resume(engine, row: dict, cursor: int) -> tuple[Subscriber, dict | None]:
+    """Where to resume: the cursor, or, when its events were compacted away, the run's snapshot.
+
+    The snapshot is the run object now, at ``W = last_seq``; events follow from W + 1.
+    """
+    if cursor >= row["first_seq"] - 1:
+        return engine.subscriber(row["run_id"], cursor), None
+    snapshot = engine.run_object(row)
+    subscriber = engine.subscriber(row["run_id"], snapshot["last_seq"])
+    subscriber.done = snapshot["status"] in TERMINAL_STATUSES
+    return subscriber, snapshot
 
 
 default_handlers = [(rf"api/agentruns/runs/{RUN_ID}/events", EventsHandler)]

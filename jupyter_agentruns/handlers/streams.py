@@ -16,12 +16,13 @@ import json
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..broadcaster import Subscriber, wait_any
+from ..broadcaster import CursorExpired, Subscriber, wait_any
 from ..cursor import check_cursor, parse_cursor
 from ..errors import ApiError, invalid_request
 from ..store import TERMINAL_STATUSES
 from . import sse
 from .base import AgentRunsHandler
+from .events import resume
 
 MAX_RUNS = 50
 BATCH_PER_RUN = 200
@@ -63,7 +64,11 @@ class StreamsHandler(AgentRunsHandler):
                 continue
             if row["status"] in TERMINAL_STATUSES and cursor == row["last_seq"]:
                 continue  # the client has everything of this run
-            subscribers.append(engine.subscriber(run_id, cursor))
+            subscriber, snapshot = resume(engine, row, cursor)
+            if snapshot is not None:
+                opening.append(sse.named("snapshot", json.dumps(snapshot)))
+            if not subscriber.done:
+                subscribers.append(subscriber)
         if not opening and not subscribers:
             self.set_status(204)
             self.finish()
@@ -85,7 +90,12 @@ class StreamsHandler(AgentRunsHandler):
         while subscribers:
             frames = []
             for subscriber in subscribers:
-                frames.extend(sse.frame(event, with_id=False) for event in subscriber.read(BATCH_PER_RUN))
+                try:
+                    events = subscriber.read(BATCH_PER_RUN)
+                except CursorExpired:
+                    frames.append(self._resync(subscriber))
+                    continue
+                frames.extend(sse.frame(event, with_id=False) for event in events)
             subscribers = [s for s in subscribers if not s.done]
             if frames:
                 await sse.send(self, "".join(frames), config.write_timeout_seconds)
@@ -97,6 +107,17 @@ class StreamsHandler(AgentRunsHandler):
                 last_write = loop.time()
                 continue
             await wait_any(subscribers, self.engine.broadcaster, config.heartbeat_interval - idle)
+
+    def _resync(self, subscriber: Subscriber) -> str:
+        """A run compacted under this stream: its snapshot frame, and its cursor moved to it."""
+        try:
+            row = self.engine.owned_row(self.owner, subscriber.run_id)
+        except ApiError as error:  # deleted meanwhile
+            subscriber.done = True
+            return sse.named("error", json.dumps({"run_id": subscriber.run_id, "error": error.body()}))
+        fresh, snapshot = resume(self.engine, row, -1)
+        subscriber.cursor, subscriber.done = fresh.cursor, fresh.done
+        return sse.named("snapshot", json.dumps(snapshot))
 
 
 default_handlers = [(r"api/agentruns/streams", StreamsHandler)]
