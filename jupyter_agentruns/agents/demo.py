@@ -26,6 +26,9 @@ INPUT_SCHEMA = {
 }
 
 
+OUTPUT_TEXT_LIMIT = 64 * 1024
+
+
 class DemoFailure(Exception):
     """The demo agent was asked to fail."""
 
@@ -77,4 +80,7 @@ async def demo(run, input: dict) -> dict:
     await run.usage(input_tokens=len(prompt.split()), output_tokens=chunks)
     if input.get("fail"):
         raise DemoFailure("the demo agent was asked to fail")
-    return {"text": "".join(deltas), "tools": tools_used}
+    text = "".join(deltas)
+    # A long answer stays in the run's snapshot: an output is one event, and
+    # events are bounded (max_event_bytes).
+    return {"text": text if len(text) <= OUTPUT_TEXT_LIMIT else None, "characters": len(text), "tools": tools_used}
