@@ -21,8 +21,11 @@ WINDOW_BYTES = 4 * 1024 * 1024
 STORE_READ_CHUNK = 1000
 # One read's worth of event bytes: bounds what a subscriber hands to a response at once.
 READ_MAX_BYTES = 1024 * 1024
-# How often a subscriber re-reads the store for a run no channel here
-# announces (one executed by another server sharing the database).
+# Runs no channel here announces (executed by another server sharing the
+# database): PRAGMA data_version, which changes on any other connection's
+# commit, is checked this often while someone waits for such a run...
+DATA_VERSION_POLL_SECONDS = 0.05
+# ...and a waiter rereads the store at least this often anyway.
 STORE_POLL_SECONDS = 0.5
 
 
@@ -96,10 +99,48 @@ class Channel:
 
 
 class Broadcaster:
-    """The channels of the runs this server executes."""
+    """The channels of the runs this server executes, and a wake-up for the others."""
 
-    def __init__(self) -> None:
+    def __init__(self, db=None) -> None:
         self._channels: dict[str, Channel] = {}
+        self._db = db
+        self._remote_waiters = 0
+        self._remote_wake = asyncio.Event()
+        self._poller: asyncio.Task | None = None
+
+    def remote_waiter(self) -> asyncio.Event:
+        """An event set after the next commit by any other connection to the database."""
+        return self._remote_wake
+
+    async def wait_remote(self, wake: asyncio.Event, timeout: float) -> None:
+        """Wait for ``wake`` (from ``remote_waiter``), at most ``timeout`` seconds."""
+        self._remote_waiters += 1
+        if self._poller is None and self._db is not None:
+            self._poller = asyncio.ensure_future(self._poll_data_version())
+        try:
+            await asyncio.wait_for(wake.wait(), min(timeout, STORE_POLL_SECONDS))
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self._remote_waiters -= 1
+
+    async def _poll_data_version(self) -> None:
+        try:
+            version = self._data_version()
+            while self._remote_waiters > 0:
+                await asyncio.sleep(DATA_VERSION_POLL_SECONDS)
+                current = self._data_version()
+                if current != version:
+                    version = current
+                    wake, self._remote_wake = self._remote_wake, asyncio.Event()
+                    wake.set()
+        except Exception:  # the store closed under us: waiters fall back to their timeout
+            pass
+        finally:
+            self._poller = None
+
+    def _data_version(self) -> int:
+        return self._db.conn.execute("PRAGMA data_version").fetchone()[0]
 
     def open(self, run_id: str, committed_seq: int) -> Channel:
         channel = self._channels[run_id] = Channel(run_id, committed_seq)
@@ -160,13 +201,14 @@ class Subscriber:
         deadline = loop.time() + timeout
         while True:
             channel = self._broadcaster.get(self.run_id)
-            wake = channel.waiter() if channel is not None else None
+            remote = channel is None
+            wake = self._broadcaster.remote_waiter() if remote else channel.waiter()
             events = self.read(limit)
             remaining = deadline - loop.time()
             if events or self.done or remaining <= 0:
                 return events
-            if wake is None:
-                await asyncio.sleep(min(remaining, STORE_POLL_SECONDS))
+            if remote:
+                await self._broadcaster.wait_remote(wake, remaining)
                 continue
             try:
                 await asyncio.wait_for(wake.wait(), remaining)
@@ -177,19 +219,16 @@ class Subscriber:
 async def wait_any(subscribers: list[Subscriber], broadcaster: Broadcaster, timeout: float) -> None:
     """Wait until one of ``subscribers`` may have new events, or ``timeout`` passes."""
     waiters = set()
-    poll = False
+    remote = None
     for subscriber in subscribers:
         channel = broadcaster.get(subscriber.run_id)
         if channel is None:
-            poll = True
+            remote = broadcaster.remote_waiter()
         else:
             waiters.add(channel.waiter())
-    if poll:
-        timeout = min(timeout, STORE_POLL_SECONDS)
-    if not waiters:
-        await asyncio.sleep(timeout)
-        return
     tasks = {asyncio.ensure_future(waiter.wait()) for waiter in waiters}
+    if remote is not None:
+        tasks.add(asyncio.ensure_future(broadcaster.wait_remote(remote, timeout)))
     try:
         await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -86,7 +86,7 @@ class Engine:
         # The read connection, used on the event loop only; writes go through the writer.
         self.db = store.connect(config.db_path, config.sqlite_synchronous)
         self.executor_id = "exec_" + secrets.token_urlsafe(12)
-        self.broadcaster = Broadcaster()
+        self.broadcaster = Broadcaster(self.db)
         self.writer: Writer | None = None
         self.executor = Executor(self)
         self.compactor = Compactor(self)
