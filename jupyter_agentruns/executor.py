@@ -46,7 +46,8 @@ YIELD_EVERY = 64
 # How long a cancelled agent gets to run its ``finally`` blocks.
 CANCEL_GRACE_SECONDS = 10
 # Absolute file paths in error messages: they say where the server keeps things.
-_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[\\/][\w.~-]+){2,}[\\/]?")
+# Not inside a URL: "https://host/a/b" keeps its path.
+_PATH = re.compile(r"(?<![\w:/.~-])(?:[A-Za-z]:)?(?:[\\/][\w.~-]+){2,}[\\/]?")
 
 
 class RunClosed(Exception):
@@ -58,9 +59,13 @@ class EventTooLarge(ValueError):
 
 
 def error_object(exc: BaseException) -> dict[str, str]:
-    """``{type, message}`` for a failed run: no traceback, no server paths."""
+    """``{type, message}`` for a failed run: no traceback, no server paths.
+
+    The type is the exception's ``error_type`` (a str attribute) if it has one, else its class name.
+    """
     message = _PATH.sub("<path>", str(exc))[:2000]
-    return {"type": type(exc).__name__, "message": message}
+    error_type = getattr(exc, "error_type", None)
+    return {"type": error_type if isinstance(error_type, str) else type(exc).__name__, "message": message}
 
 
 class ToolCall:

@@ -96,6 +96,12 @@ def load_agents(configured: dict[str, str], parent: Configurable | None = None) 
     from .demo import demo
 
     found: dict[str, AgentSpec] = {"demo": spec_for("demo", demo)}
+    try:
+        from .openai_chat import OpenAIAgent
+    except ImportError as exc:  # the optional `openai` package is not installed
+        log.info("agentruns: no built-in 'openai' agent (%s); pip install 'jupyter_agentruns[openai]'", exc)
+    else:
+        found["openai"] = spec_for("openai", OpenAIAgent, parent)
     for point in entry_points(group=ENTRY_POINT_GROUP):
         try:
             found[point.name] = spec_for(point.name, point.load(), parent)

@@ -1,0 +1,684 @@
+"""The built-in ``openai`` agent: any OpenAI-compatible chat server, streamed, with tools.
+
+OpenAI, Azure OpenAI (its ``/openai/v1/`` endpoint), Ollama, vLLM and llama.cpp
+all speak this API. Two lines configure a local server::
+
+    c.OpenAIAgent.base_url = "http://localhost:11434/v1"
+    c.OpenAIAgent.model = "llama3.2"
+
+Python functions become tools the model may call with
+``c.OpenAIAgent.tools = {"name": "module:attr"}``: their JSON schema comes from
+their signature and docstring, or from :func:`tool`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections.abc
+import inspect
+import json
+import os
+import random
+import re
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import jsonschema
+import openai
+from traitlets import Dict, Float, Int, Unicode
+from traitlets.config import Configurable
+
+from ..executor import error_object
+from . import import_object
+
+# Sent when the configured environment variable is unset: local servers want no
+# key, but the SDK (and some servers) insist on an Authorization header.
+NO_KEY = "no-key"
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# A server asking to wait longer than this (Retry-After) is waited for this long.
+MAX_RETRY_DELAY = 60.0
+UPSTREAM_TEXT_LIMIT = 500
+
+
+# Errors: each ``error_type`` is the run's ``error.type``. ---------------------
+
+
+class UpstreamError(Exception):
+    """The model server answered with an error the agent cannot recover from."""
+
+    error_type = "upstream_error"
+
+
+class UpstreamAuth(UpstreamError):
+    """The model server refused the API key (401 or 403)."""
+
+    error_type = "upstream_auth"
+
+
+class UpstreamRateLimit(UpstreamError):
+    """Still rate limited (429) after every retry."""
+
+    error_type = "upstream_rate_limit"
+
+
+class UpstreamTimeout(UpstreamError):
+    """The model server sent nothing for ``request_timeout`` seconds."""
+
+    error_type = "upstream_timeout"
+
+
+class UpstreamUnreachable(UpstreamError):
+    """No connection to the model server, or it broke."""
+
+    error_type = "upstream_unreachable"
+
+
+class UpstreamProtocol(UpstreamError):
+    """The stream is not what an OpenAI-compatible server sends."""
+
+    error_type = "upstream_protocol"
+
+
+class MaxToolIterationsExceeded(Exception):
+    """The model still asked for tools after ``max_tool_iterations`` rounds."""
+
+    error_type = "max_tool_iterations_exceeded"
+
+
+class UnknownTool(LookupError):
+    """The model called a tool that this run does not offer."""
+
+    error_type = "unknown_tool"
+
+
+class InvalidToolArguments(ValueError):
+    """The model's arguments for a tool do not fit its schema."""
+
+    error_type = "invalid_arguments"
+
+
+# Tools ---------------------------------------------------------------------
+
+
+def tool(fn: Callable | None = None, *, description: str | None = None, schema: dict | None = None):
+    """Give a tool function its description or its parameters' JSON schema explicitly."""
+
+    def decorate(fn: Callable) -> Callable:
+        fn.tool_description = description
+        fn.tool_schema = schema
+        return fn
+
+    return decorate(fn) if fn is not None else decorate
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A Python function the model may call, with the JSON schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    fn: Callable
+
+    def definition(self) -> dict[str, Any]:
+        """The tool as the chat completions API's ``tools`` list takes it."""
+        function = {"name": self.name, "parameters": self.parameters}
+        if self.description:
+            function["description"] = self.description
+        return {"type": "function", "function": function}
+
+    async def call(self, args: dict[str, Any]) -> Any:
+        if inspect.iscoroutinefunction(self.fn):
+            return await self.fn(**args)
+        # A sync tool must not block the server's event loop.
+        return await asyncio.to_thread(self.fn, **args)
+
+
+def describe_tool(name: str, fn: Callable) -> Tool:
+    """``fn`` as the tool ``name``, with its explicit schema (see :func:`tool`) or a derived one."""
+    if not TOOL_NAME.match(name):
+        raise ValueError(
+            f"{name!r} is not a valid tool name (letters, digits, '_' and '-', at most 64)"
+        )
+    summary, notes = docstring_parts(fn)
+    schema = getattr(fn, "tool_schema", None) or parameters_schema(fn, notes)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    if schema.get("type") != "object":
+        raise ValueError(f"tool {name!r}: its parameters' schema must be of type 'object'")
+    return Tool(name, getattr(fn, "tool_description", None) or summary, schema, fn)
+
+
+def docstring_parts(fn: Callable) -> tuple[str, dict[str, str]]:
+    """The first paragraph of ``fn``'s docstring, and its ``Args:`` section as ``{name: text}``."""
+    doc = inspect.getdoc(fn) or ""
+    first = re.split(r"\n\s*\n", doc.strip(), maxsplit=1)[0]
+    summary = "" if re.match(r"(Args|Arguments|Parameters):", first) else " ".join(first.split())
+    notes: dict[str, str] = {}
+    section = re.search(
+        r"^(?:Args|Arguments|Parameters):[ \t]*\n((?:[ \t]+\S.*(?:\n|$))+)", doc, re.MULTILINE
+    )
+    if section:
+        current = None
+        for line in section.group(1).splitlines():
+            entry = re.match(r"\s*\**(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)", line)
+            if entry:
+                current = entry.group(1)
+                notes[current] = entry.group(2).strip()
+            elif current:
+                notes[current] = f"{notes[current]} {line.strip()}".strip()
+    return summary, notes
+
+
+def parameters_schema(fn: Callable, notes: dict[str, str] | None = None) -> dict[str, Any]:
+    """The JSON schema of ``fn``'s keyword arguments: type hints, defaults (not required), notes."""
+    name = getattr(fn, "__name__", repr(fn))
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception as exc:
+        raise ValueError(f"cannot read the type hints of {name}: {exc}") from exc
+    properties: dict[str, Any] = {}
+    required = []
+    extra = False
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind is param.VAR_KEYWORD:
+            extra = True
+            continue
+        if param.kind is param.VAR_POSITIONAL:
+            continue
+        if param.kind is param.POSITIONAL_ONLY:
+            raise ValueError(
+                f"parameter {param.name!r} of {name} is positional-only: tools take keywords"
+            )
+        try:
+            schema = type_schema(hints.get(param.name, Any))
+        except TypeError as exc:
+            raise ValueError(
+                f"parameter {param.name!r} of {name}: {exc}; "
+                "give the schema explicitly with @tool(schema=...)"
+            ) from None
+        if (notes or {}).get(param.name) and "description" not in schema:
+            schema["description"] = notes[param.name]
+        if param.default is param.empty:
+            required.append(param.name)
+        elif is_json(param.default):
+            schema["default"] = param.default
+        properties[param.name] = schema
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": extra,
+    }
+
+
+_SIMPLE_TYPES = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    type(None): "null",
+}
+_ARRAYS = (list, set, frozenset, collections.abc.Sequence, collections.abc.Set)
+_OBJECTS = (dict, collections.abc.Mapping)
+
+
+def type_schema(hint: Any) -> dict[str, Any]:
+    """The JSON schema of a type hint; TypeError for a type JSON cannot carry."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return {}
+    if origin is typing.Annotated:
+        schema = type_schema(args[0])
+        text = [note for note in args[1:] if isinstance(note, str)]
+        return {**schema, "description": text[0]} if text else schema
+    if hint in _SIMPLE_TYPES:
+        return {"type": _SIMPLE_TYPES[hint]}
+    if origin is typing.Literal:
+        return {"enum": list(args)}
+    if origin in (typing.Union, types.UnionType):
+        options = [type_schema(arg) for arg in args]
+        if all(list(option) == ["type"] for option in options):
+            return {"type": [option["type"] for option in options]}
+        return {"anyOf": options}
+    if hint is tuple or (origin is tuple and len(args) == 2 and args[1] is Ellipsis):
+        return {"type": "array", **({"items": type_schema(args[0])} if args else {})}
+    if origin is tuple:
+        items = [type_schema(arg) for arg in args]
+        return {
+            "type": "array",
+            "prefixItems": items,
+            "minItems": len(items),
+            "maxItems": len(items),
+        }
+    if hint in _ARRAYS or origin in _ARRAYS:
+        return {"type": "array", **({"items": type_schema(args[0])} if args else {})}
+    if hint in _OBJECTS or origin in _OBJECTS:
+        return {
+            "type": "object",
+            **({"additionalProperties": type_schema(args[1])} if args else {}),
+        }
+    raise TypeError(f"the type {hint!r} has no JSON schema here")
+
+
+def is_json(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON data (for an event and the model); ``str()`` of what JSON cannot hold."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False, default=str))
+    except ValueError:
+        return str(value)
+
+
+# One streamed answer -------------------------------------------------------
+
+
+class Turn:
+    """One assistant answer, put together from its stream of ``chat.completion.chunk``s."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.calls: dict[int, dict[str, str]] = {}
+        self.finish_reason: str | None = None
+        self.usage: dict[str, int] | None = None
+        self.model: str | None = None
+        self.started = False  # a token arrived: retrying now would repeat it
+
+    def feed(self, chunk: Any) -> str:
+        """Take one chunk; returns its text delta (maybe empty)."""
+        try:
+            return self._feed(chunk)
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise UpstreamProtocol(f"the model server sent a malformed chunk ({exc})") from None
+
+    def _feed(self, chunk: Any) -> str:
+        self.model = chunk.model or self.model
+        if chunk.usage is not None:
+            self.usage = {
+                "input_tokens": int(chunk.usage.prompt_tokens or 0),
+                "output_tokens": int(chunk.usage.completion_tokens or 0),
+            }
+        text = ""
+        for choice in chunk.choices or []:
+            if choice.index not in (0, None):
+                continue  # we ask for one choice (n=1)
+            delta = choice.delta
+            if delta is not None:
+                text += delta.content or ""
+                # Tool calls arrive in pieces: the first fragment of call `index`
+                # has its id and name, the next ones more of its arguments.
+                for position, fragment in enumerate(delta.tool_calls or []):
+                    index = fragment.index if fragment.index is not None else position
+                    call = self.calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+                    call["id"] = call["id"] or fragment.id or ""
+                    if fragment.function is not None:
+                        call["name"] += fragment.function.name or ""
+                        call["arguments"] += fragment.function.arguments or ""
+                    self.started = True
+            self.finish_reason = choice.finish_reason or self.finish_reason
+        self.text += text
+        self.started = self.started or bool(text)
+        return text
+
+    def finish(self) -> None:
+        if self.finish_reason is None:
+            raise UpstreamProtocol(
+                "the model server's stream ended before the answer did (no finish_reason)"
+            )
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": call["id"] or f"call_{index}",
+                "type": "function",
+                "function": {"name": call["name"], "arguments": call["arguments"]},
+            }
+            for index, call in sorted(self.calls.items())
+        ]
+
+    def message(self) -> dict[str, Any]:
+        """The answer as an assistant message of the conversation."""
+        if not self.calls:
+            return {"role": "assistant", "content": self.text}
+        return {"role": "assistant", "content": self.text or None, "tool_calls": self.tool_calls}
+
+
+# The agent -----------------------------------------------------------------
+
+
+class OpenAIAgent(Configurable):
+    """Streams from an OpenAI-compatible chat server, calling registered Python tools."""
+
+    base_url = Unicode(
+        "https://api.openai.com/v1",
+        help="The server's OpenAI-compatible API, e.g. http://localhost:11434/v1 for Ollama.",
+    ).tag(config=True)
+    model = Unicode("gpt-4o-mini", help="The model, unless a run's input names another.").tag(
+        config=True
+    )
+    api_key_env = Unicode(
+        "OPENAI_API_KEY",
+        help="The NAME of the environment variable holding the API key (never the key itself). "
+        "When it is unset a placeholder is sent, which is what local servers want.",
+    ).tag(config=True)
+    request_timeout = Float(
+        600.0,
+        min=0.001,
+        help="Seconds the server may stay silent (connecting, before the first token, between chunks).",
+    ).tag(config=True)
+    max_tool_iterations = Int(
+        10,
+        min=0,
+        help="Rounds of tool calls a run may make; one more request for tools fails the run.",
+    ).tag(config=True)
+    max_retries = Int(
+        2,
+        min=0,
+        help="Retries of a request that failed before its first token (connection error, 429, 5xx).",
+    ).tag(config=True)
+    retry_backoff = Float(
+        1.0,
+        min=0,
+        help="Seconds before the first retry; each next one waits twice as long (or what Retry-After says).",
+    ).tag(config=True)
+    tools = Dict(
+        key_trait=Unicode(),
+        value_trait=Unicode(),
+        help="Python functions (sync or async) the model may call: name -> 'module:attr'.",
+    ).tag(config=True)
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.registered: dict[str, Tool] = {}
+        for name, reference in self.tools.items():
+            try:
+                self.registered[name] = describe_tool(name, import_object(reference))
+            except Exception as exc:
+                raise ValueError(f"c.OpenAIAgent.tools[{name!r}] = {reference!r}: {exc}") from exc
+        offered = f"; tools: {', '.join(self.registered)}" if self.registered else ""
+        where = server_name(self.base_url)
+        self.description = (
+            f"Chat with {self.model} at {where} (an OpenAI-compatible server){offered}."
+        )
+        self.input_schema = input_schema(sorted(self.registered))
+
+    async def __call__(self, run, input: dict[str, Any]) -> dict[str, Any]:
+        model = input.get("model") or self.model
+        messages = conversation(input)
+        tools = {name: self.registered[name] for name in input.get("tools", self.registered)}
+        request: dict[str, Any] = {
+            "model": model,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if "temperature" in input:
+            request["temperature"] = input["temperature"]
+        if tools:
+            request["tools"] = [spec.definition() for spec in tools.values()]
+        usage = None  # token totals, once the server reports some
+        async with self._client() as client:
+            for rounds in range(self.max_tool_iterations + 1):
+                turn = await self._answer(run, client, {**request, "messages": messages})
+                if turn.usage is not None:
+                    usage = {
+                        kind: (usage or {}).get(kind, 0) + count
+                        for kind, count in turn.usage.items()
+                    }
+                    await run.usage(**usage)
+                messages.append(turn.message())
+                if not turn.calls:
+                    return {
+                        "text": turn.text,
+                        "messages": messages,
+                        "model": turn.model or model,
+                        "finish_reason": turn.finish_reason,
+                        "usage": usage,
+                    }
+                if rounds == self.max_tool_iterations:
+                    break
+                for call in turn.tool_calls:
+                    messages.append(await call_tool(run, tools, call))
+                # Every tool result is in the log before the model sees it: after a
+                # crash the log shows what ran, and nothing runs twice unnoticed.
+                await run.durable()
+        raise MaxToolIterationsExceeded(
+            f"the model still asked for tools after {self.max_tool_iterations} rounds "
+            "(c.OpenAIAgent.max_tool_iterations)"
+        )
+
+    def _client(self) -> openai.AsyncOpenAI:
+        # One client per run: its connections close with the run, cancelled or not.
+        return openai.AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=os.environ.get(self.api_key_env) or NO_KEY,
+            timeout=self.request_timeout,
+            max_retries=0,  # retries are ours: only before the first token, and visible in the log
+        )
+
+    async def _answer(self, run, client: openai.AsyncOpenAI, request: dict[str, Any]) -> Turn:
+        """One model call, streamed into the run; retried while no token has arrived."""
+        attempt = 0
+        while True:
+            turn = Turn()
+            attempt += 1
+            try:
+                await stream_turn(run, client, request, turn)
+                return turn
+            except (openai.APIError, json.JSONDecodeError, UpstreamError) as exc:
+                error = self._upstream_error(exc, attempt)
+                if turn.started or attempt > self.max_retries or not retryable(exc):
+                    raise error from None  # the SDK's exception may quote the key
+                delay = retry_delay(exc, self.retry_backoff * 2 ** (attempt - 1))
+            retry = {
+                "retry": attempt,
+                "max_retries": self.max_retries,
+                "delay": delay,
+                "error": error_object(error),
+            }
+            await run.custom("upstream_retry", retry)
+            await asyncio.sleep(delay)
+
+    def _upstream_error(self, exc: Exception, attempts: int) -> UpstreamError:
+        """What went wrong, in words a user can act on, with no secret in them."""
+        where = server_name(self.base_url)
+        key = os.environ.get(self.api_key_env) or ""
+        if isinstance(exc, UpstreamError):
+            return exc
+        if isinstance(exc, json.JSONDecodeError):
+            return UpstreamProtocol(
+                f"the model server at {where} sent a chunk that is not JSON ({exc.msg})"
+            )
+        if isinstance(exc, openai.APITimeoutError):
+            return UpstreamTimeout(
+                f"the model server at {where} sent nothing for {self.request_timeout:g} s "
+                "(c.OpenAIAgent.request_timeout)"
+            )
+        if isinstance(exc, openai.APIConnectionError):
+            cause = scrub(str(exc.__cause__ or exc), key) or type(exc.__cause__).__name__
+            return UpstreamUnreachable(f"cannot talk to the model server at {where}: {cause}")
+        said = scrub(upstream_message(exc), key)
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            if status in (401, 403):
+                hint = (
+                    f"check the key in the environment variable {self.api_key_env}"
+                    if key
+                    else f"the environment variable {self.api_key_env} (c.OpenAIAgent.api_key_env) is not set"
+                )
+                return UpstreamAuth(
+                    f"the model server at {where} refused the API key ({status}: {said}); {hint}"
+                )
+            if status == 429:
+                return UpstreamRateLimit(
+                    f"the model server at {where} is rate limiting this key (429 after {attempts} "
+                    f"attempt{'s' if attempts > 1 else ''}): {said}"
+                )
+            return UpstreamError(f"the model server at {where} answered {status}: {said}")
+        return UpstreamError(f"the model server at {where} reported an error: {said}")
+
+
+async def stream_turn(run, client: openai.AsyncOpenAI, request: dict[str, Any], turn: Turn) -> None:
+    """Stream one answer into ``turn``, emitting its text as it arrives."""
+    message_id = None
+    stream = await client.chat.completions.create(**request)
+    # Leaving this block by any way (cancellation included) closes the HTTP
+    # response, so the server stops generating at once.
+    async with stream:
+        async for chunk in stream:
+            delta = turn.feed(chunk)
+            if delta:
+                message_id = message_id or await run.message_started()
+                await run.text(delta, message_id)
+    turn.finish()
+    if message_id is not None:
+        await run.message_completed(message_id)
+
+
+async def call_tool(run, tools: dict[str, Tool], call: dict[str, Any]) -> dict[str, Any]:
+    """Run one tool call the model asked for; returns the tool message that answers it."""
+    name, raw = call["function"]["name"], call["function"]["arguments"]
+    try:
+        args = json.loads(raw or "{}")
+        problem = None if isinstance(args, dict) else "the arguments are not a JSON object"
+    except ValueError as exc:
+        args, problem = None, f"the arguments are not JSON ({exc})"
+    call_id = await run.tool_started(name, args if isinstance(args, dict) else {"arguments": raw})
+    await run.durable()  # the log shows the call before it has any effect
+    try:
+        spec = tools.get(name)
+        if spec is None:
+            offered = ", ".join(tools) or "none"
+            raise UnknownTool(f"there is no tool {name!r} in this run (tools: {offered})")
+        if problem is None:
+            validator = jsonschema.Draft202012Validator(spec.parameters)
+            invalid = jsonschema.exceptions.best_match(validator.iter_errors(args))
+            problem = invalid.message if invalid is not None else None
+        if problem is not None:
+            raise InvalidToolArguments(problem)
+        result = jsonable(await spec.call(args))
+    except Exception as exc:  # whatever went wrong, the model reads it and may do better
+        error = error_object(exc)
+        await run.tool_completed(call_id, ok=False, error=error)
+        content = f"Error: {error['type']}: {error['message']}"
+    else:
+        await run.tool_completed(call_id, result)
+        content = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+    return {"role": "tool", "tool_call_id": call["id"], "content": content}
+
+
+def conversation(input: dict[str, Any]) -> list[dict[str, Any]]:
+    """The messages a run starts from: ``system``, then ``messages`` or the ``prompt``."""
+    messages = [{"role": "system", "content": input["system"]}] if "system" in input else []
+    if "messages" in input:
+        return messages + [dict(message) for message in input["messages"]]
+    return messages + [{"role": "user", "content": input["prompt"]}]
+
+
+def input_schema(tool_names: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "prompt": {
+                "type": "string",
+                "description": "The user's message (or `messages`, not both).",
+            },
+            "messages": {
+                "type": "array",
+                "minItems": 1,
+                "description": "The conversation so far, in OpenAI chat format (or `prompt`, not both).",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "role": {"enum": ["system", "developer", "user", "assistant", "tool"]}
+                    },
+                    "required": ["role"],
+                },
+            },
+            "system": {"type": "string", "description": "A system message put first."},
+            "model": {
+                "type": "string",
+                "minLength": 1,
+                "description": "Another model than the configured one.",
+            },
+            "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+            "tools": {
+                "type": "array",
+                "uniqueItems": True,
+                "items": {"enum": tool_names},
+                "description": "The registered tools this run offers the model (default: all of them).",
+            },
+        },
+        # Exactly one of prompt and messages.
+        "if": {"required": ["messages"]},
+        "then": {"properties": {"prompt": {"not": {}}}},
+        "else": {"required": ["prompt"]},
+        "additionalProperties": False,
+    }
+
+
+def retryable(exc: Exception) -> bool:
+    """Worth another try: the request never got an answer, or a busy (429) or failing (5xx) one."""
+    if isinstance(exc, openai.APITimeoutError):
+        return False  # another wait of request_timeout would rarely end otherwise
+    if isinstance(exc, openai.APIConnectionError):
+        return True
+    return isinstance(exc, openai.APIStatusError) and (
+        exc.status_code == 429 or exc.status_code >= 500
+    )
+
+
+def retry_delay(exc: Exception, backoff: float) -> float:
+    """The server's Retry-After if it gives one, else ``backoff`` with jitter; at most a minute."""
+    response = getattr(exc, "response", None)
+    try:
+        delay = float(response.headers["retry-after"]) if response is not None else None
+    except (KeyError, ValueError):
+        delay = None
+    if delay is None or delay < 0:
+        delay = backoff * random.uniform(0.75, 1.0)
+    return round(min(delay, MAX_RETRY_DELAY), 3)
+
+
+def upstream_message(exc: Exception) -> str:
+    """The server's own words from an error body (OpenAI's and Ollama's shapes), else the SDK's."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        said = body.get("message") or body.get("error")
+        if isinstance(said, dict):
+            said = said.get("message")
+        if isinstance(said, str) and said:
+            return said
+    if isinstance(body, str) and body:
+        return body
+    return getattr(exc, "message", None) or str(exc)
+
+
+def scrub(text: str, key: str) -> str:
+    """``text`` shortened, with the API key (if some server echoed it) masked."""
+    if key and key != NO_KEY:
+        text = text.replace(key, "***")
+    text = " ".join(text.split())
+    return text if len(text) <= UPSTREAM_TEXT_LIMIT else text[: UPSTREAM_TEXT_LIMIT - 1] + "…"
+
+
+def server_name(base_url: str) -> str:
+    """``host:port`` of a URL: enough to recognise the server, without credentials or path."""
+    parts = urlsplit(base_url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname:
+        return "(invalid base_url)"
+    return f"{parts.hostname}:{port}" if port else parts.hostname

@@ -1,0 +1,667 @@
+"""The built-in ``openai`` agent, through a real server, against a fake OpenAI-compatible one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import sys
+from datetime import date
+from pathlib import Path
+from typing import Annotated
+
+import pytest
+import tools_for_tests
+from conftest import all_events, submit, wait_run
+from fake_openai import (
+    MODEL,
+    FakeOpenAI,
+    Hang,
+    Status,
+    Stream,
+    answer,
+    chunk,
+    closed_port_url,
+    error_body,
+    tool_calls,
+)
+from tools_for_tests import TEST_TOOLS
+
+from jupyter_agentruns.agents import openai_chat
+from jupyter_agentruns.agents.openai_chat import describe_tool, tool
+from jupyter_agentruns.executor import error_object
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+KEY_ENV = "AGENTRUNS_TEST_OPENAI_KEY"
+SECRET = "sk-test-5ecret-never-to-be-shown-0123456789"
+
+
+@pytest.fixture
+def fake(jp_asyncio_loop):
+    server = FakeOpenAI()
+    jp_asyncio_loop.run_until_complete(server.start())
+    yield server
+    jp_asyncio_loop.run_until_complete(server.stop())
+
+
+@pytest.fixture
+def openai_config():
+    """Per-test ``c.OpenAIAgent`` settings over the ones below; override with ``parametrize``."""
+    return {}
+
+
+@pytest.fixture
+def examples_importable(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    yield
+    sys.modules.pop("weather_agent", None)
+
+
+@pytest.fixture
+def agentruns_config(examples_importable):
+    return {
+        "agents": {
+            "openai": "jupyter_agentruns.agents.openai_chat:OpenAIAgent",
+            "weather": "weather_agent:weather",
+        }
+    }
+
+
+@pytest.fixture
+def jp_server_config(jp_server_config, fake, openai_config, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    tools_for_tests.calls.clear()
+    settings = {
+        "base_url": fake.url,
+        "model": MODEL,
+        "api_key_env": KEY_ENV,
+        "request_timeout": 5,
+        "retry_backoff": 0.01,
+        "tools": TEST_TOOLS,
+    }
+    return {**jp_server_config, "OpenAIAgent": {**settings, **openai_config}}
+
+
+def error_type(exc_class) -> str:
+    """The ``error.type`` of a run failed by this exception class (the executor spells it)."""
+    return error_object(exc_class("x"))["type"]
+
+
+async def run_to_end(api, input, agent="openai"):
+    response = await submit(api, agent=agent, input=input)
+    assert response.status_code == 201, response.text
+    run = await wait_run(api, response.json()["run_id"])
+    return run, await all_events(api, run["run_id"])
+
+
+def of_type(events, type):
+    return [event["data"] for event in events if event["type"] == type]
+
+
+# Tool schemas ---------------------------------------------------------------
+
+
+def test_a_tool_schema_comes_from_the_signature_and_the_docstring():
+    def search(
+        query: str,
+        limit: int = 10,
+        tags: list[str] | None = None,
+        order: Annotated[str, "newest or oldest first"] = "newest",
+        exact: bool = False,
+        **filters,
+    ) -> list:
+        """Search the notes.
+
+        Only the first paragraph describes the tool.
+
+        Args:
+            query: what to look for,
+                in plain words
+            limit: at most this many hits
+        """
+
+    spec = describe_tool("search", search)
+    assert spec.definition() == {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search the notes.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "what to look for, in plain words"},
+                    "limit": {
+                        "type": "integer",
+                        "description": "at most this many hits",
+                        "default": 10,
+                    },
+                    "tags": {
+                        "anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}],
+                        "default": None,
+                    },
+                    "order": {
+                        "type": "string",
+                        "description": "newest or oldest first",
+                        "default": "newest",
+                    },
+                    "exact": {"type": "boolean", "default": False},
+                },
+                "required": ["query"],
+                "additionalProperties": True,
+            },
+        },
+    }
+
+
+def test_the_tool_decorator_gives_the_description_and_schema_explicitly():
+    schema = {"type": "object", "properties": {"when": {"type": "string", "format": "date"}}}
+
+    @tool(description="Plan a trip.", schema=schema)
+    def plan(when):
+        """Not this text."""
+
+    spec = describe_tool("plan", plan)
+    assert (spec.description, spec.parameters) == ("Plan a trip.", schema)
+    assert describe_tool("add", tools_for_tests.add).parameters["required"] == ["a", "b"]
+
+
+def test_a_tool_whose_parameters_have_no_json_schema_is_refused_with_what_to_do():
+    def remind(day: date):
+        """Remind me."""
+
+    with pytest.raises(ValueError, match=r"'day'.*has no JSON schema.*@tool\(schema=\.\.\.\)"):
+        describe_tool("remind", remind)
+    with pytest.raises(ValueError, match="not a valid tool name"):
+        describe_tool("remind me", tools_for_tests.add)
+
+
+# Streaming, input, output ---------------------------------------------------
+
+
+async def test_a_prompt_streams_its_answer_and_returns_the_whole_conversation(api, fake):
+    fake.reply(answer("Hel", "lo", " world", usage=(5, 3)))
+    run, events = await run_to_end(api, {"prompt": "Say hello"})
+
+    assert run["status"] == "succeeded", run["error"]
+    assert run["output"] == {
+        "text": "Hello world",
+        "messages": [
+            {"role": "user", "content": "Say hello"},
+            {"role": "assistant", "content": "Hello world"},
+        ],
+        "model": MODEL,
+        "finish_reason": "stop",
+        "usage": {"input_tokens": 5, "output_tokens": 3},
+    }
+    types = [event["type"] for event in events]
+    assert types == ["run.started", "message.started"] + ["text.delta"] * 3 + [
+        "message.completed", "usage", "run.succeeded"
+    ]  # fmt: skip
+    assert [delta["delta"] for delta in of_type(events, "text.delta")] == ["Hel", "lo", " world"]
+    assert run["snapshot"]["usage"] == {"input_tokens": 5, "output_tokens": 3}
+
+    [request] = fake.requests
+    assert request["path"] == "/v1/chat/completions"
+    assert request["headers"]["authorization"] == f"Bearer {SECRET}"
+    body = request["body"]
+    assert body["model"] == MODEL and body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert [t["function"]["name"] for t in body["tools"]] == list(TEST_TOOLS)
+
+
+async def test_the_input_chooses_model_temperature_system_message_and_tools(api, fake):
+    fake.reply(answer("Bonjour", model="other-model"))
+    history = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+               {"role": "user", "content": "In French?"}]  # fmt: skip
+    input = {
+        "messages": history,
+        "system": "Be brief.",
+        "model": "other-model",
+        "temperature": 0.2,
+        "tools": ["add"],
+    }
+    run, _ = await run_to_end(api, input)
+
+    assert run["status"] == "succeeded", run["error"]
+    body = fake.requests[0]["body"]
+    assert body["model"] == "other-model" and body["temperature"] == 0.2
+    assert body["messages"] == [{"role": "system", "content": "Be brief."}, *history]
+    assert [t["function"]["name"] for t in body["tools"]] == ["add"]
+    assert run["output"]["model"] == "other-model"
+    assert run["output"]["messages"][-1] == {"role": "assistant", "content": "Bonjour"}
+
+    fake.reply(answer("Sure"))
+    run, _ = await run_to_end(api, {"prompt": "no tools", "tools": []})
+    assert "tools" not in fake.requests[1]["body"]
+
+
+async def test_submit_rejects_unknown_tools_and_needs_exactly_one_of_prompt_and_messages(api, fake):
+    listing = (await api.get("agents")).json()["agents"]
+    schema = next(agent for agent in listing if agent["name"] == "openai")["input_schema"]
+    assert schema["properties"]["tools"]["items"]["enum"] == sorted(TEST_TOOLS)
+
+    problems = {}
+    for label, input in {
+        "unknown tool": {"prompt": "hi", "tools": ["add", "rm_rf"]},
+        "neither": {"model": "x"},
+        "both": {"prompt": "hi", "messages": [{"role": "user", "content": "hi"}]},
+        "bad role": {"messages": [{"role": "wizard", "content": "hi"}]},
+    }.items():
+        response = await submit(api, agent="openai", input=input)
+        assert response.status_code == 400 and response.json()["error"] == "invalid_input", label
+        problems[label] = response.json()["message"]
+    assert (
+        "input/tools/1: 'rm_rf' is not one of ['add', 'broken', 'committed_tool_calls', 'get_weather']"
+        in problems["unknown tool"]
+    )
+    assert "'prompt' is a required property" in problems["neither"]
+    assert problems["both"].startswith("input/prompt: ")
+    assert "wizard" in problems["bad role"]
+    assert fake.requests == []
+
+
+async def test_a_local_server_without_a_key_gets_a_placeholder_key(api, fake, monkeypatch):
+    monkeypatch.delenv(KEY_ENV)
+    fake.reply(answer("ok", usage=None))  # nor does it count tokens
+    run, events = await run_to_end(api, {"prompt": "hi"})
+    assert run["status"] == "succeeded"
+    assert run["output"]["usage"] is None and of_type(events, "usage") == []
+    assert fake.requests[0]["headers"]["authorization"] == f"Bearer {openai_chat.NO_KEY}"
+
+
+# Tools ------------------------------------------------------------------------
+
+
+async def test_tool_calls_split_across_chunks_run_a_sync_and_an_async_tool(api, fake):
+    fake.reply(
+        tool_calls(
+            ("add", '{"a": 1, "b": 2}'),
+            ("get_weather", '{"city": "Paris"}'),
+            pieces=4,
+            usage=(10, 4),
+        ),
+        answer("1 + 2 = 3, and Paris is at 21 °C.", usage=(30, 12)),
+    )
+    run, events = await run_to_end(api, {"prompt": "Add 1 and 2, and the weather in Paris?"})
+
+    assert run["status"] == "succeeded", run["error"]
+    tools = run["snapshot"]["tools"]
+    assert [(t["name"], t["args"], t["status"], t["result"]) for t in tools] == [
+        ("add", {"a": 1, "b": 2}, "completed", 3),
+        (
+            "get_weather",
+            {"city": "Paris"},
+            "completed",
+            {"city": "Paris", "temperature": 21, "unit": "celsius"},
+        ),
+    ]
+    name, details = tools_for_tests.calls[0]
+    assert name == "add" and details["thread"] != "MainThread"  # a sync tool runs in a thread
+    types = [event["type"] for event in events]
+    assert types == ["run.started", "usage", "tool.started", "tool.completed", "tool.started",
+                     "tool.completed", "message.started", "text.delta", "message.completed", "usage",
+                     "run.succeeded"]  # fmt: skip
+    assert of_type(events, "usage") == [
+        {"input_tokens": 10, "output_tokens": 4},
+        {"input_tokens": 40, "output_tokens": 16},
+    ]
+
+    # The model's second request carries its tool calls, put back together, and their results.
+    sent = fake.requests[1]["body"]["messages"]
+    assert sent[1] == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_fake_0",
+                "type": "function",
+                "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'},
+            },
+            {
+                "id": "call_fake_1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            },
+        ],
+    }
+    assert sent[2:] == [
+        {"role": "tool", "tool_call_id": "call_fake_0", "content": "3"},
+        {
+            "role": "tool",
+            "tool_call_id": "call_fake_1",
+            "content": '{"city": "Paris", "temperature": 21, "unit": "celsius"}',
+        },
+    ]
+    assert run["output"]["messages"] == [
+        *sent,
+        {"role": "assistant", "content": "1 + 2 = 3, and Paris is at 21 °C."},
+    ]
+    assert run["output"]["usage"] == {"input_tokens": 40, "output_tokens": 16}
+
+
+async def test_a_failing_or_unknown_tool_completes_not_ok_and_the_model_reads_the_error(api, fake):
+    fake.reply(
+        tool_calls(
+            ("broken", '{"city": "Atlantis"}'),
+            ("rm_rf", "{}"),
+            ("add", '{"a": "one", "b": 2}'),
+            ("add", "{oops"),
+        ),
+        answer("Sorry, I could not find out."),
+    )
+    run, events = await run_to_end(api, {"prompt": "Weather in Atlantis?"})
+
+    assert run["status"] == "succeeded", run["error"]
+    completed = of_type(events, "tool.completed")
+    assert [c["ok"] for c in completed] == [False] * 4
+    assert [c["error"]["type"] for c in completed] == [
+        "LookupError",
+        error_type(openai_chat.UnknownTool),
+        error_type(openai_chat.InvalidToolArguments),
+        error_type(openai_chat.InvalidToolArguments),
+    ]
+    assert completed[0]["error"]["message"] == "no weather station in Atlantis"
+    assert of_type(events, "tool.started")[3]["args"] == {"arguments": "{oops"}
+    replies = [m["content"] for m in fake.requests[1]["body"]["messages"] if m["role"] == "tool"]
+    assert replies[0] == "Error: LookupError: no weather station in Atlantis"
+    assert "there is no tool 'rm_rf' in this run" in replies[1]
+    assert "'one' is not of type 'integer'" in replies[2]
+    assert "not JSON" in replies[3]
+    assert tools_for_tests.calls == []  # add never ran with bad arguments
+
+
+async def test_a_tool_call_is_durable_before_the_tool_runs_and_its_result_before_the_next_model_call(
+    api, fake, engine, monkeypatch
+):
+    monkeypatch.setenv("AGENTRUNS_TEST_DB", engine.config.db_path)
+    committed_at_second_request = []
+
+    def count_committed(request):
+        if len(fake.requests) == 2:
+            db = sqlite3.connect(engine.config.db_path)
+            try:
+                query = "SELECT type, count(*) FROM events WHERE type LIKE 'tool.%' GROUP BY type"
+                committed_at_second_request.append(dict(db.execute(query).fetchall()))
+            finally:
+                db.close()
+
+    fake.on_request = count_committed
+    fake.reply(tool_calls(("committed_tool_calls", "{}")), answer("done"))
+    run, _ = await run_to_end(api, {"prompt": "check"})
+
+    assert run["status"] == "succeeded", run["error"]
+    assert run["snapshot"]["tools"][0]["result"] == 1  # its own tool.started was already committed
+    assert committed_at_second_request == [{"tool.started": 1, "tool.completed": 1}]
+
+
+@pytest.mark.parametrize("openai_config", [{"max_tool_iterations": 2}])
+async def test_max_tool_iterations_bounds_the_tool_loop(api, fake):
+    fake.reply(
+        *[tool_calls(("add", '{"a": 1, "b": 1}')) for _ in range(3)], answer("never reached")
+    )
+    run, _ = await run_to_end(api, {"prompt": "loop forever"})
+
+    assert run["status"] == "failed"
+    assert run["error"]["type"] == error_type(openai_chat.MaxToolIterationsExceeded)
+    assert (
+        "after 2 rounds" in run["error"]["message"]
+        and "max_tool_iterations" in run["error"]["message"]
+    )
+    assert len(fake.requests) == 3 and len(tools_for_tests.calls) == 2
+
+
+# Cancellation -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("openai_config", [{"request_timeout": 60}])
+async def test_cancelling_mid_stream_closes_the_upstream_connection_at_once(api, fake):
+    fake.reply(
+        Stream(
+            [chunk({"role": "assistant", "content": ""}), chunk({"content": "Once upon a time"})],
+            hold=True,
+        )
+    )
+    response = await submit(api, agent="openai", input={"prompt": "A long story, please"})
+    run_id = response.json()["run_id"]
+    for _ in range(500):
+        run = (await api.get(f"runs/{run_id}")).json()
+        if run["snapshot"]["messages"]:
+            break
+        await asyncio.sleep(0.01)
+    assert run["snapshot"]["messages"][0]["text"] == "Once upon a time"
+    assert fake.disconnects == 0
+
+    cancel = await api.post(f"runs/{run_id}/cancel", json={"reason": "enough"})
+    assert cancel.status_code == 202
+    await asyncio.wait_for(fake.disconnected.wait(), timeout=5)  # long before request_timeout
+    run = await wait_run(api, run_id)
+    assert run["status"] == "cancelled"
+    assert run["cancel"]["stage"]["step"] == "message m1 streaming"
+    assert fake.disconnects == 1
+
+
+@pytest.mark.parametrize("openai_config", [{"request_timeout": 60}])
+async def test_cancelling_while_the_model_thinks_closes_the_upstream_connection_too(api, fake):
+    fake.reply(Hang())  # a model server still working on its first token
+    response = await submit(api, agent="openai", input={"prompt": "Think hard"})
+    run_id = response.json()["run_id"]
+    for _ in range(500):
+        if fake.requests:
+            break
+        await asyncio.sleep(0.01)
+
+    await api.post(f"runs/{run_id}/cancel", json={"reason": "too slow"})
+    await asyncio.wait_for(fake.disconnected.wait(), timeout=5)
+    assert (await wait_run(api, run_id))["status"] == "cancelled"
+
+
+# Upstream errors ---------------------------------------------------------------
+
+
+async def test_a_refused_key_fails_upstream_auth_and_the_key_appears_nowhere(api, fake, caplog):
+    fake.reply(
+        Status(401, error_body(f"Incorrect API key provided: {SECRET}.", code="invalid_api_key"))
+    )
+    run, events = await run_to_end(api, {"prompt": "hi"})
+
+    assert run["status"] == "failed"
+    assert run["error"]["type"] == error_type(openai_chat.UpstreamAuth)
+    message = run["error"]["message"]
+    assert "refused the API key (401: Incorrect API key provided: ***.)" in message
+    assert KEY_ENV in message and "127.0.0.1" in message
+    assert SECRET not in json.dumps(run) and SECRET not in json.dumps(events)
+    assert "refused the API key" in caplog.text and SECRET not in caplog.text
+    assert len(fake.requests) == 1  # no retry: the key will not get better
+
+
+@pytest.mark.parametrize("status", [429, 503])
+async def test_a_rate_limit_or_server_error_before_the_first_token_is_retried(api, fake, status):
+    fake.reply(Status(status, error_body("slow down"), {"Retry-After": "0"}), answer("Made it"))
+    run, events = await run_to_end(api, {"prompt": "hi"})
+
+    assert run["status"] == "succeeded", run["error"]
+    assert run["output"]["text"] == "Made it" and len(fake.requests) == 2
+    [retry] = of_type(events, "x.upstream_retry")
+    assert retry["retry"] == 1 and retry["max_retries"] == 2 and retry["delay"] == 0
+    assert f"{status}" in retry["error"]["message"]
+
+
+async def test_rate_limiting_that_outlasts_the_retries_fails_upstream_rate_limit(api, fake):
+    fake.reply(*[Status(429, error_body("Rate limit reached for requests")) for _ in range(3)])
+    run, events = await run_to_end(api, {"prompt": "hi"})
+
+    assert run["status"] == "failed"
+    assert run["error"]["type"] == error_type(openai_chat.UpstreamRateLimit)
+    assert "429 after 3 attempts" in run["error"]["message"]
+    assert "Rate limit reached" in run["error"]["message"]
+    assert len(fake.requests) == 3 and len(of_type(events, "x.upstream_retry")) == 2
+
+
+@pytest.mark.parametrize("openai_config", [{"request_timeout": 0.5}])
+async def test_a_silent_server_fails_upstream_timeout_without_a_retry(api, fake):
+    fake.reply(Hang(), answer("too late"))
+    run, events = await run_to_end(api, {"prompt": "hi"})
+
+    assert run["status"] == "failed"
+    assert run["error"]["type"] == error_type(openai_chat.UpstreamTimeout)
+    assert "sent nothing for 0.5 s" in run["error"]["message"]
+    assert len(fake.requests) == 1 and of_type(events, "x.upstream_retry") == []
+    await asyncio.wait_for(fake.disconnected.wait(), timeout=5)
+
+
+async def test_a_refused_connection_is_retried_then_fails_upstream_unreachable(api, engine):
+    engine.agents["openai"].fn.base_url = closed_port_url()
+    run, events = await run_to_end(api, {"prompt": "hi"})
+
+    assert run["status"] == "failed"
+    assert run["error"]["type"] == error_type(openai_chat.UpstreamUnreachable)
+    assert run["error"]["message"].startswith("cannot talk to the model server at 127.0.0.1:")
+    assert len(of_type(events, "x.upstream_retry")) == 2
+
+
+async def test_a_stream_that_breaks_after_the_first_token_is_not_retried(api, fake):
+    fake.reply(
+        Stream([chunk({"role": "assistant", "content": "Hel"})], cut=True), answer("Hello again")
+    )
+    run, _ = await run_to_end(api, {"prompt": "hi"})
+
+    assert run["status"] == "failed"
+    assert run["error"]["type"] == error_type(openai_chat.UpstreamUnreachable)
+    assert run["snapshot"]["messages"][0]["text"] == "Hel"  # shown once, never repeated
+    assert len(fake.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "reply, says",
+    [
+        (
+            Status(404, {"error": 'model "llama3.2" not found, try pulling it first'}),
+            'answered 404: model "llama3.2" not found, try pulling it first',
+        ),
+        (
+            Stream([{"error": {"message": "The model is overloaded", "type": "server_error"}}]),
+            "reported an error: The model is overloaded",
+        ),
+    ],
+    ids=["unknown-model", "error-mid-stream"],
+)
+async def test_other_upstream_errors_fail_upstream_error_with_the_servers_words(
+    api, fake, reply, says
+):
+    fake.reply(reply)
+    run, _ = await run_to_end(api, {"prompt": "hi"})
+
+    assert run["status"] == "failed"
+    assert run["error"]["type"] == error_type(openai_chat.UpstreamError)
+    assert (
+        run["error"]["message"]
+        == f"the model server at 127.0.0.1:{fake.url.split(':')[2][:-3]} {says}"
+    )
+
+
+@pytest.mark.parametrize(
+    "chunks, says",
+    [
+        (["{not json"], "not JSON"),
+        (['{"choices": [{"index": 0, "delta": {"content": 42}}]}'], "malformed chunk"),
+        ([chunk({"content": "Hi"})], "no finish_reason"),
+    ],
+    ids=["not-json", "not-a-chunk", "no-finish"],
+)
+async def test_a_malformed_stream_fails_upstream_protocol(api, fake, chunks, says):
+    fake.reply(Stream(chunks))
+    run, _ = await run_to_end(api, {"prompt": "hi"})
+
+    assert run["status"] == "failed"
+    assert run["error"]["type"] == error_type(openai_chat.UpstreamProtocol)
+    assert says in run["error"]["message"]
+
+
+# The example agent ----------------------------------------------------------------
+
+
+async def test_the_example_weather_agent_runs_and_alerts_once(api, tmp_path, monkeypatch):
+    alerts = tmp_path / "alerts.jsonl"
+    monkeypatch.setenv("WEATHER_ALERTS_FILE", str(alerts))
+    from weather_agent import get_weather
+
+    cities = ["Shanghai", "Oslo"]
+    coldest = min(get_weather(city)["temperature"] for city in cities)
+    run, events = await run_to_end(
+        api, {"cities": cities, "alert_below": coldest + 1, "delay": 0}, agent="weather"
+    )
+
+    assert run["status"] == "succeeded", run["error"]
+    tools = run["snapshot"]["tools"]
+    assert [t["name"] for t in tools] == ["get_weather", "get_weather", "send_alert"]
+    assert all(t["status"] == "completed" for t in tools)
+    assert run["snapshot"]["messages"][0]["text"].startswith(
+        f"Shanghai: {get_weather('Shanghai')['temperature']} °C"
+    )
+    assert run["snapshot"]["progress"] == {"fraction": 1.0, "message": "done"}
+    assert len(alerts.read_text().splitlines()) == 1
+    assert [e["type"] for e in events][-4:] == [
+        "tool.started",
+        "tool.completed",
+        "progress",
+        "run.succeeded",
+    ]
+
+
+async def test_cancelling_the_example_weather_agent_sends_no_alert(api, tmp_path, monkeypatch):
+    alerts = tmp_path / "alerts.jsonl"
+    monkeypatch.setenv("WEATHER_ALERTS_FILE", str(alerts))
+    response = await submit(
+        api, agent="weather", input={"cities": ["Oslo"], "alert_below": 100, "delay": 5}
+    )
+    run_id = response.json()["run_id"]
+    for _ in range(500):
+        if (await api.get(f"runs/{run_id}")).json()["snapshot"]["tools"]:
+            break
+        await asyncio.sleep(0.01)
+    await api.post(f"runs/{run_id}/cancel", json={"reason": "changed my mind"})
+    run = await wait_run(api, run_id)
+
+    assert run["status"] == "cancelled"
+    assert run["cancel"]["stage"]["step"] == "tool get_weather running"
+    assert not alerts.exists()
+
+
+@pytest.mark.parametrize("openai_config", [{"tools": {"get_weather": "weather_agent:get_weather"}}])
+async def test_the_example_get_weather_is_a_tool_for_the_openai_agent(api, fake):
+    fake.reply(
+        tool_calls(("get_weather", '{"city": "Oslo", "unit": "fahrenheit"}')), answer("Chilly.")
+    )
+    run, _ = await run_to_end(api, {"prompt": "Weather in Oslo?"})
+
+    assert run["status"] == "succeeded", run["error"]
+    from weather_agent import get_weather
+
+    assert run["snapshot"]["tools"][0]["result"] == get_weather("Oslo", "fahrenheit")
+    [offered] = fake.requests[0]["body"]["tools"]
+    assert offered["function"]["description"] == "The current weather in a city."
+    assert offered["function"]["parameters"]["properties"]["unit"] == {
+        "enum": ["celsius", "fahrenheit"], "description": "the temperature's unit", "default": "celsius"
+    }  # fmt: skip
+
+
+README = (Path(__file__).parent.parent / "README.md").read_text()
+
+
+@pytest.mark.skipif("## Use a real model" not in README, reason="no 'Use a real model' section yet")
+def test_the_readme_documents_every_setting_and_error_type_of_the_openai_agent():
+    section = README.split("## Use a real model", 1)[1].split("\n## ", 1)[0]
+    for name in openai_chat.OpenAIAgent.class_traits(config=True):
+        assert f"`{name}`" in section, name
+    for error in (
+        openai_chat.UpstreamAuth,
+        openai_chat.UpstreamRateLimit,
+        openai_chat.UpstreamTimeout,
+        openai_chat.UpstreamUnreachable,
+        openai_chat.UpstreamProtocol,
+        openai_chat.UpstreamError,
+        openai_chat.MaxToolIterationsExceeded,
+        openai_chat.UnknownTool,
+        openai_chat.InvalidToolArguments,
+    ):
+        assert f"`{error.error_type}`" in section, error
