@@ -449,7 +449,7 @@ def reduce_stored(db, run_id: str, snapshot: dict, after: int, upto: int) -> dic
         rows = store.read_events(db, run_id, after, 5000, upto)
         if not rows:
             break
-        for seq, type, _ts, data in rows:
+        for _seq, type, _ts, data in rows:
             reducer.apply(snapshot, {"type": type, "data": json.loads(data)})
         after = rows[-1][0]
     return snapshot

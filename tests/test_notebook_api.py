@@ -1,6 +1,5 @@
 """The notebook API in a real kernel started by a real server: re-running a cell re-attaches."""
 
-import json
 import time
 
 import pytest
