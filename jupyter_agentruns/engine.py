@@ -357,6 +357,7 @@ class Engine:
 
     async def delete(self, owner: str, run_id: str) -> None:
         await self.start()
+        self.owned_row(owner, run_id)  # 404, or 410 for a run retention deleted
 
         def delete(db) -> None:
             row = store.get_run(db, run_id)

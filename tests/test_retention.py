@@ -132,5 +132,6 @@ async def test_a_run_past_its_retention_is_gone_with_410_for_its_owner_and_404_f
     assert response.status_code == 410 and response.json()["error"] == "run_expired"
     assert (await api.get(f"runs/{run_id}/events", headers=alice)).status_code == 410
     assert (await api.post(f"runs/{run_id}/cancel", headers=alice)).status_code == 410
+    assert (await api.delete(f"runs/{run_id}", headers=alice)).status_code == 410
     assert (await api.get(f"runs/{run_id}", headers={"X-Test-User": "bob"})).status_code == 404
     assert (await api.get("runs", headers=alice)).json()["runs"] == []

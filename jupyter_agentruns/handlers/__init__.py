@@ -1,11 +1,12 @@
 """HTTP handlers, one module per resource, all under ``{base_url}api/agentruns/``."""
 
-from . import agents, base, events, runs, streams
+from . import agents, base, events, openapi, runs, streams
 
 default_handlers = [
     *agents.default_handlers,
     *runs.default_handlers,
     *events.default_handlers,
     *streams.default_handlers,
+    *openapi.default_handlers,
     *base.default_handlers,  # the JSON 404 for anything else: last
 ]

@@ -63,8 +63,19 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
                 message = "The server failed on this request; its log has the details."
             body = {"error": _GENERIC_CODES.get(status_code, "server_error" if status_code >= 500 else "http_error"),
                     "message": message}
+        if status_code == 405:
+            self.set_header("Allow", ", ".join(self.allowed_methods()))
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(body))
+
+    @classmethod
+    def allowed_methods(cls) -> list[str]:
+        """The methods this handler implements (for a 405's Allow header)."""
+        return [
+            method
+            for method in cls.SUPPORTED_METHODS
+            if getattr(cls, method.lower()) is not getattr(web.RequestHandler, method.lower())
+        ]
 
     def json_body(self, raw: bytes, *, required: bool = True) -> dict[str, Any]:
         """The request body as a JSON object (400 otherwise)."""

@@ -17,6 +17,7 @@ RUN_ID = r"(?P<run_id>[^/]+)"
 SUBMIT_FIELDS = {"agent": str, "input": dict, "session": str, "metadata": dict, "retry_of": str}
 LIST_LIMIT_DEFAULT = 50
 LIST_LIMIT_MAX = 500
+SQLITE_MAX_INTEGER = 2**63 - 1
 
 
 def submit_request(body: dict[str, Any]) -> SubmitRequest:
@@ -96,7 +97,7 @@ class RunsHandler(AgentRunsHandler):
                 f"Unknown status {status!r}; one of {', '.join((*ACTIVE_STATUSES, *TERMINAL_STATUSES))}."
             )
         limit = self.int_argument("limit", LIST_LIMIT_DEFAULT, 1, LIST_LIMIT_MAX)
-        before = self.int_argument("before", None, 1)
+        before = self.int_argument("before", None, 1, SQLITE_MAX_INTEGER)
         runs, next_cursor = self.engine.list_runs(
             self.owner,
             status=status,
