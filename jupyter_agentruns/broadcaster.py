@@ -36,16 +36,30 @@ class CursorExpired(Exception):
 class Event:
     """A committed event as subscribers see it: its seq, type and wire JSON."""
 
-    __slots__ = ("seq", "type", "envelope")
+    __slots__ = ("seq", "type", "envelope", "_frames")
 
     def __init__(self, seq: int, type: str, envelope: str):
         self.seq = seq
         self.type = type
         self.envelope = envelope
+        self._frames: tuple[str | None, str | None] = (None, None)
 
     @property
     def terminal(self) -> bool:
         return self.type in TERMINAL_TYPES
+
+    def sse(self, with_id: bool = True) -> str:
+        """The event's SSE frame, built once however many subscribers send it."""
+        with_seq, without = self._frames
+        if with_id:
+            if with_seq is None:
+                with_seq = f"id: {self.seq}\nevent: {self.type}\ndata: {self.envelope}\n\n"
+                self._frames = (with_seq, without)
+            return with_seq
+        if without is None:
+            without = f"event: {self.type}\ndata: {self.envelope}\n\n"
+            self._frames = (with_seq, without)
+        return without
 
 
 def envelope(run_id_json: str, seq: int, type: str, ts: str, data: str) -> str:

@@ -94,7 +94,7 @@ class Compactor:
         watermark = target - 1
         snapshot = None
         if row["snapshot_seq"] < watermark:
-            base = reducer.reduce([], row["snapshot"])
+            base = reducer.Snapshot(row["snapshot"])
             loop = asyncio.get_running_loop()
             snapshot = await loop.run_in_executor(
                 None, self._reduce, run_id, base, row["snapshot_seq"], watermark
@@ -126,10 +126,10 @@ class Compactor:
             await asyncio.sleep(0)
         return True
 
-    def _reduce(self, run_id: str, snapshot: dict, after: int, upto: int) -> dict:
+    def _reduce(self, run_id: str, snapshot: reducer.Snapshot, after: int, upto: int) -> dict:
         from .engine import reduce_stored
 
-        return reduce_stored(self._read_db(), run_id, snapshot, after, upto)
+        return reduce_stored(self._read_db(), run_id, snapshot, after, upto).to_dict()
 
     async def bury(self, run_id: str, owner: str) -> None:
         """Delete a run past its retention, in chunks, leaving its tombstone."""

@@ -19,7 +19,7 @@ from typing import Any
 
 from . import reducer, store
 from .agents import AgentSpec
-from .broadcaster import Broadcaster, Event, Subscriber
+from .broadcaster import Broadcaster, Subscriber
 from .compaction import Compactor
 from .errors import ApiError, run_not_found
 from .executor import Executor
@@ -140,7 +140,7 @@ class Engine:
             channel = self.broadcaster.get(run_id)
             if channel is None:
                 continue
-            channel.publish([Event(i.seq, i.type, i.envelope) for i in items])
+            channel.publish(items)
             # A live run over its event budget (with some slack, so this is
             # not every batch) is compacted while it goes on.
             kept = channel.committed_seq - channel.first_seq + 1
@@ -318,8 +318,9 @@ class Engine:
             self.activity_changed()
         return self.run_object(row), replayed
 
-    def owned_row(self, owner: str, run_id: str) -> dict[str, Any]:
-        row = store.get_run(self.db, run_id)
+    def owned_row(self, owner: str, run_id: str, *, full: bool = False) -> dict[str, Any]:
+        """The caller's run (``full``: every column; else only its head), or 404/410."""
+        row = store.get_run(self.db, run_id) if full else store.get_run_head(self.db, run_id)
         if row is None:
             tombstone = store.get_tombstone(self.db, run_id)
             if tombstone is not None and tombstone["owner"] == owner:
@@ -334,7 +335,7 @@ class Engine:
         return row
 
     def get_run(self, owner: str, run_id: str) -> dict[str, Any]:
-        return self.run_object(self.owned_row(owner, run_id))
+        return self.run_object(self.owned_row(owner, run_id, full=True))
 
     def list_runs(
         self, owner: str, *, status: str | None, session: str | None, limit: int, before: int | None
@@ -394,14 +395,14 @@ class Engine:
         if cached is not None:
             self._snapshot_bytes -= cached[2]
         if cached is not None and row["snapshot_seq"] <= cached[0] <= last_seq:
-            seq, snapshot = cached[0], cached[1]
+            seq, builder = cached[0], cached[1]
         else:
-            seq, snapshot = row["snapshot_seq"], reducer.reduce([], row["snapshot"])
-        snapshot = reduce_stored(self.db, run_id, snapshot, seq, last_seq)
+            seq, builder = row["snapshot_seq"], reducer.Snapshot(row["snapshot"])
+        snapshot = reduce_stored(self.db, run_id, builder, seq, last_seq).to_dict()
         # Cached for the next read of a live run, within a memory budget.
         size = approximate_size(snapshot)
         if size <= SNAPSHOT_CACHE_BYTES // 4:
-            self._snapshots[run_id] = (last_seq, snapshot, size)
+            self._snapshots[run_id] = (last_seq, builder, size)
             self._snapshot_bytes += size
             while self._snapshot_bytes > SNAPSHOT_CACHE_BYTES:
                 self._snapshot_bytes -= self._snapshots.popitem(last=False)[1][2]
@@ -444,14 +445,14 @@ def request_cancel(db, run_id: str, reason: str | None) -> bool:
     return True
 
 
-def reduce_stored(db, run_id: str, snapshot: dict, after: int, upto: int) -> dict:
-    """Apply the stored events ``after < seq <= upto`` to ``snapshot`` in place."""
+def reduce_stored(db, run_id: str, snapshot: reducer.Snapshot, after: int, upto: int) -> reducer.Snapshot:
+    """Apply the stored events ``after < seq <= upto`` to ``snapshot``."""
     while after < upto:
         rows = store.read_events(db, run_id, after, 5000, upto)
         if not rows:
             break
         for _seq, type, _ts, data in rows:
-            reducer.apply(snapshot, {"type": type, "data": json.loads(data)})
+            snapshot.apply({"type": type, "data": json.loads(data)})
         after = rows[-1][0]
     return snapshot
 
@@ -460,8 +461,8 @@ def interrupt(db, row: dict[str, Any], reason: str) -> None:
     """End an unfinished run ``interrupted`` with its terminal event, in the caller's transaction."""
     seq = row["last_seq"] + 1
     snapshot = reduce_stored(
-        db, row["run_id"], reducer.reduce([], row["snapshot"]), row["snapshot_seq"], row["last_seq"]
-    )
+        db, row["run_id"], reducer.Snapshot(row["snapshot"]), row["snapshot_seq"], row["last_seq"]
+    ).to_dict()
     ts = now_iso()
     store.append_events(db, [(row["run_id"], seq, "run.interrupted", ts, json.dumps({"reason": reason}))])
     store.update_run(

@@ -50,6 +50,11 @@ CANCEL_GRACE_SECONDS = 10
 _PATH = re.compile(r"(?<![\w:/.~-])(?:[A-Za-z]:)?(?:[\\/][\w.~-]+){2,}[\\/]?")
 
 
+# Built once: json.dumps with options builds an encoder per call. allow_nan=False:
+# NaN is not JSON, and a browser could not parse the event.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 class RunClosed(Exception):
     """The run has ended (or was cancelled): it takes no more events."""
 
@@ -102,7 +107,7 @@ class RunContext:
         self.session: str | None = row["session"]
         self._run_id_json = json.dumps(self.run_id)
         self._seq: int = row["last_seq"]
-        self._snapshot = reducer.empty_snapshot()
+        self._snapshot = reducer.Snapshot()
         self._last_type: str | None = None
         self._closed = False
         self._cancel: dict[str, Any] | None = None
@@ -219,8 +224,7 @@ class RunContext:
     def _encode(self, type: str, data: dict[str, Any]) -> str:
         if self._closed:
             raise RunClosed(f"run {self.run_id} has ended")
-        # allow_nan=False: NaN is not JSON, and a browser could not parse the event.
-        data_json = json.dumps(data, separators=(",", ":"), allow_nan=False)
+        data_json = _ENCODER.encode(data)
         limit = self._executor.engine.config.max_event_bytes
         if len(data_json) > limit:
             error = EventTooLarge(f"a {type} event of {len(data_json)} bytes is over max_event_bytes ({limit})")
@@ -242,7 +246,7 @@ class RunContext:
         ts = now_iso()
         if type in reducer.TERMINAL_TYPES:
             fields = dict(fields or {})
-            fields["snapshot"] = self._snapshot
+            fields["snapshot"] = self._snapshot.to_dict()
             fields["snapshot_seq"] = seq
         item = Append(
             self.run_id,
@@ -258,7 +262,7 @@ class RunContext:
         if type in reducer.TERMINAL_TYPES:
             self._closed = True
         else:
-            reducer.apply(self._snapshot, {"type": type, "data": data})
+            self._snapshot.apply({"type": type, "data": data})
             self._last_type = type
         return seq
 
@@ -268,7 +272,7 @@ class RunContext:
         return self._closed or self._cancel is not None or self._interrupt_reason is not None
 
     def _stage(self) -> dict[str, Any]:
-        return {"seq": self._seq, "step": reducer.describe_step(self._snapshot, self._last_type)}
+        return {"seq": self._seq, "step": reducer.describe_step(self._snapshot.to_dict(), self._last_type)}
 
 
 class SyncRun:

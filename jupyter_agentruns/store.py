@@ -157,6 +157,19 @@ def get_run(db: Database, run_id: str) -> dict[str, Any] | None:
     return decode_run(rows[0]) if rows else None
 
 
+# What answering for a run needs, without the (possibly huge) snapshot and output.
+HEAD_COLUMNS = "run_id, owner, status, last_seq, first_seq, snapshot_seq, finished_ts"
+
+
+def get_run_head(db: Database, run_id: str) -> dict[str, Any] | None:
+    """A run's owner, status and seqs: cheap, whatever the size of its snapshot."""
+    cursor = db.conn.execute(f"SELECT {HEAD_COLUMNS} FROM runs WHERE run_id = ?", [run_id])
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    return dict(zip([c[0] for c in cursor.description], row))
+
+
 def list_runs(
     db: Database,
     owner: str,
@@ -293,6 +306,11 @@ def update_run(db: Database, run_id: str, encoded: dict[str, Any]) -> None:
     # Raw SQL: ``Table.update`` reads the row first, and this is on the append path.
     assignments = ", ".join(f"{name} = ?" for name in encoded)
     db.conn.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*encoded.values(), run_id])
+
+
+def set_last_seqs(db: Database, pairs: list[tuple[int, str]]) -> None:
+    """``(last_seq, run_id)`` pairs: the runs' state change for events that imply no other."""
+    db.conn.executemany("UPDATE runs SET last_seq = ? WHERE run_id = ?", pairs)
 
 
 def append_events(db: Database, rows: Iterable[tuple]) -> None:

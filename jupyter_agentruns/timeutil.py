@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
+
+_last: tuple[int, str] = (-1, "")
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    # Formatting a datetime costs more than the rest of an event's bookkeeping;
+    # runs emit thousands of events per millisecond-stamp, so reuse it.
+    global _last
+    millis = time.time_ns() // 1_000_000
+    if millis != _last[0]:
+        stamp = datetime.fromtimestamp(millis / 1000, timezone.utc).isoformat(timespec="milliseconds")
+        _last = (millis, stamp.replace("+00:00", "Z"))
+    return _last[1]

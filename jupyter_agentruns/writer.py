@@ -27,6 +27,7 @@ from typing import Any
 from sqlite_utils import Database
 
 from . import store
+from .broadcaster import Event
 
 log = logging.getLogger(__name__)
 
@@ -37,19 +38,17 @@ RETRY_FIRST_SECONDS = 0.05
 RETRY_MAX_SECONDS = 2.0
 
 
-class Append:
-    """One event of one run, with the run-state change it implies."""
+class Append(Event):
+    """One event of one run, with the run-state change it implies; published as is once committed."""
 
-    __slots__ = ("run_id", "seq", "type", "ts", "data", "fields", "envelope")
+    __slots__ = ("run_id", "ts", "data", "fields")
 
     def __init__(self, run_id, seq, type, ts, data, fields, envelope):
+        super().__init__(seq, type, envelope)  # envelope: the event's wire JSON, built once
         self.run_id = run_id
-        self.seq = seq
-        self.type = type
         self.ts = ts
         self.data = data  # JSON text
         self.fields = fields  # runs columns to set with this event (encoded), or None
-        self.envelope = envelope  # the event's wire JSON, built once
 
     @property
     def size(self) -> int:
@@ -203,6 +202,23 @@ class Writer:
                 refused.setdefault(item.run_id, []).append(item)
         return refused
 
+    @staticmethod
+    def _append(db: Database, runs: dict[str, list[Append]]) -> None:
+        """The events of ``runs`` and the run state they imply."""
+        store.append_events(db, [(i.run_id, i.seq, i.type, i.ts, i.data) for items in runs.values() for i in items])
+        plain = []
+        for run_id, items in runs.items():
+            fields: dict[str, Any] = {}
+            for item in items:
+                if item.fields:
+                    fields.update(item.fields)
+            if fields:
+                fields["last_seq"] = items[-1].seq
+                store.update_run(db, run_id, fields)
+            else:
+                plain.append((items[-1].seq, run_id))
+        store.set_last_seqs(db, plain)
+
     def _write(self, batch: list):
         """One transaction for the batch; returns (appended, refused, op results)."""
         db = self._db
@@ -212,29 +228,38 @@ class Writer:
         pending_runs: dict[str, list[Append]] = {}
 
         def flush_appends() -> None:
+            runs = {}
             for run_id, items in pending_runs.items():
                 if run_id in self._refused:
                     refused.setdefault(run_id, []).extend(items)
-                    continue
-                try:
-                    with db.atomic():
-                        store.append_events(db, [(i.run_id, i.seq, i.type, i.ts, i.data) for i in items])
-                        fields: dict[str, Any] = {}
-                        for item in items:
-                            if item.fields:
-                                fields.update(item.fields)
-                        fields["last_seq"] = items[-1].seq
-                        store.update_run(db, run_id, fields)
-                except sqlite3.IntegrityError:
-                    # Another server took these seqs: it ended this run after
-                    # this server's lease on it expired. This run's events are
-                    # refused; the others in the batch still commit.
-                    log.error("agentruns: events of %s were refused: another server ended it", run_id)
-                    self._refused.add(run_id)
-                    refused.setdefault(run_id, []).extend(items)
-                    continue
-                appended.setdefault(run_id, []).extend(items)
+                else:
+                    runs[run_id] = items
             pending_runs.clear()
+            if not runs:
+                return
+            try:
+                # All runs' events in one statement: the common case.
+                with db.atomic():
+                    self._append(db, runs)
+                accepted = runs
+            except sqlite3.IntegrityError:
+                # Some run's seqs are taken: find which, one run at a time.
+                accepted = {}
+                for run_id, items in runs.items():
+                    try:
+                        with db.atomic():
+                            self._append(db, {run_id: items})
+                    except sqlite3.IntegrityError:
+                        # Another server ended this run after this server's
+                        # lease on it expired: its events are refused, the
+                        # others in the batch still commit.
+                        log.error("agentruns: events of %s were refused: another server ended it", run_id)
+                        self._refused.add(run_id)
+                        refused.setdefault(run_id, []).extend(items)
+                    else:
+                        accepted[run_id] = items
+            for run_id, items in accepted.items():
+                appended.setdefault(run_id, []).extend(items)
 
         db.conn.execute("BEGIN IMMEDIATE")
         try:

@@ -122,6 +122,17 @@ def wait_attr(page, index: int, name: str, predicate: str, timeout=60_000):
     return widget(page, index).get_attribute(name)
 
 
+def wait_text(page, index: int, text: str, timeout=60_000) -> None:
+    page.wait_for_function(
+        """([index, text]) => {
+            const el = document.querySelectorAll('.agentruns-run')[index];
+            return !!el && el.innerText.includes(text);
+        }""",
+        arg=[index, text],
+        timeout=timeout,
+    )
+
+
 def save(page) -> None:
     page.keyboard.press("Control+s")
     page.wait_for_function(
@@ -156,7 +167,7 @@ def test_refresh_and_kernel_restart_reattach_to_the_one_run(lab, page):
     wait_idle(page)
     assert wait_attr(page, 0, "data-run-id", "!!v") == run_id
     wait_attr(page, 0, "data-status", "v === 'succeeded'", timeout=90_000)
-    assert expected in widget(page).inner_text()
+    wait_text(page, 0, expected)
     assert len(runs_of(lab)) == before + 1
 
     with lab.client() as client:
@@ -168,7 +179,7 @@ def test_refresh_and_kernel_restart_reattach_to_the_one_run(lab, page):
     run_cell(page, 0)
     wait_attr(page, 0, "data-status", "v === 'succeeded'")
     assert widget(page).get_attribute("data-run-id") == run_id
-    assert expected in widget(page).inner_text()
+    wait_text(page, 0, expected)
     assert len(runs_of(lab)) == before + 1
     print(f"\nfirst events visible {streaming:.1f} s after Ctrl+Enter; whole test {time.monotonic() - started:.1f} s")
 

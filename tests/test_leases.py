@@ -87,3 +87,28 @@ async def test_a_database_locked_by_another_process_delays_but_loses_nothing(api
     assert [e["seq"] for e in events] == list(range(1, run["last_seq"] + 1))
     assert run["output"]["text"] == run["snapshot"]["messages"][0]["text"]
     assert "retrying" in caplog.text  # the writer did back off
+
+
+@pytest.mark.parametrize("agentruns_config", [{}])
+async def test_a_run_whose_seqs_another_server_took_stops_and_the_others_go_on(api, engine, caplog):
+    taken = (await submit(api, input=demo_input(chunks=500, delay=0.01))).json()["run_id"]
+    other = (await submit(api, input=demo_input(chunks=100, delay=0.01))).json()["run_id"]
+    await asyncio.sleep(0.3)
+    db = sqlite3.connect(engine.config.db_path)
+    (last,) = db.execute("SELECT last_seq FROM runs WHERE run_id = ?", [taken]).fetchone()
+    db.executemany(
+        "INSERT INTO events (run_id, seq, type, ts, data) VALUES (?, ?, 'x.other', '2026-01-01T00:00:00.000Z', '{}')",
+        [(taken, seq) for seq in range(last + 1, last + 2001)],
+    )
+    db.commit()
+    db.close()
+    finished = await wait_run(api, other)
+    assert finished["status"] == "succeeded"
+    events = await all_events(api, other)
+    assert [e["seq"] for e in events] == list(range(1, finished["last_seq"] + 1))
+    for _ in range(50):
+        if taken not in engine.executor.live:
+            break
+        await asyncio.sleep(0.1)
+    assert taken not in engine.executor.live
+    assert "were refused" in caplog.text

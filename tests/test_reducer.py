@@ -47,3 +47,25 @@ def test_describe_step_for_a_streaming_message_and_a_fresh_run():
     assert describe_step(snapshot, "text.delta") == "message m1 streaming"
     assert describe_step(empty_snapshot(), "run.started") == "started"
     assert describe_step(empty_snapshot(), None) == "not started"
+
+
+@pytest.mark.parametrize("path", VECTORS, ids=lambda p: p.stem)
+def test_the_builder_and_single_event_apply_agree(path):
+    events = json.loads(path.read_text())["events"]
+    one_by_one = empty_snapshot()
+    for event in events:
+        apply(one_by_one, event)
+    assert one_by_one == reduce(events)
+
+
+def test_the_builder_can_be_read_midway_and_go_on():
+    from jupyter_agentruns.reducer import Snapshot
+
+    builder = Snapshot()
+    builder.apply({"type": "message.started", "data": {"message_id": "m1", "role": "assistant"}})
+    builder.apply({"type": "text.delta", "data": {"message_id": "m1", "delta": "ab"}})
+    assert builder.to_dict()["messages"][0]["text"] == "ab"
+    builder.apply({"type": "text.delta", "data": {"message_id": "m1", "delta": "cd"}})
+    builder.apply({"type": "text.delta", "data": {"message_id": "m2", "delta": "x"}})
+    texts = [m["text"] for m in builder.to_dict()["messages"]]
+    assert texts == ["abcd", "x"]

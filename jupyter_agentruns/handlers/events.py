@@ -16,6 +16,8 @@ from .base import AgentRunsHandler
 from .runs import RUN_ID
 
 SSE_BATCH = 500
+# The first write of a resumed stream is small, so the first event arrives at once.
+SSE_FIRST_BATCH = 32
 POLL_LIMIT_DEFAULT = 100
 POLL_LIMIT_MAX = 1000
 POLL_WAIT_MAX = 30
@@ -50,8 +52,10 @@ class EventsHandler(AgentRunsHandler):
                 self.write(sse.named("snapshot", json.dumps(snapshot), seq=subscriber.cursor))
             try:
                 await sse.send(self, "", config.write_timeout_seconds)
+                batch = SSE_FIRST_BATCH
                 while not subscriber.done:
-                    events = await subscriber.pull(SSE_BATCH, config.heartbeat_interval)
+                    events = await subscriber.pull(batch, config.heartbeat_interval)
+                    batch = SSE_BATCH
                     text = "".join(sse.frame(event) for event in events) if events else sse.PING
                     await sse.send(self, text, config.write_timeout_seconds)
             except sse.ClientGone:
@@ -100,7 +104,7 @@ def resume(engine, row: dict, cursor: int) -> tuple[Subscriber, dict | None]:
     """
     if cursor >= row["first_seq"] - 1:
         return engine.subscriber(row["run_id"], cursor), None
-    snapshot = engine.run_object(row)
+    snapshot = engine.get_run(row["owner"], row["run_id"])
     subscriber = engine.subscriber(row["run_id"], snapshot["last_seq"])
     subscriber.done = snapshot["status"] in TERMINAL_STATUSES
     return subscriber, snapshot

@@ -30,8 +30,7 @@ def begin(handler: RequestHandler) -> None:
 
 
 def frame(event: Event, *, with_id: bool = True) -> str:
-    head = f"id: {event.seq}\n" if with_id else ""
-    return f"{head}event: {event.type}\ndata: {event.envelope}\n\n"
+    return event.sse(with_id)
 
 
 def named(name: str, data: str, seq: int | None = None) -> str:
