@@ -11,6 +11,7 @@ waits for it and no memory grows for it.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections import deque
 
 from . import store
@@ -27,6 +28,26 @@ READ_MAX_BYTES = 1024 * 1024
 DATA_VERSION_POLL_SECONDS = 0.05
 # ...and a waiter rereads the store at least this often anyway.
 STORE_POLL_SECONDS = 0.5
+
+
+if sys.version_info >= (3, 11):
+
+    async def wait_event(event: asyncio.Event, timeout: float) -> None:
+        """Wait for ``event`` at most ``timeout`` seconds (a timer, not a task as wait_for)."""
+        try:
+            async with asyncio.timeout(timeout):
+                await event.wait()
+        except TimeoutError:
+            pass
+
+else:
+
+    async def wait_event(event: asyncio.Event, timeout: float) -> None:
+        """Wait for ``event`` at most ``timeout`` seconds."""
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
 
 
 class CursorExpired(Exception):
@@ -132,9 +153,7 @@ class Broadcaster:
         if self._poller is None and self._db is not None:
             self._poller = asyncio.ensure_future(self._poll_data_version())
         try:
-            await asyncio.wait_for(wake.wait(), min(timeout, STORE_POLL_SECONDS))
-        except asyncio.TimeoutError:
-            pass
+            await wait_event(wake, min(timeout, STORE_POLL_SECONDS))
         finally:
             self._remote_waiters -= 1
 
@@ -224,10 +243,7 @@ class Subscriber:
             if remote:
                 await self._broadcaster.wait_remote(wake, remaining)
                 continue
-            try:
-                await asyncio.wait_for(wake.wait(), remaining)
-            except asyncio.TimeoutError:
-                pass
+            await wait_event(wake, remaining)
 
 
 async def wait_any(subscribers: list[Subscriber], broadcaster: Broadcaster, timeout: float) -> None:

@@ -70,8 +70,8 @@ class Compactor:
                 self.engine.db, now - config.event_retention_seconds, config.max_retained_events
             )
             compacted = 0
-            for row in candidates:
-                if await self._compact(row["run_id"]):
+            for run_id in candidates:
+                if await self._compact(run_id):
                     compacted += 1
             expired = store.expired_runs(self.engine.db, now - config.run_retention_seconds)
             for run_id, owner in expired:
@@ -85,29 +85,30 @@ class Compactor:
 
     async def _compact(self, run_id: str) -> bool:
         config = self.config
-        row = store.get_run(self.engine.db, run_id)
-        if row is None:
+        head = store.get_run_head(self.engine.db, run_id)
+        if head is None:
             return False
-        target = compaction_target(row, time.time(), config.event_retention_seconds, config.max_retained_events)
+        target = compaction_target(head, time.time(), config.event_retention_seconds, config.max_retained_events)
         if target is None:
             return False
         watermark = target - 1
+        base_seq = store.snapshot_seq(self.engine.db, run_id)
         snapshot = None
-        if row["snapshot_seq"] < watermark:
-            base = reducer.Snapshot(row["snapshot"])
+        if base_seq < watermark:
+            # Only now the stored snapshot is needed, as the base to reduce onto.
+            base = reducer.Snapshot(store.get_run(self.engine.db, run_id)["snapshot"])
             loop = asyncio.get_running_loop()
-            snapshot = await loop.run_in_executor(
-                None, self._reduce, run_id, base, row["snapshot_seq"], watermark
-            )
+            snapshot = await loop.run_in_executor(None, self._reduce, run_id, base, base_seq, watermark)
 
         def record(db) -> bool:
-            current = store.get_run(db, run_id)
+            current = store.get_run_head(db, run_id)
             if current is None or current["first_seq"] >= target:
                 return False
             fields: dict[str, Any] = {"first_seq": target}
             # A newer snapshot (the terminal one) is never replaced by an older one.
-            if current["snapshot_seq"] < watermark:
-                if snapshot is None or row["snapshot_seq"] != current["snapshot_seq"]:
+            current_seq = store.snapshot_seq(db, run_id)
+            if current_seq < watermark:
+                if snapshot is None or current_seq != base_seq:
                     return False  # reduced from a base that changed meanwhile: next pass
                 fields["snapshot"] = snapshot
                 fields["snapshot_seq"] = watermark

@@ -303,7 +303,6 @@ class Engine:
                 "created_at": now_iso(),
                 "last_seq": 0,
                 "first_seq": 1,
-                "snapshot_seq": 0,
                 "executor_id": self.executor_id,
                 "lease_expires": time.time() + config.lease_seconds,
             }

@@ -1,7 +1,8 @@
 """The durable run store: SQLite through sqlite-utils.
 
-Three tables: ``runs`` (one row per run, its authoritative state), ``events``
-(the per-run log, keyed by ``(run_id, seq)``) and ``idempotency_keys``. Every
+Tables: ``runs`` (one row per run, its authoritative state), ``events`` (the
+per-run log, keyed by ``(run_id, seq)``), ``snapshots`` (a run's events folded
+up to a seq), ``idempotency_keys`` and ``tombstones``. Every
 function here is synchronous and takes the connection it works on: writes run
 on the writer thread inside its transaction (``writer.py``), reads on the
 server's event loop through a read connection of their own.
@@ -96,9 +97,27 @@ def _migration_3(db: Database) -> None:
     db["runs"].create_index(["status", "finished_ts"])
 
 
+def _migration_4(db: Database) -> None:
+    # A snapshot can hold 100 MB of text. In the runs row, every last_seq
+    # update rewrote it and every read of a later column walked through it.
+    db["snapshots"].create({"run_id": str, "seq": int, "snapshot": str}, pk="run_id", not_null={"seq", "snapshot"})
+    db.execute(
+        "INSERT INTO snapshots (run_id, seq, snapshot) "
+        "SELECT run_id, snapshot_seq, snapshot FROM runs WHERE snapshot IS NOT NULL"
+    )
+    db.execute("ALTER TABLE runs DROP COLUMN snapshot")
+    db.execute("ALTER TABLE runs DROP COLUMN snapshot_seq")
+
+
 # Append only: a database written by a newer version is refused, an older one
 # is brought forward one step at a time.
-MIGRATIONS = [_migration_1, _migration_2, _migration_3]
+MIGRATIONS = [_migration_1, _migration_2, _migration_3, _migration_4]
+
+# A run with its persisted snapshot (``snapshot_seq`` 0 and no snapshot when none).
+RUN_SELECT = (
+    "SELECT runs.rowid AS _rowid, runs.*, coalesce(snapshots.seq, 0) AS snapshot_seq, "
+    "snapshots.snapshot AS snapshot FROM runs LEFT JOIN snapshots ON snapshots.run_id = runs.run_id"
+)
 
 
 def connect(path: str | Path, synchronous: str = "FULL") -> Database:
@@ -135,7 +154,7 @@ def migrate(db: Database) -> None:
 
 
 def decode_run(row: dict[str, Any]) -> dict[str, Any]:
-    """A ``runs`` row with its JSON columns decoded."""
+    """A run row (``RUN_SELECT``) with its JSON columns decoded."""
     for column in JSON_COLUMNS:
         if row.get(column) is not None:
             row[column] = json.loads(row[column])
@@ -153,12 +172,12 @@ def encode_fields(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def get_run(db: Database, run_id: str) -> dict[str, Any] | None:
-    rows = list(db.query("SELECT * FROM runs WHERE run_id = ?", [run_id]))
+    rows = list(db.query(f"{RUN_SELECT} WHERE runs.run_id = ?", [run_id]))
     return decode_run(rows[0]) if rows else None
 
 
 # What answering for a run needs, without the (possibly huge) snapshot and output.
-HEAD_COLUMNS = "run_id, owner, status, last_seq, first_seq, snapshot_seq, finished_ts"
+HEAD_COLUMNS = "run_id, owner, status, last_seq, first_seq, finished_ts"
 
 
 def get_run_head(db: Database, run_id: str) -> dict[str, Any] | None:
@@ -189,10 +208,10 @@ def list_runs(
         where.append("session = ?")
         params.append(session)
     if before is not None:
-        where.append("rowid < ?")
+        where.append("runs.rowid < ?")
         params.append(before)
     params.append(limit)
-    sql = f"SELECT rowid AS _rowid, * FROM runs WHERE {' AND '.join(where)} ORDER BY rowid DESC LIMIT ?"
+    sql = f"{RUN_SELECT} WHERE {' AND '.join(where)} ORDER BY runs.rowid DESC LIMIT ?"
     return [decode_run(row) for row in db.query(sql, params)]
 
 
@@ -236,17 +255,21 @@ def get_tombstone(db: Database, run_id: str) -> dict[str, Any] | None:
     return rows[0] if rows else None
 
 
-def compaction_candidates(
-    db: Database, finished_before: float, max_events: int, limit: int = 100
-) -> list[dict[str, Any]]:
-    """Runs with events to fold into their snapshot: finished long enough ago, or too many events."""
+def compaction_candidates(db: Database, finished_before: float, max_events: int, limit: int = 100) -> list[str]:
+    """Ids of runs with events to fold into their snapshot: finished long enough ago, or too many events."""
     placeholders = ",".join("?" for _ in TERMINAL_STATUSES)
-    rows = db.query(
-        f"SELECT * FROM runs WHERE (status IN ({placeholders}) AND finished_ts < ? AND first_seq < last_seq) "
+    rows = db.conn.execute(
+        f"SELECT run_id FROM runs WHERE (status IN ({placeholders}) AND finished_ts < ? AND first_seq < last_seq) "
         "OR last_seq - first_seq + 1 > ? LIMIT ?",
         [*TERMINAL_STATUSES, finished_before, max_events, limit],
-    )
-    return [decode_run(row) for row in rows]
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
+def snapshot_seq(db: Database, run_id: str) -> int:
+    """The seq the run's persisted snapshot is at (0: none)."""
+    row = db.conn.execute("SELECT seq FROM snapshots WHERE run_id = ?", [run_id]).fetchone()
+    return row[0] if row else 0
 
 
 def expired_runs(db: Database, finished_before: float, limit: int = 1000) -> list[tuple[str, str]]:
@@ -280,7 +303,7 @@ def expired_active_runs(db: Database, now: float) -> list[dict[str, Any]]:
     """Runs not yet terminal whose executor's lease has run out."""
     placeholders = ",".join("?" for _ in ACTIVE_STATUSES)
     rows = db.query(
-        f"SELECT * FROM runs WHERE status IN ({placeholders}) "
+        f"{RUN_SELECT} WHERE status IN ({placeholders}) "
         "AND (lease_expires IS NULL OR lease_expires < ?)",
         [*ACTIVE_STATUSES, now],
     )
@@ -302,10 +325,20 @@ def insert_key(db: Database, owner: str, key: str, fingerprint: str, run_id: str
 
 
 def update_run(db: Database, run_id: str, encoded: dict[str, Any]) -> None:
-    """Set columns of a run; JSON columns already encoded (``encode_fields``)."""
-    # Raw SQL: ``Table.update`` reads the row first, and this is on the append path.
-    assignments = ", ".join(f"{name} = ?" for name in encoded)
-    db.conn.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*encoded.values(), run_id])
+    """Set columns of a run; JSON columns already encoded (``encode_fields``).
+
+    ``snapshot`` and ``snapshot_seq`` (always together) go to the snapshots table.
+    """
+    columns = dict(encoded)
+    snapshot, seq = columns.pop("snapshot", None), columns.pop("snapshot_seq", None)
+    if snapshot is not None:
+        db.conn.execute(
+            "INSERT OR REPLACE INTO snapshots (run_id, seq, snapshot) VALUES (?, ?, ?)", [run_id, seq, snapshot]
+        )
+    if columns:
+        # Raw SQL: ``Table.update`` reads the row first, and this is on the append path.
+        assignments = ", ".join(f"{name} = ?" for name in columns)
+        db.conn.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*columns.values(), run_id])
 
 
 def set_last_seqs(db: Database, pairs: list[tuple[int, str]]) -> None:
@@ -336,6 +369,7 @@ def bury(db: Database, run_id: str, owner: str, now: float) -> None:
 def delete_run(db: Database, run_id: str) -> None:
     db.conn.execute("DELETE FROM events WHERE run_id = ?", [run_id])
     db.conn.execute("DELETE FROM idempotency_keys WHERE run_id = ?", [run_id])
+    db.conn.execute("DELETE FROM snapshots WHERE run_id = ?", [run_id])
     db.conn.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
 
 

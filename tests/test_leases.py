@@ -15,9 +15,9 @@ def insert_foreign_run(db_path, run_id, lease_expires):
     """A running run of another server (executor) sharing the database."""
     db = sqlite3.connect(db_path)
     db.execute(
-        "INSERT INTO runs (run_id, owner, agent, status, created_at, last_seq, first_seq, snapshot_seq, "
+        "INSERT INTO runs (run_id, owner, agent, status, created_at, last_seq, first_seq, "
         "executor_id, lease_expires, metadata, input) VALUES (?, '~shared', 'demo', 'running', "
-        "'2026-01-01T00:00:00.000Z', 1, 1, 0, 'exec_other', ?, '{}', '{}')",
+        "'2026-01-01T00:00:00.000Z', 1, 1, 'exec_other', ?, '{}', '{}')",
         [run_id, lease_expires],
     )
     db.execute(

@@ -49,7 +49,11 @@ async def send(handler: RequestHandler, text: str, timeout: float) -> None:
     """
     handler.write(text)
     try:
-        await asyncio.wait_for(handler.flush(), timeout)
+        flushed = handler.flush()
+        if not flushed.done():  # the socket is full: the client is slow, wait a bounded time
+            await asyncio.wait_for(flushed, timeout)
+        else:
+            flushed.result()
     except (StreamClosedError, asyncio.TimeoutError):
         stream = handler.request.connection.stream
         if stream is not None and not stream.closed():
