@@ -52,7 +52,8 @@ def test_an_older_database_is_migrated_with_its_data(tmp_path, monkeypatch):
     old = store.connect(path)
     old.conn.execute(
         "INSERT INTO runs (run_id, owner, agent, status, created_at, last_seq, first_seq, snapshot, snapshot_seq) "
-        "VALUES ('run_old', 'me', 'demo', 'succeeded', 't', 7, 7, '{\\"messages\\": []}', 7)"
+        "VALUES ('run_old', 'me', 'demo', 'succeeded', 't', 7, 7, ?, 7)",
+        ['{"messages": []}'],
     )
     old.conn.close()
     monkeypatch.undo()
