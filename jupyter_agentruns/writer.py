@@ -86,6 +86,7 @@ class Writer:
         self._queue: deque = deque()
         self._cond = threading.Condition()
         self._stopping = False
+        self._idle = False
         # Runs whose appends were refused once: later ones would leave a hole.
         # Touched on the writer thread only.
         self._refused: set[str] = set()
@@ -129,11 +130,14 @@ class Writer:
         return self.run(lambda db: self._refused.discard(run_id))
 
     def _put(self, item) -> None:
-        with self._cond:
-            if self._stopping:
-                raise RuntimeError("the agentruns store is closed")
-            self._queue.append(item)
-            self._cond.notify()
+        if self._stopping:
+            raise RuntimeError("the agentruns store is closed")
+        self._queue.append(item)  # deque appends are atomic: no lock per event
+        # Wake the writer only when it sleeps (or is about to): it sets _idle
+        # under the lock before it looks at the queue, so no append is missed.
+        if self._idle:
+            with self._cond:
+                self._cond.notify()
 
     def _committed(self, appended: dict[str, list[Append]], refused: dict[str, list[Append]], results) -> None:
         try:
@@ -164,11 +168,13 @@ class Writer:
     def _run(self) -> None:
         while True:
             with self._cond:
+                self._idle = True
                 while not self._queue and not self._stopping:
                     self._cond.wait()
+                self._idle = False
                 if not self._queue and self._stopping:
                     return
-                batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
+            batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
             self._write_until_committed(batch)
 
     def _write_until_committed(self, batch: list) -> None:
