@@ -6,8 +6,11 @@ from .errors import ApiError
 
 
 def parse_cursor(last_event_id: str | None, after: str | None) -> int:
-    """The cursor a request asks for: ``Last-Event-ID`` wins over ``after``; absent means 0."""
-    raw = last_event_id if last_event_id is not None else after
+    """The cursor a request asks for: ``Last-Event-ID`` wins over ``after``; absent means 0.
+
+    An empty ``Last-Event-ID`` names no event: it counts as absent.
+    """
+    raw = last_event_id if last_event_id else after
     if raw is None or raw == "":
         return 0
     if not raw.isascii() or not raw.isdigit() or len(raw) > 18:

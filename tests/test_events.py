@@ -210,3 +210,11 @@ async def test_long_poll_waits_for_the_next_event(api):
     cursor = body["events"][-1]["seq"]
     body = (await api.get(f"runs/{run_id}/events", params={"after": cursor, "wait": 10})).json()
     assert body["events"] and body["events"][0]["seq"] == cursor + 1
+
+
+async def test_an_empty_last_event_id_counts_as_absent(api):
+    run = await finished_run(api, chunks=3)
+    response = await api.get(f"runs/{run['run_id']}/events", params={"after": "x"}, headers={"Last-Event-ID": ""})
+    assert response.status_code == 400 and response.json()["error"] == "invalid_cursor"
+    body = (await api.get(f"runs/{run['run_id']}/events", params={"after": 2}, headers={"Last-Event-ID": ""})).json()
+    assert body["events"][0]["seq"] == 3
