@@ -21,7 +21,8 @@ def where(frame: str) -> str:
     if not match:
         return frame
     file = match["file"]
-    for marker in ("site-packages/", "lib/python3", "/work/main/"):
+    repo = str(Path(__file__).resolve().parent.parent) + "/"
+    for marker in ("site-packages/", "lib/python3", repo):
         if marker in file:
             file = file.split(marker, 1)[1]
             break
