@@ -5,17 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from jupyter_core.paths import jupyter_data_dir
+from jupyter_server._tz import utcnow
 from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider
 from jupyter_server.extension.application import ExtensionApp
-from jupyter_server._tz import utcnow
 from jupyter_server.utils import url_path_join
 from traitlets import Dict, Enum, Float, Int, Unicode, default
 
 from .agents import load_agents
 from .engine import Config, Engine
 from .handlers import default_handlers
-
-SHARED_OWNER = "~shared"
 
 
 class AgentRuns(ExtensionApp):

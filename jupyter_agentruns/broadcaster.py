@@ -94,7 +94,6 @@ class Channel:
         self.committed_seq = committed_seq
         self.first_seq = 1
         self.compaction_due = False
-        self.finished = False
         self._window: deque[Event] = deque()
         self._window_bytes = 0
         self._wake = asyncio.Event()
@@ -103,8 +102,6 @@ class Channel:
         for event in events:
             self._window.append(event)
             self._window_bytes += len(event.envelope)
-            if event.terminal:
-                self.finished = True
         while len(self._window) > WINDOW_EVENTS or self._window_bytes > WINDOW_BYTES:
             self._window_bytes -= len(self._window.popleft().envelope)
         self.committed_seq = events[-1].seq

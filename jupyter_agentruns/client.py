@@ -20,7 +20,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-TERMINAL = ("succeeded", "failed", "cancelled", "interrupted")
+from .reducer import TERMINAL_TYPES
+
+TERMINAL = tuple(TERMINAL_TYPES.values())
 
 
 class AgentRunsError(Exception):

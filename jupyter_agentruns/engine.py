@@ -240,10 +240,6 @@ class Engine:
     def activity_changed(self) -> None:
         self._on_activity()
 
-    @property
-    def busy(self) -> bool:
-        return bool(self.executor.live)
-
     # Runs ----------------------------------------------------------------
 
     async def submit(

@@ -18,8 +18,10 @@ from typing import Any
 
 from sqlite_utils import Database
 
+from .reducer import TERMINAL_TYPES
+
 ACTIVE_STATUSES = ("queued", "running", "cancelling")
-TERMINAL_STATUSES = ("succeeded", "failed", "cancelled", "interrupted")
+TERMINAL_STATUSES = tuple(TERMINAL_TYPES.values())
 
 # How long a connection waits for another process's write lock before the
 # writer backs off and retries (it never gives up on a batch).
