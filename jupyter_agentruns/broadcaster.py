@@ -11,7 +11,7 @@ waits for it and no memory grows for it.
 from __future__ import annotations
 
 import asyncio
-import sys
+import contextlib
 from collections import deque
 
 from . import store
@@ -30,24 +30,65 @@ DATA_VERSION_POLL_SECONDS = 0.05
 STORE_POLL_SECONDS = 0.5
 
 
-if sys.version_info >= (3, 11):
+class Signal:
+    """A wake-up for everyone waiting on it at once (a commit, a run's end)."""
 
-    async def wait_event(event: asyncio.Event, timeout: float) -> None:
-        """Wait for ``event`` at most ``timeout`` seconds (a timer, not a task as wait_for)."""
+    __slots__ = ("_waiters",)
+
+    def __init__(self) -> None:
+        self._waiters: set[asyncio.Future] = set()
+
+    def fire(self) -> None:
+        waiters, self._waiters = self._waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+class Waiter:
+    """One client's waits: until a signal fires, a timeout passes, or ``release()``.
+
+    A handler releases its waiter when its client disconnects, so a stream
+    that waits for the next event lets go of its slot at once, not at the
+    next heartbeat.
+    """
+
+    __slots__ = ("released", "_future")
+
+    def __init__(self) -> None:
+        self.released = False
+        self._future: asyncio.Future | None = None
+
+    def release(self) -> None:
+        self.released = True
+        if self._future is not None and not self._future.done():
+            self._future.set_result(None)
+
+    async def wait(self, signals: list[Signal], timeout: float | None) -> None:
+        if self.released:
+            return
+        loop = asyncio.get_running_loop()
+        future = self._future = loop.create_future()
+        for signal in signals:
+            signal._waiters.add(future)
+        timer = None if timeout is None else loop.call_later(max(0.0, timeout), _settle, future)
         try:
-            async with asyncio.timeout(timeout):
-                await event.wait()
-        except TimeoutError:
-            pass
+            await future
+        finally:
+            self._future = None
+            if timer is not None:
+                timer.cancel()
+            for signal in signals:
+                signal._waiters.discard(future)
 
-else:
 
-    async def wait_event(event: asyncio.Event, timeout: float) -> None:
-        """Wait for ``event`` at most ``timeout`` seconds."""
-        try:
-            await asyncio.wait_for(event.wait(), timeout)
-        except asyncio.TimeoutError:
-            pass
+def _settle(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class RunGone(Exception):
+    """The run was deleted while a subscriber read it: its stream ends."""
 
 
 class CursorExpired(Exception):
@@ -96,7 +137,7 @@ class Channel:
         self.compaction_due = False
         self._window: deque[Event] = deque()
         self._window_bytes = 0
-        self._wake = asyncio.Event()
+        self.signal = Signal()
 
     def publish(self, events: list[Event]) -> None:
         for event in events:
@@ -105,15 +146,7 @@ class Channel:
         while len(self._window) > WINDOW_EVENTS or self._window_bytes > WINDOW_BYTES:
             self._window_bytes -= len(self._window.popleft().envelope)
         self.committed_seq = events[-1].seq
-        self.wake()
-
-    def wake(self) -> None:
-        wake, self._wake = self._wake, asyncio.Event()
-        wake.set()
-
-    def waiter(self) -> asyncio.Event:
-        """An event set at the next publish; take it before reading, then wait on it."""
-        return self._wake
+        self.signal.fire()
 
     def window_after(self, cursor: int, limit: int, max_bytes: int) -> list[Event] | None:
         """Committed events after ``cursor`` from the window, or None if it does not reach back."""
@@ -137,20 +170,18 @@ class Broadcaster:
         self._channels: dict[str, Channel] = {}
         self._db = db
         self._remote_waiters = 0
-        self._remote_wake = asyncio.Event()
+        # Fired after a commit by any other connection to the database.
+        self.remote = Signal()
         self._poller: asyncio.Task | None = None
 
-    def remote_waiter(self) -> asyncio.Event:
-        """An event set after the next commit by any other connection to the database."""
-        return self._remote_wake
-
-    async def wait_remote(self, wake: asyncio.Event, timeout: float) -> None:
-        """Wait for ``wake`` (from ``remote_waiter``), at most ``timeout`` seconds."""
+    @contextlib.contextmanager
+    def watching_remote(self):
+        """While in this block, ``remote`` fires after other connections' commits."""
         self._remote_waiters += 1
         if self._poller is None and self._db is not None:
             self._poller = asyncio.ensure_future(self._poll_data_version())
         try:
-            await wait_event(wake, min(timeout, STORE_POLL_SECONDS))
+            yield
         finally:
             self._remote_waiters -= 1
 
@@ -162,8 +193,7 @@ class Broadcaster:
                 current = self._data_version()
                 if current != version:
                     version = current
-                    wake, self._remote_wake = self._remote_wake, asyncio.Event()
-                    wake.set()
+                    self.remote.fire()
         except Exception:  # the store closed under us: waiters fall back to their timeout
             pass
         finally:
@@ -182,7 +212,12 @@ class Broadcaster:
     def close(self, run_id: str) -> None:
         channel = self._channels.pop(run_id, None)
         if channel is not None:
-            channel.wake()
+            channel.signal.fire()
+
+    def signal_for(self, run_id: str) -> tuple[Signal, bool]:
+        """What wakes a waiter for ``run_id``, and whether it is the remote poll (another server's run)."""
+        channel = self._channels.get(run_id)
+        return (self.remote, True) if channel is None else (channel.signal, False)
 
 
 class Subscriber:
@@ -199,7 +234,8 @@ class Subscriber:
     def read(self, limit: int) -> list[Event]:
         """Committed events after the cursor, at most ``limit``, advancing the cursor.
 
-        Raises ``CursorExpired`` when the next event was compacted away.
+        Raises ``CursorExpired`` when the next event was compacted away, and
+        ``RunGone`` when the run itself was deleted.
         """
         if self.done:
             return []
@@ -215,6 +251,13 @@ class Subscriber:
             )
             if rows and rows[0][0] != self.cursor + 1:
                 raise CursorExpired(self.run_id)
+            if not rows and channel is None:
+                # Nothing new, or nothing at all any more: only the run's row tells.
+                head = store.get_run_head(self._db, self.run_id)
+                if head is None:
+                    raise RunGone(self.run_id)
+                if head["first_seq"] > self.cursor + 1:
+                    raise CursorExpired(self.run_id)
             events = [
                 Event(seq, type, envelope(self._run_id_json, seq, type, ts, data))
                 for seq, type, ts, data in rows
@@ -225,39 +268,37 @@ class Subscriber:
                 self.done = True
         return events
 
-    async def pull(self, limit: int, timeout: float) -> list[Event]:
-        """Like ``read``, but wait up to ``timeout`` seconds for at least one event."""
+    async def pull(self, limit: int, timeout: float, waiter: Waiter | None = None) -> list[Event]:
+        """Like ``read``, but wait up to ``timeout`` seconds for at least one event.
+
+        Returns early, maybe with nothing, once ``waiter`` is released.
+        """
+        waiter = waiter or Waiter()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            channel = self._broadcaster.get(self.run_id)
-            remote = channel is None
-            wake = self._broadcaster.remote_waiter() if remote else channel.waiter()
             events = self.read(limit)
             remaining = deadline - loop.time()
-            if events or self.done or remaining <= 0:
+            if events or self.done or remaining <= 0 or waiter.released:
                 return events
+            signal, remote = self._broadcaster.signal_for(self.run_id)
             if remote:
-                await self._broadcaster.wait_remote(wake, remaining)
-                continue
-            await wait_event(wake, remaining)
+                with self._broadcaster.watching_remote():
+                    await waiter.wait([signal], min(remaining, STORE_POLL_SECONDS))
+            else:
+                await waiter.wait([signal], remaining)
 
 
-async def wait_any(subscribers: list[Subscriber], broadcaster: Broadcaster, timeout: float) -> None:
-    """Wait until one of ``subscribers`` may have new events, or ``timeout`` passes."""
-    waiters = set()
-    remote = None
+async def wait_any(subscribers: list[Subscriber], broadcaster: Broadcaster, timeout: float, waiter: Waiter) -> None:
+    """Wait until one of ``subscribers`` may have new events, ``timeout`` passes, or ``waiter`` is released."""
+    signals: dict[int, Signal] = {}
+    remote = False
     for subscriber in subscribers:
-        channel = broadcaster.get(subscriber.run_id)
-        if channel is None:
-            remote = broadcaster.remote_waiter()
-        else:
-            waiters.add(channel.waiter())
-    tasks = {asyncio.ensure_future(waiter.wait()) for waiter in waiters}
-    if remote is not None:
-        tasks.add(asyncio.ensure_future(broadcaster.wait_remote(remote, timeout)))
-    try:
-        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
+        signal, is_remote = broadcaster.signal_for(subscriber.run_id)
+        signals[id(signal)] = signal
+        remote = remote or is_remote
+    if not remote:
+        await waiter.wait(list(signals.values()), timeout)
+        return
+    with broadcaster.watching_remote():
+        await waiter.wait(list(signals.values()), min(timeout, STORE_POLL_SECONDS))

@@ -35,6 +35,11 @@ async def bad_output(run, input):
     return {"not json": object()}
 
 
+async def nan_output(run, input):
+    await run.progress(0.5, "almost")
+    return {"mean": float("nan")}
+
+
 async def reserved_type(run, input):
     await run.emit("run.succeeded", {"output": "forged"})
 
@@ -83,6 +88,14 @@ async def stubborn(run, input):
             continue
 
 
+async def big_text(run, input):
+    """``n`` text deltas of ``size`` characters each, as fast as the store takes them."""
+    piece = "y" * input.get("size", 1000)
+    for _ in range(input["n"]):
+        await run.text(piece)
+    return {}
+
+
 def sleepy(run, input):
     """A plain function that blocks before its first event."""
     time.sleep(input.get("seconds", 30))
@@ -92,5 +105,5 @@ def sleepy(run, input):
 
 TEST_AGENTS = {
     name: f"agents_for_tests:{name}"
-    for name in ("counter", "crashes", "huge_event", "bad_output", "reserved_type", "sleeper", "durable_count", "tool_user", "stubborn", "sleepy")
+    for name in ("counter", "crashes", "huge_event", "bad_output", "reserved_type", "sleeper", "durable_count", "tool_user", "stubborn", "sleepy", "big_text", "nan_output")
 }

@@ -6,7 +6,8 @@ import sqlite3
 
 import pytest
 
-from conftest import all_events, demo_input, sse_frames, submit, wait_run
+from agents_for_tests import TEST_AGENTS
+from conftest import all_events, demo_input, parse_sse, sse_frames, submit, wait_run
 
 ENVELOPE_KEYS = {"run_id", "seq", "type", "ts", "data"}
 TERMINAL_TYPES = {"run.succeeded", "run.failed", "run.cancelled", "run.interrupted"}
@@ -218,3 +219,64 @@ async def test_an_empty_last_event_id_counts_as_absent(api):
     assert response.status_code == 400 and response.json()["error"] == "invalid_cursor"
     body = (await api.get(f"runs/{run['run_id']}/events", params={"after": 2}, headers={"Last-Event-ID": ""})).json()
     assert body["events"][0]["seq"] == 3
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS}])
+async def test_a_stream_of_a_run_deleted_while_it_is_read_ends_and_its_reconnect_is_404(api, engine):
+    run_id = (await submit(api, agent="big_text", input={"n": 8000, "size": 2000})).json()["run_id"]
+    run = await wait_run(api, run_id)
+    received = []
+    async with api.stream("GET", f"runs/{run_id}/events", headers={"Accept": "text/event-stream"}) as response:
+        lines = response.aiter_lines()
+        async for frame in parse_sse(lines):
+            if "id" in frame:
+                received.append(int(frame["id"]))
+                break
+        # The server fills the socket and waits for this client; meanwhile the run goes.
+        assert (await api.delete(f"runs/{run_id}")).status_code == 204
+        async for frame in parse_sse(lines):
+            if "id" in frame:
+                received.append(int(frame["id"]))
+    assert received == list(range(1, len(received) + 1)) and len(received) < run["last_seq"]
+    assert engine.open_streams["~shared"] == 0
+    reconnect = await api.get(
+        f"runs/{run_id}/events", headers={"Accept": "text/event-stream", "Last-Event-ID": str(received[-1])}
+    )
+    assert reconnect.status_code == 404 and reconnect.json()["error"] == "run_not_found"
+
+
+@pytest.mark.parametrize("agentruns_config", [{"max_streams_per_user": 2, "agents": TEST_AGENTS}])
+async def test_waiting_long_polls_count_against_max_streams_per_user(api):
+    run_id = (await submit(api, agent="sleeper", input={})).json()["run_id"]
+    first = 0
+    while first < 2:  # run.started, tool.started: then it sleeps for a minute
+        first = (await api.get(f"runs/{run_id}/events", params={"after": 0})).json()["last_seq"]
+    polls = [
+        asyncio.ensure_future(api.get(f"runs/{run_id}/events", params={"after": first, "wait": 3}))
+        for _ in range(2)
+    ]
+    await asyncio.sleep(0.5)
+    third = await api.get(f"runs/{run_id}/events", params={"after": first, "wait": 3})
+    assert third.status_code == 429 and third.json()["error"] == "too_many_streams"
+    # One that does not wait holds nothing.
+    assert (await api.get(f"runs/{run_id}/events", params={"after": 0})).status_code == 200
+    assert all(r.status_code == 200 for r in await asyncio.gather(*polls))
+    await api.post(f"runs/{run_id}/cancel")
+
+
+@pytest.mark.parametrize("agentruns_config", [{"max_streams_per_user": 2, "heartbeat_interval": 30}])
+async def test_a_client_that_disconnects_frees_its_stream_slot_at_once(api, engine):
+    run_id = (await submit(api, input=demo_input(delay=5, chunks=2, tools=False))).json()["run_id"]
+    for _ in range(10):  # a page reloading in a loop
+        for path, params in ((f"runs/{run_id}/events", {}), ("streams", {"runs": f"{run_id}:0"})):
+            async with api.stream("GET", path, params=params, headers={"Accept": "text/event-stream"}) as response:
+                assert response.status_code == 200, await response.aread()
+                async for line in response.aiter_lines():
+                    if line.startswith("retry:"):
+                        break
+    deadline = asyncio.get_running_loop().time() + 5
+    while engine.open_streams["~shared"] and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.02)
+    assert engine.open_streams["~shared"] == 0
+    await api.post(f"runs/{run_id}/cancel")

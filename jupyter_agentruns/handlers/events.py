@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
+import contextlib
 
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..broadcaster import CursorExpired, Subscriber
+from .. import jsonio
+from ..broadcaster import CursorExpired, RunGone, Subscriber
 from ..cursor import check_cursor, parse_cursor
-from ..errors import invalid_request
+from ..errors import invalid_request, run_not_found
 from ..store import TERMINAL_STATUSES
 from . import sse
 from .base import AgentRunsHandler
@@ -49,39 +50,50 @@ class EventsHandler(AgentRunsHandler):
             subscriber, snapshot = resume(self.engine, row, cursor)
             sse.begin(self)
             if snapshot is not None:
-                self.write(sse.named("snapshot", json.dumps(snapshot), seq=subscriber.cursor))
+                self.write(sse.named("snapshot", jsonio.dumps(snapshot), seq=subscriber.cursor))
             try:
                 await sse.send(self, "", config.write_timeout_seconds)
                 batch = SSE_FIRST_BATCH
                 while not subscriber.done:
-                    events = await subscriber.pull(batch, config.heartbeat_interval)
+                    events = await subscriber.pull(batch, config.heartbeat_interval, self.waiter)
+                    if self.waiter.released:
+                        return  # the client left: its slot is free now, not at the next write
                     batch = SSE_BATCH
                     text = "".join(sse.frame(event) for event in events) if events else sse.PING
                     await sse.send(self, text, config.write_timeout_seconds)
             except sse.ClientGone:
                 return
-            except CursorExpired:
-                # Compacted under a slow reader. A snapshot frame only ever
-                # comes first: end here, the reconnect starts with one.
+            except (CursorExpired, RunGone):
+                # Compacted under a slow reader, or deleted: end here. A snapshot
+                # frame only ever comes first, so the reconnect starts with one
+                # (or answers 410 / 404).
                 pass
         self.finish()
 
     async def _poll(self, row: dict, cursor: int, caught_up: bool) -> None:
         limit = self.int_argument("limit", POLL_LIMIT_DEFAULT, 1, POLL_LIMIT_MAX)
         wait = self._wait_argument()
-        subscriber, snapshot = resume(self.engine, row, cursor)
-        try:
-            events = [] if caught_up else await subscriber.pull(limit, wait)
-        except CursorExpired:
-            row = self.engine.owned_row(self.owner, row["run_id"])
-            subscriber, snapshot = resume(self.engine, row, -1)
-            events = await subscriber.pull(limit, 0)
+        # A long-poll that waits holds a connection like a stream: it counts as one.
+        slot = self.engine.stream_slot(self.owner) if wait > 0 and not caught_up else contextlib.nullcontext()
+        with slot:
+            subscriber, snapshot = resume(self.engine, row, cursor)
+            try:
+                events = [] if caught_up else await subscriber.pull(limit, wait, self.waiter)
+            except CursorExpired:
+                row = self.engine.owned_row(self.owner, row["run_id"])
+                subscriber, snapshot = resume(self.engine, row, -1)
+                events = await subscriber.pull(limit, 0)
+            except RunGone:
+                self.engine.owned_row(self.owner, row["run_id"])  # 410 or 404 now
+                raise run_not_found(row["run_id"]) from None
+        if self.waiter.released:
+            return
         row = self.engine.owned_row(self.owner, row["run_id"])
         done = caught_up or subscriber.done
         tail = {"last_seq": row["last_seq"], "status": row["status"], "done": done}
         if snapshot is not None:
             tail["snapshot"] = snapshot
-        tail_json = json.dumps(tail, separators=(",", ":"))
+        tail_json = jsonio.dumps(tail, compact=True)
         self.write_json('{"events":[' + ",".join(e.envelope for e in events) + "]," + tail_json[1:])
 
     def _wait_argument(self) -> float:

@@ -11,12 +11,12 @@ run); a run that is unknown, not the caller's, or whose cursor is wrong gets an
 from __future__ import annotations
 
 import asyncio
-import json
 
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..broadcaster import CursorExpired, Subscriber, wait_any
+from .. import jsonio
+from ..broadcaster import CursorExpired, RunGone, Subscriber, wait_any
 from ..cursor import check_cursor, parse_cursor
 from ..errors import ApiError, invalid_request
 from ..store import TERMINAL_STATUSES
@@ -60,13 +60,13 @@ class StreamsHandler(AgentRunsHandler):
                 row = engine.owned_row(self.owner, run_id)
                 check_cursor(cursor, row["last_seq"])
             except ApiError as error:
-                opening.append(sse.named("error", json.dumps({"run_id": run_id, "error": error.body()})))
+                opening.append(sse.named("error", jsonio.dumps({"run_id": run_id, "error": error.body()})))
                 continue
             if row["status"] in TERMINAL_STATUSES and cursor == row["last_seq"]:
                 continue  # the client has everything of this run
             subscriber, snapshot = resume(engine, row, cursor)
             if snapshot is not None:
-                opening.append(sse.named("snapshot", json.dumps(snapshot)))
+                opening.append(sse.named("snapshot", jsonio.dumps(snapshot)))
             if not subscriber.done:
                 subscribers.append(subscriber)
         if not opening and not subscribers:
@@ -92,7 +92,7 @@ class StreamsHandler(AgentRunsHandler):
             for subscriber in subscribers:
                 try:
                     events = subscriber.read(BATCH_PER_RUN)
-                except CursorExpired:
+                except (CursorExpired, RunGone):
                     frames.append(self._resync(subscriber))
                     continue
                 frames.extend(sse.frame(event, with_id=False) for event in events)
@@ -106,18 +106,20 @@ class StreamsHandler(AgentRunsHandler):
                 await sse.send(self, sse.PING, config.write_timeout_seconds)
                 last_write = loop.time()
                 continue
-            await wait_any(subscribers, self.engine.broadcaster, config.heartbeat_interval - idle)
+            await wait_any(subscribers, self.engine.broadcaster, config.heartbeat_interval - idle, self.waiter)
+            if self.waiter.released:
+                raise sse.ClientGone()  # its slot is free now, not at the next write
 
     def _resync(self, subscriber: Subscriber) -> str:
-        """A run compacted under this stream: its snapshot frame, and its cursor moved to it."""
+        """A run compacted (or deleted) under this stream: its snapshot frame, and its cursor moved to it."""
         try:
             row = self.engine.owned_row(self.owner, subscriber.run_id)
         except ApiError as error:  # deleted meanwhile
             subscriber.done = True
-            return sse.named("error", json.dumps({"run_id": subscriber.run_id, "error": error.body()}))
+            return sse.named("error", jsonio.dumps({"run_id": subscriber.run_id, "error": error.body()}))
         fresh, snapshot = resume(self.engine, row, -1)
         subscriber.cursor, subscriber.done = fresh.cursor, fresh.done
-        return sse.named("snapshot", json.dumps(snapshot))
+        return sse.named("snapshot", jsonio.dumps(snapshot))
 
 
 default_handlers = [(r"api/agentruns/streams", StreamsHandler)]
