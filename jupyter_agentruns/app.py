@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from jupyter_core.paths import jupyter_data_dir
@@ -9,7 +10,7 @@ from jupyter_server._tz import utcnow
 from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import url_path_join
-from traitlets import Dict, Enum, Float, Int, Unicode, default
+from traitlets import Dict, Enum, Float, Int, TraitError, Unicode, default, validate
 
 from .agents import load_agents
 from .engine import Config, Engine
@@ -68,6 +69,24 @@ class AgentRuns(ExtensionApp):
         default_value="FULL",
         help="FULL keeps every served event across a power loss; NORMAL only across a process crash.",
     ).tag(config=True)
+
+    @validate(
+        "idempotency_ttl_seconds", "event_retention_seconds", "run_retention_seconds",
+        "heartbeat_interval", "write_timeout_seconds", "lease_seconds", "max_run_seconds",
+    )  # fmt: skip
+    def _positive_seconds(self, proposal):
+        # NaN slips through every comparison; handed to a timer it corrupts the event loop.
+        value = proposal["value"]
+        if not math.isfinite(value) or value <= 0:
+            raise TraitError(f"c.AgentRuns.{proposal['trait'].name} must be a positive number of seconds, not {value!r}")
+        return value
+
+    @validate("max_retained_events", "max_active_runs_per_user", "max_streams_per_user", "max_body_bytes", "max_event_bytes")
+    def _positive_count(self, proposal):
+        value = proposal["value"]
+        if value < 1:
+            raise TraitError(f"c.AgentRuns.{proposal['trait'].name} must be at least 1, not {value!r}")
+        return value
 
     @default("db_path")
     def _default_db_path(self) -> str:

@@ -20,6 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from . import jsonio
 from .reducer import TERMINAL_TYPES
 
 TERMINAL = tuple(TERMINAL_TYPES.values())
@@ -113,7 +114,7 @@ class Client:
         url = self.api + path
         if params:
             url += "?" + urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
-        data = json.dumps(body).encode() if body is not None else None
+        data = jsonio.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(url, data=data, method=method)
         request.add_header("Authorization", f"token {self.server.token}")
         request.add_header("Accept", "application/json")

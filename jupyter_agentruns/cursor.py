@@ -1,8 +1,15 @@
-"""Event cursors: where a client resumes a run's stream."""
+"""Cursors: where a client resumes a run's stream, and where a list of runs continues."""
 
 from __future__ import annotations
 
-from .errors import ApiError
+import base64
+import binascii
+import re
+
+from .errors import ApiError, invalid_request
+
+_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
+_RUN_ID = re.compile(r"^run_[A-Za-z0-9_-]{1,64}$")
 
 
 def parse_cursor(last_event_id: str | None, after: str | None) -> int:
@@ -32,3 +39,20 @@ def check_cursor(cursor: int, last_seq: int) -> None:
             "reread the run and continue from its last_seq.",
             last_seq=last_seq,
         )
+
+
+def page_cursor(created_at: str, run_id: str) -> str:
+    """The ``next`` of a page that ends with this run: opaque, and only about the caller's own run."""
+    return base64.urlsafe_b64encode(f"{created_at}|{run_id}".encode()).decode().rstrip("=")
+
+
+def parse_page_cursor(raw: str) -> tuple[str, str]:
+    """``(created_at, run_id)`` from a ``before`` parameter (400 when no server made it)."""
+    try:
+        text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode("ascii")
+    except (binascii.Error, UnicodeError, ValueError):
+        text = ""
+    created_at, _, run_id = text.partition("|")
+    if not (raw.isascii() and _TIMESTAMP.match(created_at) and _RUN_ID.match(run_id)):
+        raise invalid_request(f"before={raw!r} is not a cursor: pass the `next` of the previous page.")
+    return created_at, run_id

@@ -14,6 +14,7 @@ from typing import Any
 import anywidget
 import traitlets
 
+from . import jsonio
 from .client import TERMINAL, Client, cell_context, default_key, find_server
 
 _HERE = Path(__file__).parent
@@ -138,7 +139,10 @@ def submit(
 
     Re-running the same cell re-attaches to its run, even after a kernel
     restart; ``new=True`` starts a new run, ``key=`` sets the Idempotency-Key.
+    A NaN or an infinity anywhere in ``input`` or ``metadata`` (a pandas mean
+    of an empty column) is a ``ValueError`` naming where it is: JSON has neither.
     """
+    jsonio.check({"input": input, "metadata": metadata})
     client = _client(url, token)
     notebook, cell_id = cell_context()
     if key is None:

@@ -161,3 +161,21 @@ async def test_cancelled_plain_functions_that_never_return_do_not_starve_new_one
         assert (await wait_run(api, run_id))["status"] == "cancelled"
     fresh = (await submit(api, agent="counter", input={"n": 3})).json()["run_id"]
     assert (await wait_run(api, fresh, timeout=10))["status"] == "succeeded"
+
+
+@pytest.mark.parametrize("agentruns_config", [{"max_body_bytes": 1000}])
+async def test_a_cancel_body_over_max_body_bytes_is_413_and_cancels_nothing(api):
+    run_id = (await submit(api, input=SLOW)).json()["run_id"]
+    big = b'{"reason": "' + b"x" * 5_000_000 + b'"}'
+
+    async def chunked():  # no Content-Length: the server reads it all, keeping none of it
+        for start in range(0, len(big), 65536):
+            yield big[start : start + 65536]
+
+    # With a Content-Length the answer comes before the body is read (and the
+    # connection closes): small enough here that the client finishes sending.
+    for content in (big[:50_000], chunked()):
+        response = await api.post(f"runs/{run_id}/cancel", content=content)
+        assert response.status_code == 413 and response.json()["error"] == "request_too_large"
+    assert (await api.get(f"runs/{run_id}")).json()["status"] == "running"
+    assert (await api.post(f"runs/{run_id}/cancel")).status_code == 202

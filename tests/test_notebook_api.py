@@ -1,5 +1,6 @@
 """The notebook API in a real kernel started by a real server: re-running a cell re-attaches."""
 
+import re
 import time
 
 import pytest
@@ -171,3 +172,22 @@ def test_outside_a_notebook_an_explicit_url_and_token_work(lab, tmp_path):
     # Plain Python has no cell to derive a key from: each submit is a new run.
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=server.env)
     assert len(http.get("runs").json()["runs"]) == 2
+
+
+@pytest.mark.parametrize(
+    "input,metadata,where",
+    [
+        ({"prompt": "p", "delay": float("nan")}, None, "input.delay"),
+        ({"prompt": "p", "weights": [1.0, float("inf")]}, None, "input.weights[1]"),
+        ({"prompt": "p"}, {"score": float("-inf")}, "metadata.score"),
+    ],
+)
+def test_submit_refuses_nan_and_infinity_before_sending_naming_where(input, metadata, where, monkeypatch):
+    from jupyter_agentruns import widget
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("submit() reached for the server")
+
+    monkeypatch.setattr(widget, "_client", no_network)
+    with pytest.raises(ValueError, match=rf"{re.escape(where)} is (NaN|Infinity|-Infinity)"):
+        widget.submit("demo", input, metadata=metadata)

@@ -63,3 +63,19 @@ async def test_auto_mode_with_the_default_identity_provider_shares_runs_between_
 async def test_shared_mode_makes_every_user_the_one_owner(api):
     run_id = (await submit(api, headers=ALICE)).json()["run_id"]
     assert (await api.get(f"runs/{run_id}", headers=BOB)).status_code == 200
+
+
+@pytest.mark.parametrize("server_config", [PER_USER])
+async def test_a_list_cursor_tells_nothing_of_other_users_runs(api):
+    mine = [(await submit(api, headers=ALICE, input=demo_input(chunks=1, tools=False))).json()["run_id"] for _ in range(3)]
+    first = (await api.get("runs", params={"limit": 1}, headers=ALICE)).json()["next"]
+    for _ in range(5):  # Bob's runs must not move Alice's cursor
+        await submit(api, headers=BOB, input=demo_input(chunks=1, tools=False))
+    again = (await api.get("runs", params={"limit": 1}, headers=ALICE)).json()["next"]
+    assert first == again
+    assert not first.isdigit()
+    page = (await api.get("runs", params={"limit": 5, "before": first}, headers=ALICE)).json()
+    assert [r["run_id"] for r in page["runs"]] == mine[::-1][1:] and page["next"] is None
+    # Alice's cursor in Bob's hands lists Bob's runs, never Alice's.
+    bobs = (await api.get("runs", params={"limit": 50, "before": first}, headers=BOB)).json()["runs"]
+    assert not {r["run_id"] for r in bobs} & set(mine)

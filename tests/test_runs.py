@@ -107,3 +107,17 @@ async def test_a_cookie_authenticated_post_without_xsrf_is_a_json_403(api, api_u
         response = await browser.post("runs", json={"agent": "demo", "input": demo_input()})
         assert response.status_code == 403
         assert set(response.json()) == {"error", "message"}
+
+
+@pytest.mark.parametrize("agentruns_config", [{"max_body_bytes": 1000}])
+async def test_a_delete_body_over_max_body_bytes_is_413_and_deletes_nothing(api):
+    run = await finished(api)
+
+    async def chunked():
+        for _ in range(80):
+            yield b"x" * 65536
+
+    for content in (b"x" * 50_000, chunked()):
+        response = await api.request("DELETE", f"runs/{run['run_id']}", content=content)
+        assert response.status_code == 413 and response.json()["error"] == "request_too_large"
+    assert (await api.get(f"runs/{run['run_id']}")).status_code == 200

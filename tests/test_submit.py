@@ -203,3 +203,44 @@ async def test_agents_lists_the_demo_agent_with_its_input_schema(api):
     assert demo["description"]
     assert demo["input_schema"]["properties"]["chunks"]["maximum"] == 100000
     assert demo["input_schema"]["required"] == ["prompt"]
+
+
+@pytest.mark.parametrize(
+    "body,path",
+    [
+        (b'{"agent": "demo", "input": {"prompt": "p", "delay": NaN}}', "input.delay"),
+        (b'{"agent": "demo", "input": {"prompt": "p", "delay": Infinity}}', "input.delay"),
+        (b'{"agent": "demo", "input": {"prompt": "p", "delay": 1e999}}', "input.delay"),
+        (b'{"agent": "demo", "input": {"prompt": "p"}, "metadata": {"scores": [1, -Infinity]}}', "metadata.scores[1]"),
+    ],
+)
+async def test_non_finite_numbers_anywhere_in_a_body_are_400_naming_where(api, body, path):
+    response = await api.post("runs", content=body, headers={"Idempotency-Key": "nan"})
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_request"
+    assert response.json()["path"] == path
+    assert path in response.json()["message"]
+    assert await count_runs(api) == 0
+    # The key stored nothing: a corrected request takes it.
+    assert (await submit(api, key="nan")).status_code == 201
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"agent": "demo", "input": ' + b"[" * 100000 + b"]" * 100000 + b"}",
+        b'{"agent": "demo", "input": {"prompt": "p", "n": ' + b'{"a": ' * 200 + b"1" + b"}" * 200 + b"}}",
+        b'{"agent": "demo", "input": {"prompt": "p"}, "session": "\\ud800"}',
+        b'{"agent": "demo", "input": {"prompt": "p"}, "retry_of": "run_\\udfff"}',
+        b'{"agent": "demo", "input": {"prompt": "p\\ud83d"}}',
+        b'{"agent": "demo", "input": {"\\ud800": 1, "prompt": "p"}}',
+        b'{"agent": "demo", "input": {"prompt": "p", "chunks": 1' + b"0" * 5000 + b"}}",
+    ],
+    ids=["deep-array", "deep-object", "surrogate-session", "surrogate-retry-of", "surrogate-input", "surrogate-key", "huge-int"],
+)
+async def test_odd_json_is_400_invalid_request_never_a_500(api, body):
+    response = await api.post("runs", content=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == "invalid_request"
+    assert await count_runs(api) == 0
+

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 
 from . import agent
 
@@ -47,6 +48,10 @@ async def demo(run, input: dict) -> dict:
     prompt = input["prompt"]
     chunks = input.get("chunks", 40)
     delay = input.get("delay", 0.05)
+    # The API refuses NaN and Infinity, but an agent called some other way must
+    # not hand one to asyncio.sleep: it would corrupt the event loop's timers.
+    if not isinstance(delay, (int, float)) or not math.isfinite(delay) or not 0 <= delay <= 10:
+        raise ValueError(f"delay must be a number of seconds between 0 and 10, not {delay!r}")
 
     async def pause() -> None:
         if delay:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
@@ -10,6 +9,8 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
+from .. import jsonio
+from ..broadcaster import Waiter
 from ..engine import Engine
 from ..errors import ApiError, invalid_request
 
@@ -25,11 +26,52 @@ _GENERIC_CODES = {
 }
 
 
+@web.stream_request_body
 class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
+    """Every endpoint reads its body through here: at most ``max_body_bytes`` is ever held.
+
+    Tornado reads a whole body into memory before the handler runs unless the
+    handler streams it; so every handler streams, and stops keeping bytes
+    once the body is over the limit (413 then, whatever the endpoint).
+    """
+
     auth_resource = AUTH_RESOURCE
 
     def initialize(self, name: str = "jupyter_agentruns", *args: Any, **kwargs: Any) -> None:
         super().initialize(name, *args, **kwargs)
+        self._body = bytearray()
+        self._too_large = False
+        # Released when the client disconnects: a waiting stream or long-poll ends at once.
+        self.waiter = Waiter()
+
+    def on_connection_close(self) -> None:
+        super().on_connection_close()
+        self.waiter.release()
+
+    async def prepare(self) -> None:
+        await super().prepare()
+        length = self.request.headers.get("Content-Length")
+        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+            raise self._request_too_large()
+
+    @property
+    def max_body_bytes(self) -> int:
+        return self.engine.config.max_body_bytes
+
+    def data_received(self, chunk: bytes) -> None:
+        # Stop buffering once over the limit: a huge body costs no memory.
+        if self._too_large:
+            return
+        if len(self._body) + len(chunk) > self.max_body_bytes:
+            self._too_large = True
+            self._body = bytearray()
+        else:
+            self._body.extend(chunk)
+
+    def _request_too_large(self) -> ApiError:
+        return ApiError(
+            413, "request_too_large", f"The request body is over max_body_bytes ({self.max_body_bytes} bytes)."
+        )
 
     @property
     def engine(self) -> Engine:
@@ -47,7 +89,7 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
 
     def write_json(self, body: Any, status: int = 200) -> None:
         self.set_status(status)
-        self.finish(body if isinstance(body, str) else json.dumps(body))
+        self.finish(body if isinstance(body, str) else jsonio.dumps(body))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
@@ -66,7 +108,7 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
         if status_code == 405:
             self.set_header("Allow", ", ".join(self.allowed_methods()))
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(body))
+        self.finish(jsonio.dumps(body))
 
     @classmethod
     def allowed_methods(cls) -> list[str]:
@@ -77,19 +119,15 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
             if getattr(cls, method.lower()) is not getattr(web.RequestHandler, method.lower())
         ]
 
-    def json_body(self, raw: bytes, *, required: bool = True) -> dict[str, Any]:
-        """The request body as a JSON object (400 otherwise)."""
-        if not raw.strip():
-            if required:
-                raise invalid_request("The request needs a JSON object body.")
-            return {}
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise invalid_request(f"The body is not valid JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise invalid_request("The body must be a JSON object.")
-        return body
+    def check_body_size(self) -> None:
+        """413 when the body was over the limit, also where the endpoint reads none."""
+        if self._too_large:
+            raise self._request_too_large()
+
+    def json_body(self, *, required: bool = True) -> dict[str, Any]:
+        """The request body as a JSON object: 413 over the limit, 400 when it is not one."""
+        self.check_body_size()
+        return parse_body(bytes(self._body), required=required)
 
     def int_argument(self, name: str, default: int | None, low: int, high: int | None = None) -> int | None:
         raw = self.get_argument(name, None)
@@ -103,6 +141,23 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
             bound = f"between {low} and {high}" if high is not None else f"at least {low}"
             raise invalid_request(f"{name} must be {bound}, not {value}.")
         return value
+
+
+def parse_body(raw: bytes, *, required: bool = True) -> dict[str, Any]:
+    """A request body as a JSON object of finite numbers and real text (400 ``invalid_request`` otherwise)."""
+    if not raw.strip():
+        if required:
+            raise invalid_request("The request needs a JSON object body.")
+        return {}
+    try:
+        body = jsonio.loads_body(raw)
+    except jsonio.UnsafeJson as exc:
+        raise ApiError(400, "invalid_request", f"{exc}.", path=exc.path or None) from None
+    except ValueError as exc:
+        raise invalid_request(f"{exc}.") from None
+    if not isinstance(body, dict):
+        raise invalid_request("The body must be a JSON object.")
+    return body
 
 
 class NotFoundHandler(AgentRunsHandler):

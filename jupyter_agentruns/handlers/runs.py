@@ -17,7 +17,6 @@ RUN_ID = r"(?P<run_id>[^/]+)"
 SUBMIT_FIELDS = {"agent": str, "input": dict, "session": str, "metadata": dict, "retry_of": str}
 LIST_LIMIT_DEFAULT = 50
 LIST_LIMIT_MAX = 500
-SQLITE_MAX_INTEGER = 2**63 - 1
 
 
 def submit_request(body: dict[str, Any]) -> SubmitRequest:
@@ -45,38 +44,13 @@ def submit_request(body: dict[str, Any]) -> SubmitRequest:
     )
 
 
-@web.stream_request_body
 class RunsHandler(AgentRunsHandler):
     """``POST runs`` (submit) and ``GET runs`` (list)."""
-
-    async def prepare(self) -> None:
-        await super().prepare()
-        self._body = bytearray()
-        self._too_large = False
-        if self.request.method != "POST":
-            return
-        length = self.request.headers.get("Content-Length")
-        if length is not None and length.isdigit() and int(length) > self.engine.config.max_body_bytes:
-            raise self._request_too_large()
-
-    def data_received(self, chunk: bytes) -> None:
-        # Stop buffering once over the limit: a huge body costs no memory.
-        if len(self._body) + len(chunk) > self.engine.config.max_body_bytes:
-            self._too_large = True
-            self._body.clear()
-        elif not self._too_large:
-            self._body.extend(chunk)
-
-    def _request_too_large(self) -> ApiError:
-        limit = self.engine.config.max_body_bytes
-        return ApiError(413, "request_too_large", f"The request body is over max_body_bytes ({limit} bytes).")
 
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        if self._too_large:
-            raise self._request_too_large()
-        request = submit_request(self.json_body(bytes(self._body)))
+        request = submit_request(self.json_body())
         key = self.request.headers.get("Idempotency-Key")
         if key is not None:
             problem = key_problem(key)
@@ -97,15 +71,14 @@ class RunsHandler(AgentRunsHandler):
                 f"Unknown status {status!r}; one of {', '.join((*ACTIVE_STATUSES, *TERMINAL_STATUSES))}."
             )
         limit = self.int_argument("limit", LIST_LIMIT_DEFAULT, 1, LIST_LIMIT_MAX)
-        before = self.int_argument("before", None, 1, SQLITE_MAX_INTEGER)
-        runs, next_cursor = self.engine.list_runs(
+        runs, next_page = self.engine.list_runs(
             self.owner,
             status=status,
             session=self.get_argument("session", None),
             limit=limit,
-            before=before,
+            before=self.get_argument("before", None) or None,
         )
-        self.write_json({"runs": runs, "next": str(next_cursor) if next_cursor is not None else None})
+        self.write_json({"runs": runs, "next": next_page})
 
 
 class RunHandler(AgentRunsHandler):
@@ -119,6 +92,7 @@ class RunHandler(AgentRunsHandler):
     @web.authenticated
     @authorized
     async def delete(self, run_id: str) -> None:
+        self.check_body_size()
         await self.engine.delete(self.owner, run_id)
         self.set_status(204)
         self.finish()
@@ -130,7 +104,7 @@ class CancelHandler(AgentRunsHandler):
     @web.authenticated
     @authorized
     async def post(self, run_id: str) -> None:
-        body = self.json_body(self.request.body, required=False)
+        body = self.json_body(required=False)
         unknown = sorted(set(body) - {"reason"})
         if unknown:
             raise invalid_request(f"Unknown field(s) {', '.join(unknown)}; only 'reason' is allowed.")
