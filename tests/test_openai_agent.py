@@ -474,6 +474,38 @@ async def test_a_refused_key_fails_upstream_auth_and_the_key_appears_nowhere(api
     assert len(fake.requests) == 1  # no retry: the key will not get better
 
 
+@pytest.mark.parametrize(
+    "echo",
+    [
+        SECRET[:-1],  # all but one character
+        SECRET[-12:],  # the tail, as some servers print it
+        f"sk-…{SECRET[20:30]}",  # a fragment in the middle
+        "Authorization: Bearer " + SECRET[::-1],  # a header echoed back, whatever the token
+    ],
+    ids=["all-but-one", "tail", "fragment", "bearer"],
+)
+async def test_no_part_of_the_key_or_a_bearer_token_appears_in_an_upstream_error(api, fake, caplog, echo):
+    fake.reply(Status(400, error_body(f"Invalid request; your key {echo} is not allowed here")))
+    run, events = await run_to_end(api, {"prompt": "hi"})
+
+    assert run["status"] == "failed"
+    dumped = json.dumps(run) + json.dumps(events) + caplog.text
+    for start in range(len(SECRET) - 8 + 1):
+        assert SECRET[start : start + 8] not in dumped
+    assert SECRET[::-1][:8] not in dumped
+    assert "Invalid request; your key" in run["error"]["message"]
+
+
+@pytest.mark.parametrize("retry_after", ["nan", "inf", "-inf"])
+async def test_a_retry_after_that_is_not_a_number_of_seconds_waits_the_backoff(api, fake, retry_after):
+    # A NaN handed to asyncio.sleep corrupts the server's timers: every other run would stall.
+    fake.reply(Status(503, error_body("busy"), {"Retry-After": retry_after}), answer("Made it"))
+    run, events = await run_to_end(api, {"prompt": "hi"})
+    assert run["status"] == "succeeded"
+    retry = next(e for e in events if e["type"] == "x.upstream_retry")
+    assert 0 <= retry["data"]["delay"] < 1  # c.OpenAIAgent.retry_backoff, not a minute or NaN
+
+
 @pytest.mark.parametrize("status", [429, 503])
 async def test_a_rate_limit_or_server_error_before_the_first_token_is_retried(api, fake, status):
     fake.reply(Status(status, error_body("slow down"), {"Retry-After": "0"}), answer("Made it"))

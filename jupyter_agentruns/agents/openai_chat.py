@@ -17,6 +17,7 @@ import asyncio
 import collections.abc
 import inspect
 import json
+import math
 import os
 import random
 import re
@@ -29,7 +30,7 @@ from urllib.parse import urlsplit
 
 import jsonschema
 import openai
-from traitlets import Dict, Float, Int, Unicode
+from traitlets import Dict, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from ..executor import error_object
@@ -398,6 +399,13 @@ class OpenAIAgent(Configurable):
         help="Python functions (sync or async) the model may call: name -> 'module:attr'.",
     ).tag(config=True)
 
+    @validate("request_timeout", "retry_backoff")
+    def _finite(self, proposal: dict[str, Any]) -> float:
+        value = proposal["value"]
+        if not math.isfinite(value):
+            raise TraitError(f"c.OpenAIAgent.{proposal['trait'].name} must be a finite number, not {value!r}")
+        return value
+
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         self.registered: dict[str, Tool] = {}
@@ -645,7 +653,8 @@ def retry_delay(exc: Exception, backoff: float) -> float:
         delay = float(response.headers["retry-after"]) if response is not None else None
     except (KeyError, ValueError):
         delay = None
-    if delay is None or delay < 0:
+    # "nan" and "inf" parse as floats: a NaN sleep would corrupt the event loop's timers.
+    if delay is None or not math.isfinite(delay) or delay < 0:
         delay = backoff * random.uniform(0.75, 1.0)
     return round(min(delay, MAX_RETRY_DELAY), 3)
 
@@ -664,10 +673,47 @@ def upstream_message(exc: Exception) -> str:
     return getattr(exc, "message", None) or str(exc)
 
 
+# A part of the key this long is a secret wherever it shows up.
+KEY_FRAGMENT = 8
+_SECRET_SHAPES = [
+    # Authorization headers and bearer tokens an upstream error echoes back.
+    (re.compile(r"(?i)\b(authorization[\"']?\s*[:=]\s*[\"']?)(?:bearer\s+|token\s+)?[^\s\"',;]+"), r"\1***"),
+    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1***"),
+    # Key shapes of OpenAI and most compatible services.
+    (re.compile(r"\b(sk-|sk-proj-|sk-ant-)[A-Za-z0-9_-]{6,}"), r"\1***"),
+]
+
+
+def mask_key(text: str, key: str) -> str:
+    """``text`` with every run of it that is part of ``key`` (8 characters or more) masked."""
+    if not key or key == NO_KEY:
+        return text
+    if len(key) < KEY_FRAGMENT:
+        return text.replace(key, "***")
+    fragments = {key[i : i + KEY_FRAGMENT] for i in range(len(key) - KEY_FRAGMENT + 1)}
+    secret = bytearray(len(text))  # 1 where a character belongs to a fragment of the key
+    for i in range(len(text) - KEY_FRAGMENT + 1):
+        if text[i : i + KEY_FRAGMENT] in fragments:
+            secret[i : i + KEY_FRAGMENT] = b"\x01" * KEY_FRAGMENT
+    if not any(secret):
+        return text
+    out, i = [], 0
+    while i < len(text):
+        if secret[i]:
+            out.append("***")
+            while i < len(text) and secret[i]:
+                i += 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
 def scrub(text: str, key: str) -> str:
-    """``text`` shortened, with the API key (if some server echoed it) masked."""
-    if key and key != NO_KEY:
-        text = text.replace(key, "***")
+    """``text`` with the API key (whole or in part) and anything shaped like a token masked, then shortened."""
+    text = mask_key(text, key)
+    for pattern, replacement in _SECRET_SHAPES:
+        text = pattern.sub(replacement, text)
     text = " ".join(text.split())
     return text if len(text) <= UPSTREAM_TEXT_LIMIT else text[: UPSTREAM_TEXT_LIMIT - 1] + "…"
 
