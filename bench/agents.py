@@ -39,7 +39,7 @@ def write_report(path: str | None, report: dict) -> None:
 
 @agent(description="Bench: text deltas as fast as it can, or at a given rate.")
 async def flood(run, input: dict) -> dict:
-    """Emit ``events`` deltas of 100 characters, a new message every ``per_message``.
+    """Emit ``events`` deltas of ``size`` characters (100), a new message every ``per_message``.
 
     ``rate`` (events/s) paces them; ``max_seconds`` stops early; ``custom``
     emits ``x.delta`` events (the reducer ignores them) instead of ``text.delta``.
@@ -49,6 +49,7 @@ async def flood(run, input: dict) -> dict:
     per_message = input.get("per_message") or events
     max_seconds = input.get("max_seconds")
     custom = input.get("custom", False)
+    size = input.get("size", DELTA_SIZE)
     await wait_for_file(input.get("go"))
     start_wall, start = time.time(), time.perf_counter()
     message = None
@@ -63,9 +64,9 @@ async def flood(run, input: dict) -> dict:
             if wait > 0:
                 await asyncio.sleep(wait)
         if custom:
-            await run.custom("delta", {"message_id": message, "delta": delta(DELTA_SIZE)})
+            await run.custom("delta", {"message_id": message, "delta": delta(size)})
         else:
-            await run.text(delta(DELTA_SIZE), message)
+            await run.text(delta(size), message)
         emitted += 1
         if max_seconds and index % 256 == 0 and time.perf_counter() - start > max_seconds:
             break

@@ -45,6 +45,8 @@ class Sizes:
     idle_connections: int
     per_message: int = 1000
     rate: int = 1000
+    memory_events: int = 100_000
+    memory_settle_seconds: float = 60
 
 
 FULL = Sizes(
@@ -74,6 +76,8 @@ QUICK = Sizes(
     small_events=1_000,
     resume_samples=5,
     idle_connections=200,
+    memory_events=20_000,
+    memory_settle_seconds=5,
 )
 
 
@@ -273,11 +277,11 @@ class Bench:
             ))  # fmt: skip
         return self._big
 
-    def run_with_rss(self, server: EngineServer, events: int, before_go=None, **input):
+    def run_with_rss(self, server: EngineServer, events: int, before_go=None, per_message=None, **input):
         """A big flood run, started once ``before_go(run_id)`` has run, with the server's RSS watched."""
         go = self.path("go")
         run_id, report_path = self.flood(
-            server, events, per_message=self.sizes.per_message, go=str(go), **input
+            server, events, per_message=per_message or self.sizes.per_message, go=str(go), **input
         )
         if before_go is not None:
             before_go(run_id)
@@ -844,6 +848,46 @@ def compaction(bench: Bench) -> None:
     ))  # fmt: skip
 
 
+def memory(bench: Bench) -> None:
+    """A 100 MB run (text deltas of 1 KB) with no client: the server's RSS at its peak and after.
+
+    Each repetition on a fresh server: RSS before the run, the peak while it
+    runs and ends (VmHWM), and RSS once it has been finished for a while.
+    """
+    sizes = bench.sizes
+    events = sizes.memory_events
+    settle = sizes.memory_settle_seconds
+    peaks, afters, befores = [], [], []
+    for rep in range(bench.repeat):
+        server = bench.new_server("memory", sqlite_synchronous="NORMAL")
+        try:
+            run_id, _, rss = bench.run_with_rss(server, events, size=1000, per_message=events)
+            time.sleep(settle)
+            after = proc_status(server.pid, "VmRSS")
+        finally:
+            server.http.close()
+            server.stop()
+        befores.append(rss.before / 2**20)
+        peaks.append(rss.growth / 2**20)
+        afters.append((after - rss.before) / 2**20)
+        say(f"  rep {rep + 1}/{bench.repeat}: before {befores[-1]:.0f} MB, peak +{peaks[-1]:.0f} MB, "
+            f"{settle:g} s after the end +{afters[-1]:.0f} MB")  # fmt: skip
+    text_mb = events * 1000 / 2**20
+    bench.add(Row(
+        "memory", f"{text_mb:.0f} MB run: server RSS at peak", median(peaks), "MB",
+        target="≤ +150 MB", ok=median(peaks) <= 150,
+        note=f"{events:,} text deltas of 1 KB in one message, no client; peak VmRSS (VmHWM) minus "
+             f"VmRSS before the run (median {median(befores):.0f} MB); fresh server per repetition",
+        samples=peaks,
+    ))  # fmt: skip
+    bench.add(Row(
+        "memory", f"{text_mb:.0f} MB run: server RSS {settle:g} s after", median(afters), "MB",
+        target="≤ +30 MB", ok=median(afters) <= 30,
+        note="VmRSS once the run has been finished that long, minus VmRSS before it",
+        samples=afters,
+    ))  # fmt: skip
+
+
 def oldest_seq(db_path: Path, run_id: str) -> int:
     conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=30)
     try:
@@ -865,4 +909,5 @@ SCENARIOS = {
     "stalled": stalled,
     "idle": idle,
     "compaction": compaction,
+    "memory": memory,
 }

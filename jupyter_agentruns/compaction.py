@@ -127,10 +127,10 @@ class Compactor:
             await asyncio.sleep(0)
         return True
 
-    def _reduce(self, run_id: str, snapshot: reducer.Snapshot, after: int, upto: int) -> dict:
+    def _reduce(self, run_id: str, snapshot: reducer.Snapshot, after: int, upto: int) -> reducer.Snapshot:
         from .engine import reduce_stored
 
-        return reduce_stored(self._read_db(), run_id, snapshot, after, upto).to_dict()
+        return reduce_stored(self._read_db(), run_id, snapshot, after, upto)
 
     async def bury(self, run_id: str, owner: str) -> None:
         """Delete a run past its retention, in chunks, leaving its tombstone."""

@@ -21,6 +21,7 @@ from . import reducer, store
 from .agents import AgentSpec
 from .broadcaster import Broadcaster, Subscriber
 from .compaction import Compactor
+from .cursor import page_cursor, parse_page_cursor
 from .errors import ApiError, run_not_found
 from .executor import Executor
 from .idempotency import fingerprint
@@ -192,10 +193,10 @@ class Engine:
             store.renew_leases(db, self.executor_id, live, expires)
             return store.take_cancel_requests(db, self.executor_id)
 
-        for run_id, reason in await self.writer.run(renew):
+        for run_id, request in await self.writer.run(renew):
             ctx = self.executor.live.get(run_id)
             if ctx is not None:
-                await self.executor.cancel(ctx, reason)
+                await self.executor.cancel(ctx, request.get("reason"), request.get("requested_at"))
         self.activity_changed()
 
     async def sweep(self) -> int:
@@ -333,12 +334,15 @@ class Engine:
         return self.run_object(self.owned_row(owner, run_id, full=True))
 
     def list_runs(
-        self, owner: str, *, status: str | None, session: str | None, limit: int, before: int | None
-    ) -> tuple[list[dict[str, Any]], int | None]:
-        rows = store.list_runs(self.db, owner, status=status, session=session, limit=limit + 1, before=before)
+        self, owner: str, *, status: str | None, session: str | None, limit: int, before: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of the owner's runs, newest first, and the ``before`` of the next page (or None)."""
+        after = parse_page_cursor(before) if before else None
+        rows = store.list_runs(self.db, owner, status=status, session=session, limit=limit + 1, before=after)
         more = len(rows) > limit
         rows = rows[:limit]
-        return [self.run_object(row) for row in rows], rows[-1]["_rowid"] if more else None
+        next_page = page_cursor(rows[-1]["created_at"], rows[-1]["run_id"]) if more else None
+        return [self.run_object(row) for row in rows], next_page
 
     async def cancel(self, owner: str, run_id: str, reason: str | None) -> tuple[dict[str, Any], bool]:
         """Cancel a run; returns ``(run, started)``, started False when it was already ending."""
@@ -380,6 +384,12 @@ class Engine:
         run["output"] = row.get("output")
         run["error"] = row.get("error")
         run["cancel"] = row.get("cancel")
+        request = row.get("cancel_request")
+        if request is not None and run["status"] in store.ACTIVE_STATUSES:
+            # Recorded for the server executing the run, which has not taken it
+            # yet: answer with the run as it will be in a moment.
+            run["status"] = "cancelling"
+            run["cancel"] = {"requested_at": request.get("requested_at"), "reason": request.get("reason"), "stage": None}
         return run
 
     def _snapshot_at(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -436,7 +446,8 @@ def request_cancel(db, run_id: str, reason: str | None) -> bool:
     row = store.get_run(db, run_id)
     if row is None or row["status"] not in ("queued", "running") or row["cancel_request"] is not None:
         return False
-    store.update_run(db, run_id, store.encode_fields({"cancel_request": {"reason": reason}}))
+    request = {"reason": reason, "requested_at": now_iso()}
+    store.update_run(db, run_id, store.encode_fields({"cancel_request": request}))
     return True
 
 
@@ -457,7 +468,7 @@ def interrupt(db, row: dict[str, Any], reason: str) -> None:
     seq = row["last_seq"] + 1
     snapshot = reduce_stored(
         db, row["run_id"], reducer.Snapshot(row["snapshot"]), row["snapshot_seq"], row["last_seq"]
-    ).to_dict()
+    )
     ts = now_iso()
     store.append_events(db, [(row["run_id"], seq, "run.interrupted", ts, json.dumps({"reason": reason}))])
     store.update_run(

@@ -10,6 +10,8 @@ the deadline, and decides each run's one terminal event.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import functools
 import json
 import logging
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import reducer, store
 from .agents import AgentSpec
-from .broadcaster import envelope
+from .broadcaster import Waiter, envelope
 from .timeutil import now_iso
 from .writer import Append
 
@@ -45,6 +47,8 @@ CUSTOM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 YIELD_EVERY = 64
 # How long a cancelled agent gets to run its ``finally`` blocks.
 CANCEL_GRACE_SECONDS = 10
+# A run that emitted this much gives the freed memory back to the system when it ends.
+RELEASE_MEMORY_AFTER_BYTES = 16 * 1024 * 1024
 # Absolute file paths in error messages: they say where the server keeps things.
 # Not inside a URL: "https://host/a/b" keeps its path.
 _PATH = re.compile(r"(?<![\w:/.~-])(?:[A-Za-z]:)?(?:[\\/][\w.~-]+){2,}[\\/]?")
@@ -121,6 +125,7 @@ class RunContext:
         self._agent_task: asyncio.Future | None = None
         self._stop = asyncio.Event()  # set by cancel() and shutdown()
         self._lost = False
+        self._bytes = 0  # of event data emitted
 
     # What agents call ------------------------------------------------------
 
@@ -204,10 +209,7 @@ class RunContext:
         while channel is not None and channel.committed_seq < target:
             if self._lost:
                 raise RunClosed(f"run {self.run_id} lost its store writes")
-            wake = channel.waiter()
-            if channel.committed_seq >= target:
-                break
-            await wake.wait()
+            await Waiter().wait([channel.signal], None)
 
     # The executor's side -------------------------------------------------
 
@@ -246,7 +248,9 @@ class RunContext:
         ts = now_iso()
         if type in reducer.TERMINAL_TYPES:
             fields = dict(fields or {})
-            fields["snapshot"] = self._snapshot.to_dict()
+            # The builder itself: the writer streams it into the store in parts,
+            # so a long text is never joined or encoded whole.
+            fields["snapshot"] = self._snapshot
             fields["snapshot_seq"] = seq
         item = Append(
             self.run_id,
@@ -258,6 +262,7 @@ class RunContext:
             envelope(self._run_id_json, seq, type, ts, data_json),
         )
         self._writer.append(item)
+        self._bytes += len(data_json)
         self._seq = seq
         if type in reducer.TERMINAL_TYPES:
             self._closed = True
@@ -272,7 +277,22 @@ class RunContext:
         return self._closed or self._cancel is not None or self._interrupt_reason is not None
 
     def _stage(self) -> dict[str, Any]:
-        return {"seq": self._seq, "step": reducer.describe_step(self._snapshot.to_dict(), self._last_type)}
+        return {"seq": self._seq, "step": reducer.describe_step(self._snapshot.structure(), self._last_type)}
+
+
+def release_memory() -> None:
+    """Return the C heap's free pages to the system (glibc only; elsewhere nothing to do)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
+
+
+def _retrieve(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class SyncRun:
@@ -342,6 +362,10 @@ class Executor:
                 return
             ctx._append("run.started", {}, data_json, {"status": "running", "started_at": now_iso()})
             agent = ctx._agent_task = asyncio.ensure_future(self._call_agent(ctx, spec))
+            # The end may be decided by something else (a cancel, an oversized
+            # event): retrieve the agent's exception anyway, or asyncio logs
+            # "Task exception was never retrieved" with a traceback.
+            agent.add_done_callback(_retrieve)
             stop = asyncio.ensure_future(ctx._stop.wait())
             done, _ = await asyncio.wait(
                 {agent, stop}, timeout=self.engine.config.max_run_seconds, return_when=asyncio.FIRST_COMPLETED
@@ -437,10 +461,18 @@ class Executor:
             pass
         self.live.pop(ctx.run_id, None)
         self.engine.broadcaster.close(ctx.run_id)
+        self.engine.forget_snapshot(ctx.run_id)
         self.engine.activity_changed()
+        if ctx._bytes >= RELEASE_MEMORY_AFTER_BYTES:
+            # The run's text was freed just now, but the C allocator keeps the
+            # pages; a big run would otherwise leave the server that much larger.
+            asyncio.get_running_loop().call_soon(release_memory)
 
-    async def cancel(self, ctx: RunContext, reason: str | None) -> bool:
-        """Start cancelling ``ctx``; False when it was already ending or cancelling."""
+    async def cancel(self, ctx: RunContext, reason: str | None, requested_at: str | None = None) -> bool:
+        """Start cancelling ``ctx``; False when it was already ending or cancelling.
+
+        ``requested_at``: when the cancel was asked of another server sharing the store.
+        """
         if ctx._ending:
             return False
         data = {"reason": reason}
@@ -450,7 +482,7 @@ class Executor:
             return False
         # Decide and append with no await in between: whatever the run does
         # next comes after its cancel_requested event.
-        ctx._cancel = {"requested_at": now_iso(), "reason": reason, "stage": ctx._stage()}
+        ctx._cancel = {"requested_at": requested_at or now_iso(), "reason": reason, "stage": ctx._stage()}
         ctx._append("run.cancel_requested", data, data_json, {"status": "cancelling", "cancel": ctx._cancel})
         self._stop(ctx)
         await ctx.durable()
@@ -478,7 +510,7 @@ class Executor:
             ctx._agent_task.cancel()
         channel = self.engine.broadcaster.get(run_id)
         if channel is not None:
-            channel.wake()
+            channel.signal.fire()
         if not self.engine.writer.closed:
             self.engine.writer.forget_refused(run_id)
 

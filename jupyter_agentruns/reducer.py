@@ -8,6 +8,9 @@ vectors in ``tests/vectors/``.
 from __future__ import annotations
 
 import copy
+import json
+from collections.abc import Iterator
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 TERMINAL_TYPES = {
@@ -82,16 +85,32 @@ def apply(snapshot: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
 
 
 class Snapshot:
-    """A snapshot built event by event, the same as ``apply`` but fast for long texts.
+    """A snapshot built event by event, the same as ``apply`` but fast and compact for long texts.
 
     Appending a delta to a string held in a dict copies the whole text each
     time, which is quadratic over a long answer. Here the deltas of each
-    message are kept as pieces and joined only when the snapshot is read.
+    message are kept as pieces, joined into chunks of about ``CHUNK_CHARS``
+    as they come (a million small strings cost far more memory than their
+    text), and into the message's text only when the snapshot is read.
+    ``json_chunks`` writes the snapshot as JSON without ever joining it.
     """
+
+    CHUNK_CHARS = 1 << 20
 
     def __init__(self, base: dict[str, Any] | None = None):
         self._snapshot = copy.deepcopy(base) if base is not None else empty_snapshot()
-        self._pieces: dict[int, list[str]] = {}  # message index -> deltas not yet joined
+        # message index -> [chunks..., pieces not yet in a chunk], and the pieces' length
+        self._pending: dict[int, list[str]] = {}
+        self._loose: dict[int, tuple[int, int]] = {}  # message index -> (first loose piece, their chars)
+
+    @classmethod
+    def wrap(cls, snapshot: dict[str, Any]) -> Snapshot:
+        """A builder over ``snapshot`` itself, not a copy (for writing it out)."""
+        builder = cls.__new__(cls)
+        builder._snapshot = snapshot
+        builder._pending = {}
+        builder._loose = {}
+        return builder
 
     def apply(self, event: dict[str, Any]) -> None:
         if event["type"] != "text.delta":
@@ -105,15 +124,61 @@ class Snapshot:
         else:
             apply(self._snapshot, {"type": "message.started", "data": {"message_id": data["message_id"]}})
             index = len(messages) - 1
-        self._pieces.setdefault(index, []).append(data["delta"])
+        pending = self._pending.setdefault(index, [])
+        start, chars = self._loose.get(index, (len(pending), 0))
+        pending.append(data["delta"])
+        chars += len(data["delta"])
+        if chars >= self.CHUNK_CHARS:
+            pending[start:] = ["".join(pending[start:])]
+            start, chars = len(pending), 0
+        self._loose[index] = (start, chars)
 
     def to_dict(self) -> dict[str, Any]:
         """The snapshot as a dict (the builder's own: serialize or copy it before applying more)."""
         messages = self._snapshot["messages"]
-        for index, pieces in self._pieces.items():
-            messages[index]["text"] += "".join(pieces)
-        self._pieces.clear()
+        for index, pending in self._pending.items():
+            messages[index]["text"] += "".join(pending)
+        self._pending.clear()
+        self._loose.clear()
         return self._snapshot
+
+    def structure(self) -> dict[str, Any]:
+        """The snapshot without its latest text joined in: enough to see its messages and tools."""
+        return self._snapshot
+
+    def json_chunks(self) -> Iterator[str]:
+        """The snapshot's JSON text in pieces, never holding a message's whole text twice."""
+        for position, (key, value) in enumerate(self._snapshot.items()):
+            yield ("{" if position == 0 else ",") + _STRICT.encode(key) + ":"
+            if key != "messages":
+                yield _STRICT.encode(value)
+                continue
+            yield "["
+            for index, message in enumerate(value):
+                yield "{" if index == 0 else ",{"
+                for place, (name, field) in enumerate(message.items()):
+                    yield ("" if place == 0 else ",") + _STRICT.encode(name) + ":"
+                    if name != "text":
+                        yield _STRICT.encode(field)
+                        continue
+                    yield '"'
+                    for part in _slices(field, self.CHUNK_CHARS):
+                        yield encode_basestring_ascii(part)[1:-1]
+                    for part in self._pending.get(index, ()):
+                        yield encode_basestring_ascii(part)[1:-1]
+                    yield '"'
+                yield "}"
+            yield "]"
+        yield "}"
+
+
+# NaN is not JSON: a snapshot holding one fails loudly rather than becoming unreadable.
+_STRICT = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
+def _slices(text: str, size: int) -> Iterator[str]:
+    for start in range(0, len(text), size):
+        yield text[start : start + size]
 
 
 def reduce(events, snapshot: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlite_utils import Database
 
+from . import jsonio, reducer
 from .reducer import TERMINAL_TYPES
 
 ACTIVE_STATUSES = ("queued", "running", "cancelling")
@@ -27,8 +28,10 @@ TERMINAL_STATUSES = tuple(TERMINAL_TYPES.values())
 # writer backs off and retries (it never gives up on a batch).
 BUSY_TIMEOUT_MS = 10000
 
-# Columns of ``runs`` that hold JSON text.
-JSON_COLUMNS = ("metadata", "input", "snapshot", "output", "error", "cancel", "cancel_request")
+# Columns of ``runs`` that hold JSON text (the snapshot has a table of its own).
+JSON_COLUMNS = ("metadata", "input", "output", "error", "cancel", "cancel_request")
+# A snapshot's JSON is stored in parts of at least this many characters (the last one shorter).
+SNAPSHOT_PART_CHARS = 1 << 20
 
 
 def _migration_1(db: Database) -> None:
@@ -111,14 +114,43 @@ def _migration_4(db: Database) -> None:
     db.execute("ALTER TABLE runs DROP COLUMN snapshot_seq")
 
 
+def _migration_5(db: Database) -> None:
+    # Lists page by (created_at, run_id) of the caller's own runs: a rowid
+    # cursor told every user how many runs the server holds.
+    db.execute("CREATE INDEX runs_owner_created ON runs (owner, created_at, run_id)")
+    # Older versions took NaN and Infinity in a submit and wrote them back,
+    # which no browser can parse: such values become null.
+    rows = db.conn.execute(
+        "SELECT run_id, input, metadata FROM runs WHERE input LIKE '%NaN%' OR input LIKE '%Infinity%' "
+        "OR metadata LIKE '%NaN%' OR metadata LIKE '%Infinity%'"
+    ).fetchall()
+    for run_id, input, metadata in rows:
+        fixed = [jsonio.dumps(jsonio.finite(json.loads(text))) if text else text for text in (input, metadata)]
+        db.conn.execute("UPDATE runs SET input = ?, metadata = ? WHERE run_id = ?", [*fixed, run_id])
+    # A snapshot is written in parts of about a megabyte, streamed from the
+    # reducer: as one value, a 100 MB snapshot was held four times over
+    # (joined text, JSON, SQLite's bound copy and its record).
+    db["snapshots"].add_column("parts", int, not_null_default=1)
+    db.execute(
+        """
+        CREATE TABLE snapshot_parts (
+            run_id TEXT NOT NULL,
+            part INTEGER NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (run_id, part)
+        ) WITHOUT ROWID
+        """
+    )
+
+
 # Append only: a database written by a newer version is refused, an older one
 # is brought forward one step at a time.
-MIGRATIONS = [_migration_1, _migration_2, _migration_3, _migration_4]
+MIGRATIONS = [_migration_1, _migration_2, _migration_3, _migration_4, _migration_5]
 
 # A run with its persisted snapshot (``snapshot_seq`` 0 and no snapshot when none).
 RUN_SELECT = (
-    "SELECT runs.rowid AS _rowid, runs.*, coalesce(snapshots.seq, 0) AS snapshot_seq, "
-    "snapshots.snapshot AS snapshot FROM runs LEFT JOIN snapshots ON snapshots.run_id = runs.run_id"
+    "SELECT runs.*, coalesce(snapshots.seq, 0) AS snapshot_seq, snapshots.snapshot AS snapshot, "
+    "snapshots.parts AS snapshot_parts FROM runs LEFT JOIN snapshots ON snapshots.run_id = runs.run_id"
 )
 
 
@@ -155,17 +187,27 @@ def migrate(db: Database) -> None:
         raise
 
 
-def decode_run(row: dict[str, Any]) -> dict[str, Any]:
-    """A run row (``RUN_SELECT``) with its JSON columns decoded."""
+def decode_run(db: Database, row: dict[str, Any]) -> dict[str, Any]:
+    """A run row (``RUN_SELECT``) with its JSON columns and its snapshot decoded."""
     for column in JSON_COLUMNS:
         if row.get(column) is not None:
             row[column] = json.loads(row[column])
+    parts = row.pop("snapshot_parts", None)
+    if row.get("snapshot") is not None:
+        text = row["snapshot"]
+        if parts is not None and parts > 1:
+            rest = db.conn.execute(
+                "SELECT data FROM snapshot_parts WHERE run_id = ? ORDER BY part", [row["run_id"]]
+            ).fetchall()
+            text = "".join([text, *(data for (data,) in rest)])
+        row["snapshot"] = json.loads(text)
     return row
 
 
 def encode_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """Columns to set, JSON columns encoded; a ``snapshot`` stays as it is (``write_snapshot``)."""
     return {
-        name: json.dumps(value) if name in JSON_COLUMNS and value is not None else value
+        name: jsonio.dumps(value) if name in JSON_COLUMNS and value is not None else value
         for name, value in fields.items()
     }
 
@@ -175,7 +217,7 @@ def encode_fields(fields: dict[str, Any]) -> dict[str, Any]:
 
 def get_run(db: Database, run_id: str) -> dict[str, Any] | None:
     rows = list(db.query(f"{RUN_SELECT} WHERE runs.run_id = ?", [run_id]))
-    return decode_run(rows[0]) if rows else None
+    return decode_run(db, rows[0]) if rows else None
 
 
 # What answering for a run needs, without the (possibly huge) snapshot and output.
@@ -198,9 +240,9 @@ def list_runs(
     status: str | None,
     session: str | None,
     limit: int,
-    before: int | None,
+    before: tuple[str, str] | None,
 ) -> list[dict[str, Any]]:
-    """The owner's runs, newest first, each with its ``rowid`` as the page cursor."""
+    """The owner's runs, newest first; ``before`` is the ``(created_at, run_id)`` a page ends with."""
     where = ["owner = ?"]
     params: list[Any] = [owner]
     if status is not None:
@@ -210,11 +252,11 @@ def list_runs(
         where.append("session = ?")
         params.append(session)
     if before is not None:
-        where.append("runs.rowid < ?")
-        params.append(before)
+        where.append("(created_at < ? OR (created_at = ? AND runs.run_id < ?))")
+        params.extend([before[0], before[0], before[1]])
     params.append(limit)
-    sql = f"{RUN_SELECT} WHERE {' AND '.join(where)} ORDER BY runs.rowid DESC LIMIT ?"
-    return [decode_run(row) for row in db.query(sql, params)]
+    sql = f"{RUN_SELECT} WHERE {' AND '.join(where)} ORDER BY created_at DESC, runs.run_id DESC LIMIT ?"
+    return [decode_run(db, row) for row in db.query(sql, params)]
 
 
 def read_events(
@@ -309,7 +351,7 @@ def expired_active_runs(db: Database, now: float) -> list[dict[str, Any]]:
         "AND (lease_expires IS NULL OR lease_expires < ?)",
         [*ACTIVE_STATUSES, now],
     )
-    return [decode_run(row) for row in rows]
+    return [decode_run(db, row) for row in rows]
 
 
 # Writes (inside the writer's transaction) ---------------------------------
@@ -334,13 +376,43 @@ def update_run(db: Database, run_id: str, encoded: dict[str, Any]) -> None:
     columns = dict(encoded)
     snapshot, seq = columns.pop("snapshot", None), columns.pop("snapshot_seq", None)
     if snapshot is not None:
-        db.conn.execute(
-            "INSERT OR REPLACE INTO snapshots (run_id, seq, snapshot) VALUES (?, ?, ?)", [run_id, seq, snapshot]
-        )
+        write_snapshot(db, run_id, seq, snapshot)
     if columns:
         # Raw SQL: ``Table.update`` reads the row first, and this is on the append path.
         assignments = ", ".join(f"{name} = ?" for name in columns)
         db.conn.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*columns.values(), run_id])
+
+
+def write_snapshot(db: Database, run_id: str, seq: int, snapshot: dict[str, Any] | reducer.Snapshot) -> None:
+    """Store the run's snapshot at ``seq``, streamed into parts: its text is never joined or copied whole."""
+    builder = snapshot if isinstance(snapshot, reducer.Snapshot) else reducer.Snapshot.wrap(snapshot)
+    db.conn.execute("DELETE FROM snapshot_parts WHERE run_id = ?", [run_id])
+    first: str | None = None
+    count = 0
+    buffer: list[str] = []
+    size = 0
+
+    def flush() -> None:
+        nonlocal first, count, buffer, size
+        data = "".join(buffer)
+        if count == 0:
+            first = data
+        else:
+            db.conn.execute("INSERT INTO snapshot_parts (run_id, part, data) VALUES (?, ?, ?)", [run_id, count, data])
+        count += 1
+        buffer, size = [], 0
+
+    for piece in builder.json_chunks():
+        buffer.append(piece)
+        size += len(piece)
+        if size >= SNAPSHOT_PART_CHARS:
+            flush()
+    if buffer or count == 0:
+        flush()
+    db.conn.execute(
+        "INSERT OR REPLACE INTO snapshots (run_id, seq, snapshot, parts) VALUES (?, ?, ?, ?)",
+        [run_id, seq, first, count],
+    )
 
 
 def set_last_seqs(db: Database, pairs: list[tuple[int, str]]) -> None:
@@ -372,6 +444,7 @@ def delete_run(db: Database, run_id: str) -> None:
     db.conn.execute("DELETE FROM events WHERE run_id = ?", [run_id])
     db.conn.execute("DELETE FROM idempotency_keys WHERE run_id = ?", [run_id])
     db.conn.execute("DELETE FROM snapshots WHERE run_id = ?", [run_id])
+    db.conn.execute("DELETE FROM snapshot_parts WHERE run_id = ?", [run_id])
     db.conn.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
 
 
@@ -382,14 +455,14 @@ def renew_leases(db: Database, executor_id: str, run_ids: list[str], expires: fl
     )
 
 
-def take_cancel_requests(db: Database, executor_id: str) -> list[tuple[str, str | None]]:
+def take_cancel_requests(db: Database, executor_id: str) -> list[tuple[str, dict[str, Any]]]:
     """Cancels other servers recorded for this executor's runs, cleared as they are taken."""
     rows = db.conn.execute(
         "SELECT run_id, cancel_request FROM runs WHERE executor_id = ? AND cancel_request IS NOT NULL",
         [executor_id],
     ).fetchall()
     db.conn.executemany("UPDATE runs SET cancel_request = NULL WHERE run_id = ?", [(r[0],) for r in rows])
-    return [(run_id, json.loads(request).get("reason")) for run_id, request in rows]
+    return [(run_id, json.loads(request)) for run_id, request in rows]
 
 
 def purge_keys(db: Database, older_than: float) -> None:

@@ -33,7 +33,9 @@ log = logging.getLogger(__name__)
 
 MAX_BATCH = 5000
 MAX_PENDING_EVENTS = 20000
-MAX_PENDING_BYTES = 64 * 1024 * 1024
+# Events queued but not yet committed; beyond either bound producers wait. The
+# bytes bound is what a run of large events can hold in memory before the disk.
+MAX_PENDING_BYTES = 16 * 1024 * 1024
 RETRY_FIRST_SECONDS = 0.05
 RETRY_MAX_SECONDS = 2.0
 

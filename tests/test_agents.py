@@ -1,5 +1,8 @@
 """The agent interface: plain functions, failures, limits, durability, custom events."""
 
+import asyncio
+import gc
+
 import pytest
 
 from agents_for_tests import TEST_AGENTS
@@ -48,6 +51,23 @@ async def test_an_event_over_max_event_bytes_fails_the_run(api):
 async def test_an_output_that_is_not_json_fails_the_run(api):
     run = await run_agent(api, "bad_output")
     assert run["status"] == "failed" and run["error"]["type"] == "invalid_output"
+
+
+async def test_an_output_holding_nan_fails_the_run_and_no_answer_carries_nan(api):
+    # Python would write NaN, which no browser can parse: the run fails instead.
+    run = await run_agent(api, "nan_output")
+    assert run["status"] == "failed" and run["error"]["type"] == "invalid_output"
+    listing = await api.get("runs")
+    assert listing.status_code == 200
+    assert b"NaN" not in listing.content and b"Infinity" not in listing.content
+
+
+async def test_an_oversized_event_logs_no_unretrieved_task_exception(api, caplog):
+    run = await run_agent(api, "huge_event")
+    assert run["error"]["type"] == "event_too_large"
+    gc.collect()  # an unretrieved exception is reported when its task is collected
+    await asyncio.sleep(0.05)
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
 
 
 async def test_agents_cannot_forge_lifecycle_events(api):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_agentruns.reducer import apply, describe_step, empty_snapshot, reduce
+from jupyter_agentruns.reducer import Snapshot, apply, describe_step, empty_snapshot, reduce
 
 VECTORS = sorted((Path(__file__).parent / "vectors").glob("*.json"))
 
@@ -69,3 +69,15 @@ def test_the_builder_can_be_read_midway_and_go_on():
     builder.apply({"type": "text.delta", "data": {"message_id": "m2", "delta": "x"}})
     texts = [m["text"] for m in builder.to_dict()["messages"]]
     assert texts == ["abcd", "x"]
+
+
+@pytest.mark.parametrize("path", VECTORS, ids=lambda p: p.stem)
+def test_the_builders_streamed_json_is_the_snapshot_at_every_step(path, monkeypatch):
+    # Tiny chunks, so that pieces are joined into chunks again and again.
+    monkeypatch.setattr(Snapshot, "CHUNK_CHARS", 7)
+    events = json.loads(path.read_text())["events"]
+    builder = Snapshot()
+    for count, event in enumerate(events, start=1):
+        builder.apply(event)
+        assert json.loads("".join(builder.json_chunks())) == reduce(events[:count])
+    assert builder.to_dict() == reduce(events)

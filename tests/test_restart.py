@@ -130,6 +130,9 @@ def test_a_cancel_sent_to_another_server_on_the_same_database_takes_effect(serve
         read_events(client_a, run["run_id"], 3)
         response = client_b.post(f"runs/{run['run_id']}/cancel", json={"reason": "from b"})
         assert response.status_code == 202
+        # B answers with the run as it will be, though A has not taken the cancel yet.
+        assert response.json()["status"] == "cancelling"
+        assert response.json()["cancel"]["reason"] == "from b" and response.json()["cancel"]["requested_at"]
         assert client_b.post(f"runs/{run['run_id']}/cancel").status_code == 200
         finished = wait_status(client_b, run["run_id"], TERMINAL, timeout=30)
         assert finished["status"] == "cancelled"

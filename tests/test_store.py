@@ -4,7 +4,7 @@ import sqlite3
 
 import pytest
 
-from jupyter_agentruns import store
+from jupyter_agentruns import reducer, store
 
 
 def test_a_new_store_is_migrated_to_the_latest_schema_in_wal_mode(tmp_path):
@@ -61,3 +61,39 @@ def test_an_older_database_is_migrated_with_its_data(tmp_path, monkeypatch):
     run = store.get_run(db, "run_old")
     assert run["snapshot"] == {"messages": []} and run["snapshot_seq"] == 7
     assert "snapshot" not in db["runs"].columns_dict
+
+
+def test_nan_stored_by_an_older_version_becomes_null(tmp_path, monkeypatch):
+    path = tmp_path / "old.sqlite3"
+    monkeypatch.setattr(store, "MIGRATIONS", store.MIGRATIONS[:4])
+    old = store.connect(path)
+    old.conn.execute(
+        "INSERT INTO runs (run_id, owner, agent, status, created_at, last_seq, first_seq, input, metadata) "
+        "VALUES ('run_nan', 'me', 'demo', 'failed', 't', 2, 1, ?, ?)",
+        ['{"prompt": "p", "delay": NaN, "w": [1, Infinity]}', '{"score": -Infinity, "note": "NaN is fine as text"}'],
+    )
+    old.conn.close()
+    monkeypatch.undo()
+    run = store.get_run(store.connect(path), "run_nan")
+    assert run["input"] == {"prompt": "p", "delay": None, "w": [1, None]}
+    assert run["metadata"] == {"score": None, "note": "NaN is fine as text"}
+
+
+def test_a_snapshot_is_stored_in_parts_and_read_back_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "SNAPSHOT_PART_CHARS", 1000)
+    db = store.connect(tmp_path / "s.sqlite3")
+    db["runs"].insert({"run_id": "run_big", "owner": "me", "agent": "demo", "status": "succeeded", "created_at": "t", "last_seq": 1, "first_seq": 1})
+    events = [{"type": "message.started", "data": {"message_id": "m1"}}]
+    events += [{"type": "text.delta", "data": {"message_id": "m1", "delta": f'naïve 😀 "{i}"\n'}} for i in range(500)]
+    events += [{"type": "tool.started", "data": {"call_id": "c1", "name": "t", "args": {"q": "ü"}}}]
+    builder = reducer.Snapshot()
+    for event in events:
+        builder.apply(event)
+    store.write_snapshot(db, "run_big", 1, builder)  # straight from the builder's pieces
+    parts = db.conn.execute("SELECT count(*) FROM snapshot_parts WHERE run_id = 'run_big'").fetchone()[0]
+    assert parts > 5
+    assert store.get_run(db, "run_big")["snapshot"] == reducer.reduce(events)
+    # A smaller snapshot written over it leaves no stale parts behind.
+    store.write_snapshot(db, "run_big", 2, {"messages": [], "tools": [], "progress": None, "usage": None})
+    assert db.conn.execute("SELECT count(*) FROM snapshot_parts").fetchone()[0] == 0
+    assert store.get_run(db, "run_big")["snapshot"]["messages"] == []
