@@ -110,14 +110,16 @@ class Client:
         params: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
         timeout: float | None = None,
+        accept: str = "application/json",
     ) -> tuple[int, dict[str, str], Any]:
+        """One API call: ``(status, headers, body)``, the body parsed when it is JSON."""
         url = self.api + path
         if params:
             url += "?" + urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
         data = jsonio.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(url, data=data, method=method)
         request.add_header("Authorization", f"token {self.server.token}")
-        request.add_header("Accept", "application/json")
+        request.add_header("Accept", accept)
         if data is not None:
             request.add_header("Content-Type", "application/json")
         for name, value in (headers or {}).items():
@@ -125,6 +127,8 @@ class Client:
         try:
             with urllib.request.urlopen(request, timeout=timeout or self.timeout, context=self._ssl) as response:
                 raw = response.read()
+                if accept != "application/json":
+                    return response.status, dict(response.headers), raw.decode("utf-8")
                 return response.status, dict(response.headers), json.loads(raw) if raw else None
         except urllib.error.HTTPError as error:
             raw = error.read()
@@ -137,13 +141,33 @@ class Client:
         except urllib.error.URLError as error:
             raise ServerNotFound(f"Cannot reach the Jupyter server at {self.server.url}: {error.reason}") from None
 
-    def submit(self, body: dict[str, Any], key: str) -> tuple[dict[str, Any], bool]:
-        """Submit a run; returns ``(run, replayed)``."""
-        status, headers, run = self.request("POST", "runs", body, headers={"Idempotency-Key": key})
+    def submit(self, body: dict[str, Any], key: str, *, key_with_run: bool = False) -> tuple[dict[str, Any], bool]:
+        """Submit a run; returns ``(run, replayed)``.
+
+        ``key_with_run``: the server remembers the key as long as the run exists.
+        """
+        headers = {"Idempotency-Key": key}
+        if key_with_run:
+            headers["Idempotency-Key-Lifetime"] = "run"
+        status, _, run = self.request("POST", "runs", body, headers=headers)
         return run, status == 200
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         return self.request("GET", f"runs/{run_id}")[2]
+
+    def record(self, run_id: str) -> str:
+        """The run's static record, as Markdown (bounded, however big the run)."""
+        return self.request("GET", f"runs/{run_id}", accept="text/markdown")[2]
+
+    def newest_retry(self, run: dict[str, Any]) -> dict[str, Any]:
+        """The newest run of ``run``'s chain of Run again (``run`` itself when it was never run again)."""
+        seen = {run["run_id"]}
+        while True:
+            retries = self.request("GET", "runs", params={"retry_of": run["run_id"], "limit": 1})[2]["runs"]
+            if not retries or retries[0]["run_id"] in seen:
+                return run
+            run = retries[0]
+            seen.add(run["run_id"])
 
     def list_runs(self, **params: Any) -> dict[str, Any]:
         return self.request("GET", "runs", params=params)[2]
@@ -184,16 +208,14 @@ def cell_context() -> tuple[str | None, str | None]:
     return notebook, cell_id
 
 
-def default_key(agent: str, input: Any, notebook: str | None, cell_id: str | None) -> str:
+def default_key(notebook: str | None, cell_id: str | None, body: dict[str, Any]) -> str:
     """The Idempotency-Key of a submit from a notebook cell: re-running the cell finds its run.
 
+    It is made from everything the server fingerprints, so a cell whose input,
+    metadata or session changed starts a new run instead of being refused.
     Outside a notebook cell there is nothing stable to derive it from: a random key.
     """
     if not notebook or not cell_id:
         return "py-" + uuid.uuid4().hex
-    canonical = json.dumps(
-        {"notebook": notebook, "cell": cell_id, "agent": agent, "input": input},
-        sort_keys=True,
-        separators=(",", ":"),
-    )
+    canonical = json.dumps({"notebook": notebook, "cell": cell_id, **body}, sort_keys=True, separators=(",", ":"))
     return "nb-" + hashlib.sha256(canonical.encode()).hexdigest()

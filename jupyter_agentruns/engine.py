@@ -244,9 +244,13 @@ class Engine:
     # Runs ----------------------------------------------------------------
 
     async def submit(
-        self, owner: str, request: SubmitRequest, key: str | None
+        self, owner: str, request: SubmitRequest, key: str | None, key_with_run: bool = False
     ) -> tuple[dict[str, Any], bool]:
-        """Create a run, or find the one this key made; returns ``(run, replayed)``."""
+        """Create a run, or find the one this key made; returns ``(run, replayed)``.
+
+        ``key_with_run``: the key is remembered as long as the run exists, not
+        ``idempotency_ttl_seconds`` (what a notebook cell's key wants).
+        """
         await self.start()
         spec = self.agents.get(request.agent)
         if spec is None:
@@ -305,7 +309,7 @@ class Engine:
             }
             store.insert_run(db, row)
             if key is not None:
-                store.insert_key(db, owner, key, fp, row["run_id"], now)
+                store.insert_key(db, owner, key, fp, row["run_id"], now, key_with_run)
             return store.get_run(db, row["run_id"]), False
 
         row, replayed = await self.writer.run(create)
@@ -334,11 +338,20 @@ class Engine:
         return self.run_object(self.owned_row(owner, run_id, full=True))
 
     def list_runs(
-        self, owner: str, *, status: str | None, session: str | None, limit: int, before: str | None
+        self,
+        owner: str,
+        *,
+        status: str | None,
+        session: str | None,
+        limit: int,
+        before: str | None,
+        retry_of: str | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """One page of the owner's runs, newest first, and the ``before`` of the next page (or None)."""
         after = parse_page_cursor(before) if before else None
-        rows = store.list_runs(self.db, owner, status=status, session=session, limit=limit + 1, before=after)
+        rows = store.list_runs(
+            self.db, owner, status=status, session=session, limit=limit + 1, before=after, retry_of=retry_of
+        )
         more = len(rows) > limit
         rows = rows[:limit]
         next_page = page_cursor(rows[-1]["created_at"], rows[-1]["run_id"]) if more else None

@@ -118,6 +118,10 @@ def _migration_5(db: Database) -> None:
     # Lists page by (created_at, run_id) of the caller's own runs: a rowid
     # cursor told every user how many runs the server holds.
     db.execute("CREATE INDEX runs_owner_created ON runs (owner, created_at, run_id)")
+    db.execute("CREATE INDEX runs_retry_of ON runs (retry_of) WHERE retry_of IS NOT NULL")
+    # A key a notebook cell made lives as long as its run, not idempotency_ttl_seconds:
+    # re-running Monday's notebook on Tuesday finds Monday's runs.
+    db["idempotency_keys"].add_column("with_run", int, not_null_default=0)
     # Older versions took NaN and Infinity in a submit and wrote them back,
     # which no browser can parse: such values become null.
     rows = db.conn.execute(
@@ -241,6 +245,7 @@ def list_runs(
     session: str | None,
     limit: int,
     before: tuple[str, str] | None,
+    retry_of: str | None = None,
 ) -> list[dict[str, Any]]:
     """The owner's runs, newest first; ``before`` is the ``(created_at, run_id)`` a page ends with."""
     where = ["owner = ?"]
@@ -251,6 +256,9 @@ def list_runs(
     if session is not None:
         where.append("session = ?")
         params.append(session)
+    if retry_of is not None:
+        where.append("retry_of = ?")
+        params.append(retry_of)
     if before is not None:
         where.append("(created_at < ? OR (created_at = ? AND runs.run_id < ?))")
         params.extend([before[0], before[0], before[1]])
@@ -326,9 +334,10 @@ def expired_runs(db: Database, finished_before: float, limit: int = 1000) -> lis
 
 
 def find_key(db: Database, owner: str, key: str, not_before: float) -> dict[str, Any] | None:
+    """The owner's key, if it was made after ``not_before`` or lives as long as its run."""
     rows = list(
         db.query(
-            "SELECT * FROM idempotency_keys WHERE owner = ? AND key = ? AND created_ts >= ?",
+            "SELECT * FROM idempotency_keys WHERE owner = ? AND key = ? AND (created_ts >= ? OR with_run = 1)",
             [owner, key, not_before],
         )
     )
@@ -361,9 +370,18 @@ def insert_run(db: Database, run: dict[str, Any]) -> None:
     db["runs"].insert(encode_fields(run))
 
 
-def insert_key(db: Database, owner: str, key: str, fingerprint: str, run_id: str, now: float) -> None:
+def insert_key(
+    db: Database, owner: str, key: str, fingerprint: str, run_id: str, now: float, with_run: bool = False
+) -> None:
     db["idempotency_keys"].insert(
-        {"owner": owner, "key": key, "fingerprint": fingerprint, "run_id": run_id, "created_ts": now},
+        {
+            "owner": owner,
+            "key": key,
+            "fingerprint": fingerprint,
+            "run_id": run_id,
+            "created_ts": now,
+            "with_run": int(with_run),
+        },
         replace=True,
     )
 
@@ -466,4 +484,5 @@ def take_cancel_requests(db: Database, executor_id: str) -> list[tuple[str, dict
 
 
 def purge_keys(db: Database, older_than: float) -> None:
-    db.conn.execute("DELETE FROM idempotency_keys WHERE created_ts < ?", [older_than])
+    """Forget keys past their time; keys that live with their run go with it (``delete_run``)."""
+    db.conn.execute("DELETE FROM idempotency_keys WHERE created_ts < ? AND with_run = 0", [older_than])

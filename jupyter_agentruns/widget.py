@@ -1,13 +1,20 @@
 """The notebook API: ``submit`` returns a ``Run``, a widget that follows a server-owned run.
 
 The widget's state is only ``run_id`` and ``last_seq`` (plus the last status
-seen): the run itself lives on the server. Its view (``js/widget.js``) talks to
-the server directly from the page, so a kernel restart does not even interrupt
-it, and re-running the cell finds the same run through its Idempotency-Key.
+seen): the run itself lives on the server. Its view talks to the server
+directly from the page, so a kernel restart does not even interrupt it, and
+re-running the cell finds the same run through its Idempotency-Key.
+
+What a cell displays carries three things: the widget view, a reference to
+the run (``application/vnd.jupyter.agentruns.run+json``, which the
+JupyterLab extension renders live with no kernel at all) and the run's
+static record as Markdown (what nbconvert, nbviewer and GitHub show). The
+record is brought up to date when the kernel learns the run ended.
 """
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +22,10 @@ import anywidget
 import traitlets
 
 from . import jsonio
-from .client import TERMINAL, Client, cell_context, default_key, find_server
+from .client import TERMINAL, AgentRunsError, Client, ServerNotFound, cell_context, default_key, find_server
+from .record import run_markdown
+
+MIME_TYPE = "application/vnd.jupyter.agentruns.run+json"
 
 _HERE = Path(__file__).parent
 
@@ -46,21 +56,64 @@ class Run(anywidget.AnyWidget):
     last_seq = traitlets.Int(0).tag(sync=True)
     status = traitlets.Unicode("").tag(sync=True)
     base_url = traitlets.Unicode("/").tag(sync=True)
+    reattached = traitlets.Bool(False, help="This cell found an existing run instead of starting one.").tag(sync=True)
+    followed = traitlets.Unicode(
+        "", help="The run this cell's key found, when the widget shows a newer Run again of it."
+    ).tag(sync=True)
+    record = traitlets.Unicode(
+        "", help="The run's static record (Markdown): what a view shows where it cannot reach the server."
+    ).tag(sync=True)
 
     def __init__(self, run: dict[str, Any], client: Client, **kwargs: Any):
+        self._client = client
+        self._run = run
+        self._shown_in: int | None = None
+        self._display_id = uuid.uuid4().hex
+        self._displayed = False
         super().__init__(
             run_id=run["run_id"],
             last_seq=run["last_seq"],
             status=run["status"],
             base_url=client.server.base_url,
+            record=run_markdown(run),
             **kwargs,
         )
-        self._client = client
-        self._run = run
-        self._shown_in: int | None = None
 
     def __repr__(self) -> str:
         return f"<Run {self.run_id} {self.status}>"
+
+    @traitlets.observe("status")
+    def _status_changed(self, change: dict[str, Any]) -> None:
+        if change["new"] in TERMINAL and change["old"] not in TERMINAL:
+            self._update_record()
+
+    @traitlets.observe("run_id")
+    def _run_changed(self, change: dict[str, Any]) -> None:
+        # The view's Run again: the cell now stands for the new run.
+        if change["old"] and self._run.get("run_id") != change["new"]:
+            self._run = self._client.get_run(change["new"])
+            self._update_record()
+
+    def _update_record(self) -> None:
+        """Bring the record up to date, in the widget's state and in the display (the saved notebook keeps both)."""
+        try:
+            self.record = self._client.record(self.run_id)
+        except (AgentRunsError, ServerNotFound, OSError):
+            return  # the live view still shows the run; the record waits for the next change
+        if self._displayed:
+            from IPython.display import update_display
+
+            update_display(self._bundle()[0], raw=True, display_id=self._display_id)
+
+    def _bundle(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        data, metadata = self._repr_mimebundle_()
+        data = {
+            **data,
+            MIME_TYPE: {"run_id": self.run_id, "status": self.status, "last_seq": self.last_seq, "agent": self._run["agent"]},
+            "text/markdown": self.record,
+            "text/plain": f"Run(run_id={self.run_id!r}, status={self.status!r})",
+        }
+        return data, metadata
 
     def refresh(self) -> dict[str, Any]:
         """Reread the run from the server (the authoritative state) and return it."""
@@ -69,9 +122,9 @@ class Run(anywidget.AnyWidget):
 
     def _update(self, run: dict[str, Any]) -> None:
         self._run = run
-        self.status = run["status"]
         if run["last_seq"] > self.last_seq:
             self.last_seq = run["last_seq"]
+        self.status = run["status"]  # last: a terminal status updates the displayed record
 
     @property
     def run(self) -> dict[str, Any]:
@@ -118,8 +171,9 @@ class Run(anywidget.AnyWidget):
         if count is not None and count == self._shown_in:
             return
         self._shown_in = count
-        data, metadata = self._repr_mimebundle_()
-        display(data, metadata=metadata, raw=True)
+        data, metadata = self._bundle()
+        display(data, metadata=metadata, raw=True, display_id=self._display_id)
+        self._displayed = True
 
 
 def submit(
@@ -138,24 +192,36 @@ def submit(
     """Start an agent run on the Jupyter server (or find the one this cell started) and show it.
 
     Re-running the same cell re-attaches to its run, even after a kernel
-    restart; ``new=True`` starts a new run, ``key=`` sets the Idempotency-Key.
-    A NaN or an infinity anywhere in ``input`` or ``metadata`` (a pandas mean
-    of an empty column) is a ``ValueError`` naming where it is: JSON has neither.
+    restart and for as long as the run exists; when the run was run again
+    from its view, the newest run of that chain. ``new=True`` starts a new
+    run, ``key=`` sets the Idempotency-Key. A NaN or an infinity anywhere in
+    ``input`` or ``metadata`` (a pandas mean of an empty column) is a
+    ``ValueError`` naming where it is: JSON has neither.
     """
     jsonio.check({"input": input, "metadata": metadata})
     client = _client(url, token)
     notebook, cell_id = cell_context()
-    if key is None:
-        key = default_key(agent, input, None if new else notebook, None if new else cell_id)
+    metadata = dict(metadata or {})
+    if cell_id:
+        # Which cell started the run: a page refreshed before saving finds it there again.
+        metadata.setdefault("cell_id", cell_id)
     body = {
         "agent": agent,
         "input": input,
         "session": session if session is not None else notebook,
-        "metadata": metadata,
+        "metadata": metadata or None,
         "retry_of": retry_of,
     }
-    run, _replayed = client.submit({k: v for k, v in body.items() if v is not None}, key)
-    widget = Run(run, client)
+    body = {name: value for name, value in body.items() if value is not None}
+    if key is None:
+        key = default_key(None if new else notebook, None if new else cell_id, body)
+    run, replayed = client.submit(body, key, key_with_run=True)
+    followed = ""
+    if replayed:
+        newest = client.newest_retry(run)
+        if newest["run_id"] != run["run_id"]:
+            followed, run = run["run_id"], newest
+    widget = Run(run, client, reattached=replayed, followed=followed)
     if display:
         _display(widget)
     return widget
@@ -175,7 +241,7 @@ def _display(widget: Run) -> None:
 def attach(run_id: str, *, url: str | None = None, token: str | None = None) -> Run:
     """A widget following an existing run (from ``runs()`` or a run id)."""
     client = _client(url, token)
-    return Run(client.get_run(run_id), client)
+    return Run(client.get_run(run_id), client, reattached=True)
 
 
 def runs(

@@ -47,6 +47,7 @@ class Kernel:
         message = self.client.session.msg("execute_request", content, metadata={"cellId": cell_id})
         self.client.shell_channel.send(message)
         stdout, displays, error = "", [], None
+        self.updates = []  # update_display_data: (display_id, data)
         while True:
             reply = self.client.get_iopub_msg(timeout=60)
             if reply["parent_header"].get("msg_id") != message["header"]["msg_id"]:
@@ -56,6 +57,8 @@ class Kernel:
                 stdout += body["text"]
             elif kind in ("display_data", "execute_result"):
                 displays.append(body["data"])
+            elif kind == "update_display_data":
+                self.updates.append((body["transient"]["display_id"], body["data"]))
             elif kind == "error":
                 error = "\n".join(body["traceback"])
             elif kind == "status" and body["execution_state"] == "idle":
@@ -67,8 +70,13 @@ class Kernel:
 
 
 @pytest.fixture
-def lab(tmp_path):
-    server = ServerProcess(tmp_path / "home", tmp_path / "agentruns.sqlite3").start()
+def agentruns_config():
+    return {}
+
+
+@pytest.fixture
+def lab(tmp_path, agentruns_config):
+    server = ServerProcess(tmp_path / "home", tmp_path / "agentruns.sqlite3", agentruns_config).start()
     (server.home / "work").mkdir(exist_ok=True)
     http = server.client()
     kernel = Kernel(server, http)
@@ -109,6 +117,46 @@ def test_rerunning_a_cell_and_restarting_the_kernel_reattach_to_the_same_run(lab
     runs = http.get("runs").json()["runs"]
     assert [r["run_id"] for r in runs] == [run_id]
     assert runs[0]["session"].endswith("work/analysis.ipynb")
+
+
+MIME = "application/vnd.jupyter.agentruns.run+json"
+
+
+def test_the_output_carries_a_run_reference_and_a_record_brought_up_to_date_at_the_end(lab):
+    server, http, kernel = lab
+    stdout, displays, error = kernel.run_cell(CELL, "cell-1")
+    assert error is None, error
+    run_id = stdout.split(" ")[0]
+    (shown,) = widget_views(displays)
+    assert shown[MIME]["run_id"] == run_id and shown[MIME]["agent"] == "demo"
+    assert "**Agent run** `demo`" in shown["text/markdown"]
+    # run.wait() saw the end: the displayed record is updated in place.
+    updates = [data for _, data in kernel.updates if MIME in data]
+    assert updates and updates[-1][MIME]["status"] == "succeeded"
+    assert "Demo answer about weather in Shanghai" in updates[-1]["text/markdown"]
+    assert updates[-1]["text/markdown"] == http.get(f"runs/{run_id}", headers={"Accept": "text/markdown"}).text
+    assert http.get(f"runs/{run_id}").json()["metadata"] == {"cell_id": "cell-1"}
+
+
+@pytest.mark.parametrize("agentruns_config", [{"idempotency_ttl_seconds": 1, "lease_seconds": 1.5}])
+def test_a_cell_finds_its_run_after_the_key_ttl_and_follows_its_newest_run_again(lab):
+    server, http, kernel = lab
+    first, _, error = kernel.run_cell(CELL, "cell-1")
+    assert error is None, error
+    run_id = first.split(" ")[0]
+    time.sleep(2.5)  # past idempotency_ttl_seconds, and the sweeps that purge keys
+    again, _, _ = kernel.run_cell(CELL + "print(run.reattached, repr(run.followed))\n", "cell-1")
+    assert again.split(" ")[0] == run_id and again.splitlines()[-1] == "True ''"
+    # Run again from the view: a new run linked by retry_of, with the same body.
+    original = http.get(f"runs/{run_id}").json()
+    body = {name: original[name] for name in ("agent", "input", "session", "metadata")}
+    retry = http.post("runs", json={**body, "retry_of": run_id}).json()
+    kernel.restart()
+    after, _, error = kernel.run_cell(CELL + "print(run.reattached, repr(run.followed))\n", "cell-1")
+    assert error is None, error
+    assert after.split(" ")[0] == retry["run_id"]
+    assert after.splitlines()[-1] == f"True {run_id!r}"
+    assert len(http.get("runs").json()["runs"]) == 2
 
 
 def test_another_cell_or_new_true_starts_another_run(lab):
@@ -191,3 +239,40 @@ def test_submit_refuses_nan_and_infinity_before_sending_naming_where(input, meta
     monkeypatch.setattr(widget, "_client", no_network)
     with pytest.raises(ValueError, match=rf"{re.escape(where)} is (NaN|Infinity|-Infinity)"):
         widget.submit("demo", input, metadata=metadata)
+
+
+def test_an_executed_and_exported_notebook_shows_the_answer_in_markdown_and_html(lab, tmp_path):
+    import subprocess
+    import sys
+
+    import nbformat
+
+    server, http, kernel = lab
+    notebook = nbformat.v4.new_notebook()
+    # No print: what the export shows of the run comes from the displayed record.
+    code = 'from jupyter_agentruns import submit\nrun = submit("demo", {"prompt": "weather in Shanghai", "chunks": 8, "delay": 0})\nrun.wait(60);'
+    notebook.cells.append(nbformat.v4.new_code_cell(code))
+    path = tmp_path / "exported.ipynb"
+    nbformat.write(notebook, path)
+    env = {**server.env, "AGENTRUNS_URL": server.url, "AGENTRUNS_TOKEN": server.token}
+    nbconvert = [sys.executable, "-m", "jupyter", "nbconvert", "--to"]
+    result = subprocess.run([*nbconvert, "notebook", "--execute", "--output", "executed", str(path)], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    executed = nbformat.read(tmp_path / "executed.ipynb", as_version=4)
+    (output,) = executed.cells[0].outputs
+    assert "Demo answer about weather in Shanghai" in output["data"]["text/markdown"]
+    assert "**succeeded**" in output["data"]["text/markdown"]
+    # The widget's saved state carries the record too, for a view that cannot reach the server.
+    assert any("Demo answer about" in str(model["state"].get("record", "")) for model in executed.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"].values())
+    # As JupyterLab saves it (no widget state by default), and as nbconvert executed it.
+    plain = nbformat.read(tmp_path / "executed.ipynb", as_version=4)
+    del plain.metadata["widgets"]
+    nbformat.write(plain, tmp_path / "saved.ipynb")
+    for source in ("saved.ipynb", "executed.ipynb"):
+        for to, suffix in (("markdown", ".md"), ("html", ".html")):
+            result = subprocess.run([*nbconvert, to, str(tmp_path / source)], capture_output=True, text=True, timeout=120, env=env)
+            assert result.returncode == 0, result.stderr
+            exported = (tmp_path / source).with_suffix(suffix).read_text()
+            assert "Demo answer about weather in Shanghai" in exported, (source, to)
+            assert "Still running" not in exported
+    assert "<strong>succeeded</strong>" in (tmp_path / "saved.html").read_text()

@@ -121,3 +121,23 @@ async def test_a_delete_body_over_max_body_bytes_is_413_and_deletes_nothing(api)
         response = await api.request("DELETE", f"runs/{run['run_id']}", content=content)
         assert response.status_code == 413 and response.json()["error"] == "request_too_large"
     assert (await api.get(f"runs/{run['run_id']}")).status_code == 200
+
+
+async def test_runs_of_a_notebook_are_listed_by_its_path_under_the_root(api, jp_root_dir):
+    session = str(jp_root_dir / "work" / "analysis.ipynb")
+    (jp_root_dir / "work").mkdir()
+    mine = await submit(api, input=demo_input(chunks=1), session=session, metadata={"cell_id": "c1"})
+    await submit(api, input=demo_input(chunks=1), session=str(jp_root_dir / "other.ipynb"))
+    listed = (await api.get("runs", params={"notebook": "work/analysis.ipynb"})).json()["runs"]
+    assert [r["run_id"] for r in listed] == [mine.json()["run_id"]]
+    assert listed[0]["metadata"] == {"cell_id": "c1"}
+    for bad in ({"notebook": "../etc/x.ipynb"}, {"notebook": "a.ipynb", "session": "s"}):
+        response = await api.get("runs", params=bad)
+        assert response.status_code == 400 and response.json()["error"] == "invalid_request"
+
+
+async def test_the_retries_of_a_run_are_listed_newest_first(api):
+    first = await finished(api)
+    retries = [(await submit(api, input=demo_input(chunks=1), retry_of=first["run_id"])).json()["run_id"] for _ in range(2)]
+    listed = (await api.get("runs", params={"retry_of": first["run_id"]})).json()["runs"]
+    assert [r["run_id"] for r in listed] == retries[::-1]

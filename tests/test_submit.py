@@ -244,3 +244,24 @@ async def test_odd_json_is_400_invalid_request_never_a_500(api, body):
     assert response.json()["error"] == "invalid_request"
     assert await count_runs(api) == 0
 
+
+
+@pytest.mark.parametrize("agentruns_config", [{"idempotency_ttl_seconds": 0.3}])
+async def test_a_key_that_lives_with_its_run_outlasts_the_ttl(api, engine):
+    lasting = await submit(api, key="cell", headers={"Idempotency-Key-Lifetime": "run"})
+    short = await submit(api, key="rest")
+    await asyncio.sleep(0.5)
+    await engine.sweep()  # the sweep also purges keys past their time
+    again = await submit(api, key="cell", headers={"Idempotency-Key-Lifetime": "run"})
+    assert again.status_code == 200 and again.json()["run_id"] == lasting.json()["run_id"]
+    assert (await submit(api, key="rest")).json()["run_id"] != short.json()["run_id"]
+    # Deleting the run takes its key with it.
+    await wait_run(api, lasting.json()["run_id"])
+    assert (await api.delete(f"runs/{lasting.json()['run_id']}")).status_code == 204
+    assert (await submit(api, key="cell", headers={"Idempotency-Key-Lifetime": "run"})).status_code == 201
+
+
+async def test_an_unknown_key_lifetime_is_400_and_stores_nothing(api):
+    response = await submit(api, key="k", headers={"Idempotency-Key-Lifetime": "forever"})
+    assert response.status_code == 400 and response.json()["error"] == "invalid_idempotency_key"
+    assert await count_runs(api) == 0

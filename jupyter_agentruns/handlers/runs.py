@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import posixpath
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
@@ -10,6 +12,7 @@ from tornado import web
 from ..engine import SubmitRequest
 from ..errors import ApiError, invalid_request
 from ..idempotency import key_problem
+from ..record import run_markdown
 from ..store import ACTIVE_STATUSES, TERMINAL_STATUSES
 from .base import AgentRunsHandler
 
@@ -56,7 +59,14 @@ class RunsHandler(AgentRunsHandler):
             problem = key_problem(key)
             if problem:
                 raise ApiError(400, "invalid_idempotency_key", f"The Idempotency-Key {problem}.")
-        run, replayed = await self.engine.submit(self.owner, request, key)
+        lifetime = self.request.headers.get("Idempotency-Key-Lifetime", "ttl")
+        if lifetime not in ("ttl", "run"):
+            raise ApiError(
+                400,
+                "invalid_idempotency_key",
+                f"Idempotency-Key-Lifetime is 'ttl' (the default) or 'run', not {lifetime[:40]!r}.",
+            )
+        run, replayed = await self.engine.submit(self.owner, request, key, key_with_run=lifetime == "run")
         if replayed:
             self.set_header("Idempotent-Replayed", "true")
         self.set_header("Location", self.api_url("runs", run["run_id"]))
@@ -71,23 +81,43 @@ class RunsHandler(AgentRunsHandler):
                 f"Unknown status {status!r}; one of {', '.join((*ACTIVE_STATUSES, *TERMINAL_STATUSES))}."
             )
         limit = self.int_argument("limit", LIST_LIMIT_DEFAULT, 1, LIST_LIMIT_MAX)
+        session = self.get_argument("session", None)
+        notebook = self.get_argument("notebook", None)
+        if notebook:
+            if session is not None:
+                raise invalid_request("Give session or notebook, not both.")
+            session = self.notebook_session(notebook)
         runs, next_page = self.engine.list_runs(
             self.owner,
             status=status,
-            session=self.get_argument("session", None),
+            session=session,
             limit=limit,
             before=self.get_argument("before", None) or None,
+            retry_of=self.get_argument("retry_of", None) or None,
         )
         self.write_json({"runs": runs, "next": next_page})
 
+    def notebook_session(self, path: str) -> str:
+        """The session ``submit()`` records for the notebook at this API path: what its kernel
+        is told in ``JPY_SESSION_NAME`` (the notebook's path on the server's disk)."""
+        path = path.strip("/")
+        if not path or any(part in ("", ".", "..") for part in path.split("/")):
+            raise invalid_request(f"notebook={path!r} is not the path of a notebook under the server's root.")
+        return os.path.join(self.kernel_manager.cwd_for_path(path), posixpath.basename(path))
+
 
 class RunHandler(AgentRunsHandler):
-    """``GET runs/{id}`` (the authoritative state) and ``DELETE runs/{id}``."""
+    """``GET runs/{id}`` (the authoritative state, or its record as Markdown) and ``DELETE runs/{id}``."""
 
     @web.authenticated
     @authorized
     def get(self, run_id: str) -> None:
-        self.write_json(self.engine.get_run(self.owner, run_id))
+        run = self.engine.get_run(self.owner, run_id)
+        if "text/markdown" in self.request.headers.get("Accept", ""):
+            # The static record a notebook keeps beside the live view.
+            self.finish(run_markdown(run), set_content_type="text/markdown; charset=UTF-8")
+            return
+        self.write_json(run)
 
     @web.authenticated
     @authorized
