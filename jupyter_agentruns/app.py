@@ -13,8 +13,9 @@ from jupyter_server.utils import url_path_join
 from traitlets import Dict, Enum, Float, Int, TraitError, Unicode, default, validate
 
 from .agents import load_agents
-from .engine import Config, Engine
+from .engine import Engine
 from .handlers import default_handlers
+from .store.sqlite import SQLiteStore
 
 
 class AgentRuns(ExtensionApp):
@@ -99,36 +100,33 @@ class AgentRuns(ExtensionApp):
         return "shared" if provider in (IdentityProvider, PasswordIdentityProvider) else "per-user"
 
     def initialize_settings(self) -> None:
-        config = Config(
-            db_path=self.db_path,
-            idempotency_ttl_seconds=self.idempotency_ttl_seconds,
-            event_retention_seconds=self.event_retention_seconds,
-            max_retained_events=self.max_retained_events,
-            run_retention_seconds=self.run_retention_seconds,
-            max_active_runs_per_user=self.max_active_runs_per_user,
-            max_streams_per_user=self.max_streams_per_user,
-            heartbeat_interval=self.heartbeat_interval,
-            write_timeout_seconds=self.write_timeout_seconds,
-            lease_seconds=self.lease_seconds,
-            max_body_bytes=self.max_body_bytes,
-            max_event_bytes=self.max_event_bytes,
-            max_run_seconds=self.max_run_seconds,
-            sqlite_synchronous=self.sqlite_synchronous,
-        )
-        self.engine = Engine(config, load_agents(self.agents, parent=self), on_activity=self._record_activity)
+        self.engine: Engine | None = None
+        self.startup_error: str | None = None
+        agents, failures = load_agents(self.agents, self.log, parent=self)
+        try:
+            store = SQLiteStore(self.db_path, self.sqlite_synchronous)
+            self.engine = Engine(
+                parent=self, store=store, agents=agents, agent_failures=failures, on_activity=self._record_activity
+            )
+        except Exception as exc:
+            # The server goes on (and stops cleanly); the API answers 503 saying why.
+            self.startup_error = f"the agentruns store at {self.db_path} cannot be opened: {type(exc).__name__}: {exc}"
+            self.log.error("agentruns: %s", self.startup_error)
         self.settings.update(
             {
                 "agentruns_engine": self.engine,
+                "agentruns_startup_error": self.startup_error,
                 "agentruns_owner_mode": self.effective_owner_mode(),
                 "agentruns_api_url": url_path_join(self.serverapp.base_url, "api/agentruns"),
             }
         )
-        self.log.info(
-            "agentruns: store %s, owner mode %s, agents: %s",
-            self.db_path,
-            self.settings["agentruns_owner_mode"],
-            ", ".join(sorted(self.engine.agents)),
-        )
+        if self.engine is not None:
+            self.log.info(
+                "agentruns: store %s, owner mode %s, agents: %s",
+                self.engine.store.describe(),
+                self.settings["agentruns_owner_mode"],
+                ", ".join(sorted(agents)) or "none",
+            )
 
     def _record_activity(self) -> None:
         # Any ServerApp setting ending in _last_activity feeds last_activity(),
@@ -139,12 +137,16 @@ class AgentRuns(ExtensionApp):
         self.handlers.extend(default_handlers)
 
     async def _start_jupyter_server_extension(self, serverapp) -> None:
-        await self.engine.start()
+        if self.engine is not None:
+            await self.engine.start()
 
     def current_activity(self):
         """Live runs, so that shutdown_no_activity_timeout never stops a server mid-run."""
-        live = sorted(self.engine.executor.live)
+        engine = getattr(self, "engine", None)
+        live = sorted(engine.live) if engine is not None else []
         return live or None
 
     async def stop_extension(self) -> None:
-        await self.engine.stop()
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            await engine.stop()

@@ -14,8 +14,9 @@ import asyncio
 import contextlib
 from collections import deque
 
-from . import store
-from .reducer import TERMINAL_TYPES
+from .events import Event, envelope
+from .reader import Reader
+from .store import StoreConnection
 
 WINDOW_EVENTS = 2048
 WINDOW_BYTES = 4 * 1024 * 1024
@@ -23,22 +24,28 @@ STORE_READ_CHUNK = 1000
 # One read's worth of event bytes: bounds what a subscriber hands to a response at once.
 READ_MAX_BYTES = 1024 * 1024
 # Runs no channel here announces (executed by another server sharing the
-# database): PRAGMA data_version, which changes on any other connection's
-# commit, is checked this often while someone waits for such a run...
-DATA_VERSION_POLL_SECONDS = 0.05
+# store): the change token, which moves on any other connection's commit, is
+# checked this often while someone waits for such a run...
+CHANGE_POLL_SECONDS = 0.05
 # ...and a waiter rereads the store at least this often anyway.
 STORE_POLL_SECONDS = 0.5
 
 
 class Signal:
-    """A wake-up for everyone waiting on it at once (a commit, a run's end)."""
+    """A wake-up for everyone waiting on it at once (a commit, a run's end).
 
-    __slots__ = ("_waiters",)
+    ``generation`` counts the fires: a reader that noted it before an await
+    knows whether it missed one.
+    """
+
+    __slots__ = ("_waiters", "generation")
 
     def __init__(self) -> None:
         self._waiters: set[asyncio.Future] = set()
+        self.generation = 0
 
     def fire(self) -> None:
+        self.generation += 1
         waiters, self._waiters = self._waiters, set()
         for waiter in waiters:
             if not waiter.done():
@@ -95,40 +102,6 @@ class CursorExpired(Exception):
     """The events after the cursor were compacted away: resume from the run's snapshot."""
 
 
-class Event:
-    """A committed event as subscribers see it: its seq, type and wire JSON."""
-
-    __slots__ = ("seq", "type", "envelope", "_frames")
-
-    def __init__(self, seq: int, type: str, envelope: str):
-        self.seq = seq
-        self.type = type
-        self.envelope = envelope
-        self._frames: tuple[str | None, str | None] = (None, None)
-
-    @property
-    def terminal(self) -> bool:
-        return self.type in TERMINAL_TYPES
-
-    def sse(self, with_id: bool = True) -> str:
-        """The event's SSE frame, built once however many subscribers send it."""
-        with_seq, without = self._frames
-        if with_id:
-            if with_seq is None:
-                with_seq = f"id: {self.seq}\nevent: {self.type}\ndata: {self.envelope}\n\n"
-                self._frames = (with_seq, without)
-            return with_seq
-        if without is None:
-            without = f"event: {self.type}\ndata: {self.envelope}\n\n"
-            self._frames = (with_seq, without)
-        return without
-
-
-def envelope(run_id_json: str, seq: int, type: str, ts: str, data: str) -> str:
-    """The event's wire JSON, from its parts (``run_id_json`` already JSON-quoted)."""
-    return f'{{"run_id":{run_id_json},"seq":{seq},"type":"{type}","ts":"{ts}","data":{data}}}'
-
-
 class Channel:
     def __init__(self, run_id: str, committed_seq: int):
         self.run_id = run_id
@@ -164,43 +137,55 @@ class Channel:
 
 
 class Broadcaster:
-    """The channels of the runs this server executes, and a wake-up for the others."""
+    """The channels of the runs this server executes, and a wake-up for the others.
 
-    def __init__(self, db=None) -> None:
+    ``watch`` is a connection of its own whose change token moves when any
+    other connection commits: the runs another server executes (sharing the
+    store) have no channel here, and their subscribers wake on that.
+    """
+
+    def __init__(self, reader: Reader, watch: StoreConnection | None = None) -> None:
+        self.reader = reader
         self._channels: dict[str, Channel] = {}
-        self._db = db
+        self._watch = watch
         self._remote_waiters = 0
-        # Fired after a commit by any other connection to the database.
+        # Fired after a commit by any other connection to the store.
         self.remote = Signal()
         self._poller: asyncio.Task | None = None
+
+    def subscriber(self, run_id: str, cursor: int) -> Subscriber:
+        return Subscriber(self, run_id, cursor)
 
     @contextlib.contextmanager
     def watching_remote(self):
         """While in this block, ``remote`` fires after other connections' commits."""
         self._remote_waiters += 1
-        if self._poller is None and self._db is not None:
-            self._poller = asyncio.ensure_future(self._poll_data_version())
+        if self._poller is None and self._watch is not None:
+            self._poller = asyncio.ensure_future(self._poll_changes())
         try:
             yield
         finally:
             self._remote_waiters -= 1
 
-    async def _poll_data_version(self) -> None:
+    async def _poll_changes(self) -> None:
+        # A token read costs microseconds (SQLite: PRAGMA data_version): it stays on the loop.
         try:
-            version = self._data_version()
+            token = self._watch.change_token()
             while self._remote_waiters > 0:
-                await asyncio.sleep(DATA_VERSION_POLL_SECONDS)
-                current = self._data_version()
-                if current != version:
-                    version = current
+                await asyncio.sleep(CHANGE_POLL_SECONDS)
+                current = self._watch.change_token()
+                if current != token:
+                    token = current
                     self.remote.fire()
         except Exception:  # the store closed under us: waiters fall back to their timeout
             pass
         finally:
             self._poller = None
 
-    def _data_version(self) -> int:
-        return self._db.conn.execute("PRAGMA data_version").fetchone()[0]
+    def close_watch(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
 
     def open(self, run_id: str, committed_seq: int) -> Channel:
         channel = self._channels[run_id] = Channel(run_id, committed_seq)
@@ -223,19 +208,20 @@ class Broadcaster:
 class Subscriber:
     """A cursor on one run's events: what follows ``cursor``, exactly once, in order."""
 
-    def __init__(self, db, broadcaster: Broadcaster, run_id: str, cursor: int):
-        self._db = db
+    def __init__(self, broadcaster: Broadcaster, run_id: str, cursor: int):
         self._broadcaster = broadcaster
         self.run_id = run_id
         self.cursor = cursor
         self.done = False
         self._run_id_json = '"' + run_id + '"'
 
-    def read(self, limit: int) -> list[Event]:
+    async def read(self, limit: int) -> list[Event]:
         """Committed events after the cursor, at most ``limit``, advancing the cursor.
 
-        Raises ``CursorExpired`` when the next event was compacted away, and
-        ``RunGone`` when the run itself was deleted.
+        From the live window when it reaches back that far (no wait), else
+        from the store on a reader thread. Raises ``CursorExpired`` when the
+        next event was compacted away, and ``RunGone`` when the run itself
+        was deleted.
         """
         if self.done:
             return []
@@ -246,27 +232,29 @@ class Subscriber:
                 return []
             events = channel.window_after(self.cursor, limit, READ_MAX_BYTES)
         if events is None:
-            rows = store.read_events(
-                self._db, self.run_id, self.cursor, min(limit, STORE_READ_CHUNK), max_bytes=READ_MAX_BYTES
+            events = await self._broadcaster.reader.run(
+                lambda conn: self._from_store(conn, min(limit, STORE_READ_CHUNK), remote=channel is None)
             )
-            if rows and rows[0][0] != self.cursor + 1:
-                raise CursorExpired(self.run_id)
-            if not rows and channel is None:
-                # Nothing new, or nothing at all any more: only the run's row tells.
-                head = store.get_run_head(self._db, self.run_id)
-                if head is None:
-                    raise RunGone(self.run_id)
-                if head["first_seq"] > self.cursor + 1:
-                    raise CursorExpired(self.run_id)
-            events = [
-                Event(seq, type, envelope(self._run_id_json, seq, type, ts, data))
-                for seq, type, ts, data in rows
-            ]
         if events:
             self.cursor = events[-1].seq
             if events[-1].terminal:
                 self.done = True
         return events
+
+    def _from_store(self, conn: StoreConnection, limit: int, remote: bool) -> list[Event]:
+        cursor = self.cursor
+        rows = conn.read_events(self.run_id, cursor, limit, max_bytes=READ_MAX_BYTES)
+        if rows and rows[0][0] != cursor + 1:
+            raise CursorExpired(self.run_id)
+        if not rows and remote:
+            # Nothing new, or nothing at all any more: only the run's row tells.
+            head = conn.get_run_head(self.run_id)
+            if head is None:
+                raise RunGone(self.run_id)
+            if head["first_seq"] > cursor + 1:
+                raise CursorExpired(self.run_id)
+        run_id_json = self._run_id_json
+        return [Event(seq, type, envelope(run_id_json, seq, type, ts, data)) for seq, type, ts, data in rows]
 
     async def pull(self, limit: int, timeout: float, waiter: Waiter | None = None) -> list[Event]:
         """Like ``read``, but wait up to ``timeout`` seconds for at least one event.
@@ -277,28 +265,35 @@ class Subscriber:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            events = self.read(limit)
+            signal, remote = self._broadcaster.signal_for(self.run_id)
+            generation = signal.generation
+            events = await self.read(limit)
             remaining = deadline - loop.time()
             if events or self.done or remaining <= 0 or waiter.released:
                 return events
-            signal, remote = self._broadcaster.signal_for(self.run_id)
             if remote:
                 with self._broadcaster.watching_remote():
                     await waiter.wait([signal], min(remaining, STORE_POLL_SECONDS))
-            else:
+            elif signal.generation == generation:  # else it fired while the read was away
                 await waiter.wait([signal], remaining)
 
 
-async def wait_any(subscribers: list[Subscriber], broadcaster: Broadcaster, timeout: float, waiter: Waiter) -> None:
-    """Wait until one of ``subscribers`` may have new events, ``timeout`` passes, or ``waiter`` is released."""
-    signals: dict[int, Signal] = {}
-    remote = False
-    for subscriber in subscribers:
-        signal, is_remote = broadcaster.signal_for(subscriber.run_id)
+def mark(broadcaster: Broadcaster, run_ids: list[str]) -> list[tuple[Signal, int]]:
+    """The signals that wake readers of ``run_ids``, with their generations now (before reading)."""
+    signals = {}
+    for run_id in run_ids:
+        signal, _ = broadcaster.signal_for(run_id)
         signals[id(signal)] = signal
-        remote = remote or is_remote
-    if not remote:
-        await waiter.wait(list(signals.values()), timeout)
+    return [(signal, signal.generation) for signal in signals.values()]
+
+
+async def wait_since(broadcaster: Broadcaster, marks: list[tuple[Signal, int]], timeout: float, waiter: Waiter) -> None:
+    """Wait until a marked signal fires (at once if one fired since it was marked), ``timeout``, or a release."""
+    if any(signal.generation != generation for signal, generation in marks):
+        return
+    signals = [signal for signal, _ in marks]
+    if broadcaster.remote not in signals:
+        await waiter.wait(signals, timeout)
         return
     with broadcaster.watching_remote():
-        await waiter.wait(list(signals.values()), min(timeout, STORE_POLL_SECONDS))
+        await waiter.wait(signals, min(timeout, STORE_POLL_SECONDS))

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import jsonio
-from .reducer import TERMINAL_TYPES
+from .lifecycle import TERMINAL_STATUSES
 
-TERMINAL = tuple(TERMINAL_TYPES.values())
+TERMINAL = TERMINAL_STATUSES
 
 
 class AgentRunsError(Exception):

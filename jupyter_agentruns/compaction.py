@@ -8,24 +8,24 @@ falls before ``first_seq - 1`` then gets the snapshot and continues from its
 watermark (see ``Subscriber``). Finished runs older than
 ``run_retention_seconds`` are deleted, leaving a tombstone (410, not 404).
 
-The work never holds the store for long: events are reduced on a thread of
-their own with a read connection, the writer only records the result, and
-deletes go in small chunks between other writes.
+The work never holds the store for long: events are reduced on a reader
+thread, the writer only records the result, and deletes go in small chunks
+between other writes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
-from . import reducer, store
-
-if TYPE_CHECKING:
-    from .engine import Engine
-
-log = logging.getLogger(__name__)
+from . import reducer
+from .broadcaster import Broadcaster
+from .lifecycle import is_terminal
+from .reader import Reader
+from .store import StoreConnection, reduce_stored
+from .writer import Writer
 
 DELETE_CHUNK = 5000
 
@@ -34,7 +34,7 @@ def compaction_target(row: dict[str, Any], now: float, retention_seconds: float,
     """The ``first_seq`` a run should have now, or None when it has nothing to compact."""
     target = row["first_seq"]
     finished_ts = row.get("finished_ts")
-    if row["status"] in store.TERMINAL_STATUSES and finished_ts is not None and now - finished_ts >= retention_seconds:
+    if is_terminal(row["status"]) and finished_ts is not None and now - finished_ts >= retention_seconds:
         target = row["last_seq"]  # keep only the terminal event
     if row["last_seq"] - row["first_seq"] + 1 > max_events:
         target = max(target, row["last_seq"] - max_events + 1)
@@ -42,38 +42,37 @@ def compaction_target(row: dict[str, Any], now: float, retention_seconds: float,
 
 
 class Compactor:
-    def __init__(self, engine: Engine):
-        self.engine = engine
-        self._db = None  # the compactor thread's own read connection
+    def __init__(
+        self,
+        *,
+        writer: Writer,
+        reader: Reader,
+        broadcaster: Broadcaster,
+        settings: Any,
+        on_deleted: Callable[[str], None],
+    ):
+        self._writer = writer
+        self._reader = reader
+        self._broadcaster = broadcaster
+        self._settings = settings  # event_retention_seconds, max_retained_events, run_retention_seconds
+        self._on_deleted = on_deleted
         self._lock = asyncio.Lock()  # one compaction at a time
-
-    @property
-    def config(self):
-        return self.engine.config
-
-    def _read_db(self):
-        if self._db is None:
-            self._db = store.connect(self.config.db_path, self.config.sqlite_synchronous)
-        return self._db
-
-    def close(self) -> None:
-        if self._db is not None:
-            self._db.conn.close()
-            self._db = None
 
     async def run_once(self) -> dict[str, int]:
         """One pass: compact what is due, delete what expired. Returns counts."""
         async with self._lock:
             now = time.time()
-            config = self.config
-            candidates = store.compaction_candidates(
-                self.engine.db, now - config.event_retention_seconds, config.max_retained_events
+            settings = self._settings
+            candidates = await self._reader.run(
+                lambda conn: conn.compaction_candidates(
+                    now - settings.event_retention_seconds, settings.max_retained_events
+                )
             )
             compacted = 0
             for run_id in candidates:
                 if await self._compact(run_id):
                     compacted += 1
-            expired = store.expired_runs(self.engine.db, now - config.run_retention_seconds)
+            expired = await self._reader.run(lambda conn: conn.expired_runs(now - settings.run_retention_seconds))
             for run_id, owner in expired:
                 await self.bury(run_id, owner)
             return {"compacted": compacted, "deleted": len(expired)}
@@ -84,59 +83,58 @@ class Compactor:
             return await self._compact(run_id)
 
     async def _compact(self, run_id: str) -> bool:
-        config = self.config
-        head = store.get_run_head(self.engine.db, run_id)
-        if head is None:
-            return False
-        target = compaction_target(head, time.time(), config.event_retention_seconds, config.max_retained_events)
-        if target is None:
-            return False
-        watermark = target - 1
-        base_seq = store.snapshot_seq(self.engine.db, run_id)
-        snapshot = None
-        if base_seq < watermark:
-            # Only now the stored snapshot is needed, as the base to reduce onto.
-            base = reducer.Snapshot(store.get_run(self.engine.db, run_id)["snapshot"])
-            loop = asyncio.get_running_loop()
-            snapshot = await loop.run_in_executor(None, self._reduce, run_id, base, base_seq, watermark)
+        settings = self._settings
 
-        def record(db) -> bool:
-            current = store.get_run_head(db, run_id)
+        def reduce(conn: StoreConnection) -> tuple[int, int, reducer.Snapshot | None] | None:
+            head = conn.get_run_head(run_id)
+            if head is None:
+                return None
+            target = compaction_target(
+                head, time.time(), settings.event_retention_seconds, settings.max_retained_events
+            )
+            if target is None:
+                return None
+            base_seq = conn.snapshot_seq(run_id)
+            if base_seq >= target - 1:
+                return target, base_seq, None
+            # Only now the stored snapshot is needed, as the base to reduce onto.
+            base = reducer.Snapshot(conn.get_run(run_id)["snapshot"])
+            return target, base_seq, reduce_stored(conn, run_id, base, base_seq, target - 1)
+
+        reduced = await self._reader.run(reduce)
+        if reduced is None:
+            return False
+        target, base_seq, snapshot = reduced
+        watermark = target - 1
+
+        def record(conn: StoreConnection) -> bool:
+            current = conn.get_run_head(run_id)
             if current is None or current["first_seq"] >= target:
                 return False
             fields: dict[str, Any] = {"first_seq": target}
             # A newer snapshot (the terminal one) is never replaced by an older one.
-            current_seq = store.snapshot_seq(db, run_id)
+            current_seq = conn.snapshot_seq(run_id)
             if current_seq < watermark:
                 if snapshot is None or current_seq != base_seq:
                     return False  # reduced from a base that changed meanwhile: next pass
                 fields["snapshot"] = snapshot
                 fields["snapshot_seq"] = watermark
-            store.update_run(db, run_id, store.encode_fields(fields))
+            conn.update_run(run_id, fields)
             return True
 
-        if not await self.engine.writer.run(record):
+        if not await self._writer.run(record):
             return False
-        channel = self.engine.broadcaster.get(run_id)
+        channel = self._broadcaster.get(run_id)
         if channel is not None:
             channel.first_seq = target
         # Readers already ignore what is below first_seq; the rows go in small bites.
-        while await self.engine.writer.run(
-            lambda db: store.delete_events_before(db, run_id, target, DELETE_CHUNK)
-        ):
+        while await self._writer.run(lambda conn: conn.delete_events_before(run_id, target, DELETE_CHUNK)):
             await asyncio.sleep(0)
         return True
 
-    def _reduce(self, run_id: str, snapshot: reducer.Snapshot, after: int, upto: int) -> reducer.Snapshot:
-        from .engine import reduce_stored
-
-        return reduce_stored(self._read_db(), run_id, snapshot, after, upto)
-
     async def bury(self, run_id: str, owner: str) -> None:
         """Delete a run past its retention, in chunks, leaving its tombstone."""
-        while await self.engine.writer.run(
-            lambda db: store.delete_events_before(db, run_id, 2**62, DELETE_CHUNK)
-        ):
+        while await self._writer.run(lambda conn: conn.delete_events_before(run_id, 2**62, DELETE_CHUNK)):
             await asyncio.sleep(0)
-        await self.engine.writer.run(lambda db: store.bury(db, run_id, owner, time.time()))
-        self.engine.forget_snapshot(run_id)
+        await self._writer.run(lambda conn: conn.bury(run_id, owner, time.time()))
+        self._on_deleted(run_id)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tornado.web import HTTPError
+
+# Absolute file paths in error messages: they say where the server keeps things.
+# Not inside a URL: "https://host/a/b" keeps its path.
+_PATH = re.compile(r"(?<![\w:/.~-])(?:[A-Za-z]:)?(?:[\\/][\w.~-]+){2,}[\\/]?")
 
 
 class ApiError(HTTPError):
@@ -39,3 +44,13 @@ def run_not_found(run_id: str) -> ApiError:
 
 def invalid_request(message: str) -> ApiError:
     return ApiError(400, "invalid_request", message)
+
+
+def error_object(exc: BaseException) -> dict[str, str]:
+    """``{type, message}`` for a failed run or tool call: no traceback, no server paths.
+
+    The type is the exception's ``error_type`` (a str attribute) if it has one, else its class name.
+    """
+    message = _PATH.sub("<path>", str(exc))[:2000]
+    error_type = getattr(exc, "error_type", None)
+    return {"type": error_type if isinstance(error_type, str) else type(exc).__name__, "message": message}

@@ -13,14 +13,12 @@ import re
 from datetime import datetime
 from typing import Any
 
-from .reducer import TERMINAL_TYPES
+from .lifecycle import is_terminal
 
 ANSWER_LIMIT = 20_000
 TOOL_ARGS_LIMIT = 80
 TOOLS_SHOWN = 20
 MESSAGE_LIMIT = 300
-
-_TERMINAL = set(TERMINAL_TYPES.values())
 
 
 def run_markdown(run: dict[str, Any]) -> str:
@@ -77,7 +75,7 @@ def _outcome(run: dict[str, Any]) -> str:
         return f"> **Cancelled**{': ' + _short(reason) if reason else ''}"
     if status == "interrupted":
         return "> **Interrupted**: the server that executed it stopped before the run ended."
-    if status not in _TERMINAL:
+    if not is_terminal(status):
         return f"> Still {status} when this was saved ({run['last_seq']} events); the live view shows the rest."
     return ""
 

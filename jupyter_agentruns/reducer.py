@@ -13,14 +13,6 @@ from collections.abc import Iterator
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
-TERMINAL_TYPES = {
-    "run.succeeded": "succeeded",
-    "run.failed": "failed",
-    "run.cancelled": "cancelled",
-    "run.interrupted": "interrupted",
-}
-
-
 def empty_snapshot() -> dict[str, Any]:
     """The snapshot of a run with no events."""
     return {"messages": [], "tools": [], "progress": None, "usage": None}

@@ -9,27 +9,23 @@ no timer: under load batches grow by themselves, idle appends commit at once.
 
 The queue is bounded in events and bytes: ``Writer.full`` tells the producer
 to wait (``wait_for_space``) until commits drain it. Nothing is ever dropped:
-a batch that fails for a passing reason (the database locked by another
-process, a full disk) is retried until it commits.
+a batch that fails for a passing reason (``StoreBusy``: the database locked
+by another process, a full disk) is retried until it commits. The writer
+knows the store only through its interface, whichever database it is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from sqlite_utils import Database
-
-from . import store
-from .broadcaster import Event
-
-log = logging.getLogger(__name__)
+from .events import Append
+from .store import SeqTaken, Store, StoreBusy, StoreConnection
 
 MAX_BATCH = 5000
 MAX_PENDING_EVENTS = 20000
@@ -40,29 +36,12 @@ RETRY_FIRST_SECONDS = 0.05
 RETRY_MAX_SECONDS = 2.0
 
 
-class Append(Event):
-    """One event of one run, with the run-state change it implies; published as is once committed."""
-
-    __slots__ = ("run_id", "ts", "data", "fields")
-
-    def __init__(self, run_id, seq, type, ts, data, fields, envelope):
-        super().__init__(seq, type, envelope)  # envelope: the event's wire JSON, built once
-        self.run_id = run_id
-        self.ts = ts
-        self.data = data  # JSON text
-        self.fields = fields  # runs columns to set with this event (encoded), or None
-
-    @property
-    def size(self) -> int:
-        return len(self.data) + len(self.envelope)
-
-
 class Op:
     """A function run inside the writer's transaction, answered through a future."""
 
     __slots__ = ("fn", "future")
 
-    def __init__(self, fn: Callable[[Database], Any], future: asyncio.Future):
+    def __init__(self, fn: Callable[[StoreConnection], Any], future: asyncio.Future):
         self.fn = fn
         self.future = future
 
@@ -72,15 +51,19 @@ class Refused(Exception):
 
 
 class Writer:
+    """The one writer of a store in this server: a thread with its own connection."""
+
     def __init__(
         self,
-        db: Database,
+        store: Store,
         loop: asyncio.AbstractEventLoop,
         on_commit: Callable[[dict[str, list[Append]], set[str]], None],
+        log: logging.Logger,
         max_pending_events: int = MAX_PENDING_EVENTS,
         max_pending_bytes: int = MAX_PENDING_BYTES,
     ):
-        self._db = db
+        self._conn = store.connect()
+        self._log = log
         self._loop = loop
         self._on_commit = on_commit
         self._max_events = max_pending_events
@@ -121,15 +104,15 @@ class Writer:
         self.pending_events += 1
         self.pending_bytes += item.size
 
-    def run(self, fn: Callable[[Database], Any]) -> asyncio.Future:
-        """Run ``fn(db)`` in the writer's next transaction; the future gets its result."""
+    def run(self, fn: Callable[[StoreConnection], Any]) -> asyncio.Future:
+        """Run ``fn(connection)`` in the writer's next transaction; the future gets its result."""
         future = self._loop.create_future()
         self._put(Op(fn, future))
         return future
 
     def forget_refused(self, run_id: str) -> asyncio.Future:
         """Drop the record of a refused run once its queued appends are behind us."""
-        return self.run(lambda db: self._refused.discard(run_id))
+        return self.run(lambda _: self._refused.discard(run_id))
 
     def _put(self, item) -> None:
         if self._stopping:
@@ -159,11 +142,12 @@ class Writer:
                 self._space.set()
 
     def close(self) -> None:
-        """Commit what is queued, then stop the thread."""
+        """Commit what is queued, then stop the thread and close its connection."""
         with self._cond:
             self._stopping = True
             self._cond.notify()
         self._thread.join()
+        self._conn.close()
 
     # Writer thread ---------------------------------------------------------
 
@@ -184,16 +168,16 @@ class Writer:
         while True:
             try:
                 outcome = self._write(batch)
-            except sqlite3.OperationalError as exc:
+            except StoreBusy as exc:
                 # Locked by another process, disk full, I/O error: nothing
                 # is dropped; producers wait (the queue is bounded) until
                 # the same batch commits.
-                log.warning("agentruns: store write failed (%s); retrying in %.2f s", exc, delay)
+                self._log.warning("agentruns: store write failed (%s); retrying in %.2f s", exc, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_SECONDS)
                 continue
             except BaseException as exc:  # a bug: answer the batch, keep the thread alive
-                log.exception("agentruns: store writer failed on a batch")
+                self._log.exception("agentruns: store writer failed on a batch")
                 failures = [(op.future, False, exc) for op in batch if isinstance(op, Op)]
                 outcome = ({}, self._refuse_all(batch), failures)
             try:
@@ -211,9 +195,9 @@ class Writer:
         return refused
 
     @staticmethod
-    def _append(db: Database, runs: dict[str, list[Append]]) -> None:
+    def _append(conn: StoreConnection, runs: dict[str, list[Append]]) -> None:
         """The events of ``runs`` and the run state they imply."""
-        store.append_events(db, [(i.run_id, i.seq, i.type, i.ts, i.data) for items in runs.values() for i in items])
+        conn.append_events([(i.run_id, i.seq, i.type, i.ts, i.data) for items in runs.values() for i in items])
         plain = []
         for run_id, items in runs.items():
             fields: dict[str, Any] = {}
@@ -222,14 +206,14 @@ class Writer:
                     fields.update(item.fields)
             if fields:
                 fields["last_seq"] = items[-1].seq
-                store.update_run(db, run_id, fields)
+                conn.update_run(run_id, fields)
             else:
                 plain.append((items[-1].seq, run_id))
-        store.set_last_seqs(db, plain)
+        conn.set_last_seqs(plain)
 
     def _write(self, batch: list):
         """One transaction for the batch; returns (appended, refused, op results)."""
-        db = self._db
+        conn = self._conn
         appended: dict[str, list[Append]] = {}
         refused: dict[str, list[Append]] = {}
         results: list = []
@@ -247,21 +231,21 @@ class Writer:
                 return
             try:
                 # All runs' events in one statement: the common case.
-                with db.atomic():
-                    self._append(db, runs)
+                with conn.savepoint():
+                    self._append(conn, runs)
                 accepted = runs
-            except sqlite3.IntegrityError:
+            except SeqTaken:
                 # Some run's seqs are taken: find which, one run at a time.
                 accepted = {}
                 for run_id, items in runs.items():
                     try:
-                        with db.atomic():
-                            self._append(db, {run_id: items})
-                    except sqlite3.IntegrityError:
+                        with conn.savepoint():
+                            self._append(conn, {run_id: items})
+                    except SeqTaken:
                         # Another server ended this run after this server's
                         # lease on it expired: its events are refused, the
                         # others in the batch still commit.
-                        log.error("agentruns: events of %s were refused: another server ended it", run_id)
+                        self._log.error("agentruns: events of %s were refused: another server ended it", run_id)
                         self._refused.add(run_id)
                         refused.setdefault(run_id, []).extend(items)
                     else:
@@ -269,25 +253,19 @@ class Writer:
             for run_id, items in accepted.items():
                 appended.setdefault(run_id, []).extend(items)
 
-        db.conn.execute("BEGIN IMMEDIATE")
-        try:
+        with conn.transaction():
             for item in batch:
                 if isinstance(item, Append):
                     pending_runs.setdefault(item.run_id, []).append(item)
                     continue
                 flush_appends()
                 try:
-                    with db.atomic():
-                        value = item.fn(db)
+                    with conn.savepoint():
+                        value = item.fn(conn)
                     results.append((item.future, True, value))
-                except sqlite3.OperationalError:
+                except StoreBusy:
                     raise
                 except Exception as exc:  # an answer for the caller, e.g. a 4xx
                     results.append((item.future, False, exc))
             flush_appends()
-            db.conn.execute("COMMIT")
-        except BaseException:
-            if db.conn.in_transaction:
-                db.conn.execute("ROLLBACK")
-            raise
         return appended, refused, results

@@ -69,7 +69,7 @@ class ServerProcess:
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.api_url, headers={"Authorization": f"token {self.token}"}, timeout=30)
 
-    def start(self, timeout: float = 60) -> ServerProcess:
+    def start(self, timeout: float = 60, ready_status: int = 200) -> ServerProcess:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [
@@ -90,7 +90,7 @@ class ServerProcess:
                 if self.process.poll() is not None:
                     raise RuntimeError(f"server exited with {self.process.returncode}: {self.log_tail()}")
                 try:
-                    if client.get("agents", timeout=2).status_code == 200:
+                    if client.get("agents", timeout=2).status_code == ready_status:
                         return self
                 except httpx.TransportError:
                     pass

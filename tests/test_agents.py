@@ -77,7 +77,7 @@ async def test_agents_cannot_forge_lifecycle_events(api):
 
 
 async def test_durable_waits_until_every_emitted_event_is_in_the_database(api, engine, monkeypatch):
-    monkeypatch.setenv("AGENTRUNS_TEST_DB", engine.config.db_path)
+    monkeypatch.setenv("AGENTRUNS_TEST_DB", engine.settings.db_path)
     run = await run_agent(api, "durable_count", {"n": 500})
     assert run["output"] == {"stored": 502, "emitted": 502}
 

@@ -1,10 +1,15 @@
 """The extension as jupyter_server sees it: name, configuration, auto-enable file."""
 
 import json
+import re
 from pathlib import Path
 
+import pytest
+
+from conftest import submit
 from jupyter_agentruns import _jupyter_server_extension_points
 from jupyter_agentruns.app import AgentRuns
+from servers import ServerProcess
 
 ROOT = Path(__file__).parent.parent
 
@@ -56,3 +61,44 @@ def test_the_readme_documents_every_setting():
     readme = (ROOT / "README.md").read_text()
     for name in [*DOCUMENTED, "db_path"]:
         assert f"`{name}`" in readme, name
+
+
+@pytest.mark.parametrize(
+    "agentruns_config", [{"agents": {"broken": "no_such_module:agent", "typo": "agents_for_tests:no_such_attr"}}]
+)
+async def test_an_agent_that_cannot_be_loaded_costs_only_itself(api):
+    agents = [a["name"] for a in (await api.get("agents")).json()["agents"]]
+    assert "demo" in agents and "broken" not in agents and "typo" not in agents
+    response = await submit(api, agent="broken")
+    assert response.status_code == 404 and response.json()["error"] == "unknown_agent"
+    assert "No module named 'no_such_module'" in response.json()["message"]
+    assert "no_such_attr" in (await submit(api, agent="typo")).json()["message"]
+    assert (await submit(api)).status_code == 201  # the others work
+
+
+@pytest.mark.timeout(90)
+def test_the_server_log_has_the_extensions_lines_in_the_servers_format(tmp_path):
+    server = ServerProcess(tmp_path / "home", tmp_path / "agentruns.sqlite3", {"agents": {"broken": "no_such_module:agent"}})
+    server.start()
+    try:
+        log = server.log_tail(500)
+    finally:
+        server.kill()
+    assert re.search(r"\[I [\d-]+ [\d:.]+ AgentRuns\] agentruns: store SQLite .*agentruns\.sqlite3, owner mode shared, agents: demo", log)
+    assert re.search(r"\[E [\d-]+ [\d:.]+ AgentRuns\] agentruns: cannot load the agent 'broken' from no_such_module:agent: ModuleNotFoundError", log)
+
+
+@pytest.mark.timeout(90)
+def test_a_store_that_cannot_be_opened_answers_503_and_the_server_stops_on_the_first_sigterm(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    server = ServerProcess(tmp_path / "home", blocker / "agentruns.sqlite3").start(ready_status=503)
+    try:
+        with server.client() as client:
+            response = client.post("runs", json={"agent": "demo", "input": {"prompt": "p"}})
+            assert response.status_code == 503 and response.json()["error"] == "store_unavailable"
+            assert "cannot be opened" in response.json()["message"]
+        assert server.terminate(timeout=20) == 0
+    finally:
+        server.kill()
+    assert "cannot be opened" in server.log_tail(200)

@@ -51,7 +51,7 @@ async def test_no_reader_ever_sees_a_status_without_its_event_or_a_terminal_with
 
     stop, problems, checks = threading.Event(), [], []
     checker = asyncio.get_running_loop().run_in_executor(
-        None, check_consistency, engine.config.db_path, stop, problems, checks
+        None, check_consistency, engine.settings.db_path, stop, problems, checks
     )
     try:
         run_ids = []

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from conftest import all_events, demo_input, submit, wait_run
-from jupyter_agentruns import store
+from jupyter_agentruns.store import sqlite as store
 
 
 def insert_foreign_run(db_path, run_id, lease_expires):
@@ -38,7 +38,7 @@ def set_lease(db_path, run_id, lease_expires):
 @pytest.mark.parametrize("agentruns_config", [{"lease_seconds": 0.6}])
 async def test_an_expired_lease_that_is_renewed_in_time_is_never_interrupted(api, engine):
     await engine.start()
-    path = engine.config.db_path
+    path = engine.settings.db_path
     insert_foreign_run(path, "run_other", time.time() - 100)  # looks long dead (a clock jump)
     assert await engine.sweep() == 0  # first seen: not yet
     set_lease(path, "run_other", time.time() + 60)  # its server wakes up and renews
@@ -68,7 +68,7 @@ async def test_a_database_locked_by_another_process_delays_but_loses_nothing(api
     locked, release = threading.Event(), threading.Event()
 
     def hold_lock():
-        db = sqlite3.connect(engine.config.db_path)
+        db = sqlite3.connect(engine.settings.db_path)
         db.execute("BEGIN IMMEDIATE")
         locked.set()
         release.wait(10)
@@ -94,7 +94,7 @@ async def test_a_run_whose_seqs_another_server_took_stops_and_the_others_go_on(a
     taken = (await submit(api, input=demo_input(chunks=500, delay=0.01))).json()["run_id"]
     other = (await submit(api, input=demo_input(chunks=100, delay=0.01))).json()["run_id"]
     await asyncio.sleep(0.3)
-    db = sqlite3.connect(engine.config.db_path)
+    db = sqlite3.connect(engine.settings.db_path)
     (last,) = db.execute("SELECT last_seq FROM runs WHERE run_id = ?", [taken]).fetchone()
     db.executemany(
         "INSERT INTO events (run_id, seq, type, ts, data) VALUES (?, ?, 'x.other', '2026-01-01T00:00:00.000Z', '{}')",

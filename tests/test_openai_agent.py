@@ -29,7 +29,7 @@ from tools_for_tests import TEST_TOOLS
 
 from jupyter_agentruns.agents import openai_chat
 from jupyter_agentruns.agents.openai_chat import describe_tool, tool
-from jupyter_agentruns.executor import error_object
+from jupyter_agentruns.errors import error_object
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 KEY_ENV = "AGENTRUNS_TEST_OPENAI_KEY"
@@ -373,12 +373,12 @@ async def test_a_failing_or_unknown_tool_completes_not_ok_and_the_model_reads_th
 async def test_a_tool_call_is_durable_before_the_tool_runs_and_its_result_before_the_next_model_call(
     api, fake, engine, monkeypatch
 ):
-    monkeypatch.setenv("AGENTRUNS_TEST_DB", engine.config.db_path)
+    monkeypatch.setenv("AGENTRUNS_TEST_DB", engine.settings.db_path)
     committed_at_second_request = []
 
     def count_committed(request):
         if len(fake.requests) == 2:
-            db = sqlite3.connect(engine.config.db_path)
+            db = sqlite3.connect(engine.settings.db_path)
             try:
                 query = "SELECT type, count(*) FROM events WHERE type LIKE 'tool.%' GROUP BY type"
                 committed_at_second_request.append(dict(db.execute(query).fetchall()))

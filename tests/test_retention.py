@@ -44,7 +44,7 @@ async def test_an_old_finished_run_keeps_its_snapshot_and_terminal_event_only(ap
     assert after["snapshot"] == before["snapshot"] and after["output"] == before["output"]
     import sqlite3
 
-    db = sqlite3.connect(engine.config.db_path)
+    db = sqlite3.connect(engine.settings.db_path)
     kept = db.execute("SELECT seq, type FROM events WHERE run_id = ?", [before["run_id"]]).fetchall()
     db.close()
     assert kept == [(before["last_seq"], "run.succeeded")]

@@ -4,27 +4,34 @@ import sqlite3
 
 import pytest
 
-from jupyter_agentruns import reducer, store
+from jupyter_agentruns import reducer
+from jupyter_agentruns.store import SeqTaken
+from jupyter_agentruns.store import sqlite as store
+from jupyter_agentruns.store.sqlite import SQLiteStore
+
+
+def connect(path, synchronous="FULL"):
+    return SQLiteStore(path, synchronous).connect()
 
 
 def test_a_new_store_is_migrated_to_the_latest_schema_in_wal_mode(tmp_path):
-    db = store.connect(tmp_path / "s.sqlite3")
+    db = connect(tmp_path / "s.sqlite3")
     assert db.conn.execute("PRAGMA user_version").fetchone()[0] == len(store.MIGRATIONS)
     assert db.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert db.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
-    assert set(db.table_names()) >= {"runs", "events", "idempotency_keys", "snapshots", "tombstones"}
+    assert set(db.db.table_names()) >= {"runs", "events", "idempotency_keys", "snapshots", "tombstones"}
     sql = db.conn.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()[0]
     assert "WITHOUT ROWID" in sql and "PRIMARY KEY (run_id, seq)" in sql
 
 
 def test_synchronous_normal_can_be_chosen(tmp_path):
-    db = store.connect(tmp_path / "s.sqlite3", synchronous="NORMAL")
+    db = connect(tmp_path / "s.sqlite3", synchronous="NORMAL")
     assert db.conn.execute("PRAGMA synchronous").fetchone()[0] == 1
 
 
 def test_opening_twice_migrates_once(tmp_path):
-    store.connect(tmp_path / "s.sqlite3").conn.close()
-    db = store.connect(tmp_path / "s.sqlite3")
+    connect(tmp_path / "s.sqlite3").conn.close()
+    db = connect(tmp_path / "s.sqlite3")
     assert db.conn.execute("PRAGMA user_version").fetchone()[0] == len(store.MIGRATIONS)
 
 
@@ -34,22 +41,22 @@ def test_a_database_from_a_newer_version_is_refused_untouched(tmp_path):
     conn.execute(f"PRAGMA user_version = {len(store.MIGRATIONS) + 1}")
     conn.close()
     with pytest.raises(RuntimeError, match="newer"):
-        store.connect(path)
+        connect(path)
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
 
 
 def test_a_duplicate_seq_is_refused(tmp_path):
-    db = store.connect(tmp_path / "s.sqlite3")
-    store.append_events(db, [("run_a", 1, "run.started", "t", "{}")])
-    with pytest.raises(sqlite3.IntegrityError):
-        store.append_events(db, [("run_a", 1, "run.started", "t", "{}")])
+    db = connect(tmp_path / "s.sqlite3")
+    db.append_events([("run_a", 1, "run.started", "t", "{}")])
+    with pytest.raises(SeqTaken):
+        db.append_events([("run_a", 1, "run.started", "t", "{}")])
 
 
 def test_an_older_database_is_migrated_with_its_data(tmp_path, monkeypatch):
     path = tmp_path / "old.sqlite3"
     monkeypatch.setattr(store, "MIGRATIONS", store.MIGRATIONS[:3])
-    old = store.connect(path)
+    old = connect(path)
     old.conn.execute(
         "INSERT INTO runs (run_id, owner, agent, status, created_at, last_seq, first_seq, snapshot, snapshot_seq) "
         "VALUES ('run_old', 'me', 'demo', 'succeeded', 't', 7, 7, ?, 7)",
@@ -57,16 +64,16 @@ def test_an_older_database_is_migrated_with_its_data(tmp_path, monkeypatch):
     )
     old.conn.close()
     monkeypatch.undo()
-    db = store.connect(path)
-    run = store.get_run(db, "run_old")
+    db = connect(path)
+    run = db.get_run("run_old")
     assert run["snapshot"] == {"messages": []} and run["snapshot_seq"] == 7
-    assert "snapshot" not in db["runs"].columns_dict
+    assert "snapshot" not in db.db["runs"].columns_dict
 
 
 def test_nan_stored_by_an_older_version_becomes_null(tmp_path, monkeypatch):
     path = tmp_path / "old.sqlite3"
     monkeypatch.setattr(store, "MIGRATIONS", store.MIGRATIONS[:4])
-    old = store.connect(path)
+    old = connect(path)
     old.conn.execute(
         "INSERT INTO runs (run_id, owner, agent, status, created_at, last_seq, first_seq, input, metadata) "
         "VALUES ('run_nan', 'me', 'demo', 'failed', 't', 2, 1, ?, ?)",
@@ -74,26 +81,26 @@ def test_nan_stored_by_an_older_version_becomes_null(tmp_path, monkeypatch):
     )
     old.conn.close()
     monkeypatch.undo()
-    run = store.get_run(store.connect(path), "run_nan")
+    run = connect(path).get_run("run_nan")
     assert run["input"] == {"prompt": "p", "delay": None, "w": [1, None]}
     assert run["metadata"] == {"score": None, "note": "NaN is fine as text"}
 
 
 def test_a_snapshot_is_stored_in_parts_and_read_back_whole(tmp_path, monkeypatch):
     monkeypatch.setattr(store, "SNAPSHOT_PART_CHARS", 1000)
-    db = store.connect(tmp_path / "s.sqlite3")
-    db["runs"].insert({"run_id": "run_big", "owner": "me", "agent": "demo", "status": "succeeded", "created_at": "t", "last_seq": 1, "first_seq": 1})
+    db = connect(tmp_path / "s.sqlite3")
+    db.db["runs"].insert({"run_id": "run_big", "owner": "me", "agent": "demo", "status": "succeeded", "created_at": "t", "last_seq": 1, "first_seq": 1})
     events = [{"type": "message.started", "data": {"message_id": "m1"}}]
     events += [{"type": "text.delta", "data": {"message_id": "m1", "delta": f'naïve 😀 "{i}"\n'}} for i in range(500)]
     events += [{"type": "tool.started", "data": {"call_id": "c1", "name": "t", "args": {"q": "ü"}}}]
     builder = reducer.Snapshot()
     for event in events:
         builder.apply(event)
-    store.write_snapshot(db, "run_big", 1, builder)  # straight from the builder's pieces
+    db.write_snapshot("run_big", 1, builder)  # straight from the builder's pieces
     parts = db.conn.execute("SELECT count(*) FROM snapshot_parts WHERE run_id = 'run_big'").fetchone()[0]
     assert parts > 5
-    assert store.get_run(db, "run_big")["snapshot"] == reducer.reduce(events)
+    assert db.get_run("run_big")["snapshot"] == reducer.reduce(events)
     # A smaller snapshot written over it leaves no stale parts behind.
-    store.write_snapshot(db, "run_big", 2, {"messages": [], "tools": [], "progress": None, "usage": None})
+    db.write_snapshot("run_big", 2, {"messages": [], "tools": [], "progress": None, "usage": None})
     assert db.conn.execute("SELECT count(*) FROM snapshot_parts").fetchone()[0] == 0
-    assert store.get_run(db, "run_big")["snapshot"]["messages"] == []
+    assert db.get_run("run_big")["snapshot"]["messages"] == []

@@ -1,14 +1,18 @@
-"""The agent plug-in interface: how agents declare themselves and are found.
+"""The agent API: what an agent is, what it receives, and how agents are found.
 
 An agent is an async callable ``(run, input) -> output`` (or a plain function,
 run in a worker thread). Decorate it with :func:`agent` to give it a name, a
 description and the JSON schema its input must satisfy, then register it by
-entry point (group ``jupyter_agentruns.agents``) or with
+entry point (group ``jupyter_agentruns.agents``, which is how the built-in
+``demo`` and ``openai`` agents are found) or with
 ``c.AgentRuns.agents = {"name": "module:attr"}``.
 
 An agent may also be a ``traitlets.config.Configurable`` subclass whose
 instances are such callables: it is instantiated with the server's
 configuration, so ``c.<ClassName>.<trait>`` configures it.
+
+Agents import this module (and nothing of the server): ``Run`` says what
+their ``run`` argument offers, and the errors below are what they may see.
 """
 
 from __future__ import annotations
@@ -19,15 +23,78 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, Protocol
 
 import jsonschema
 from traitlets.config import Configurable
 
-log = logging.getLogger(__name__)
+from ..errors import error_object
+
+__all__ = [
+    "ENTRY_POINT_GROUP", "AgentSpec", "EventTooLarge", "Run", "RunClosed",
+    "agent", "error_object", "import_object", "load_agents",
+]  # fmt: skip
 
 ENTRY_POINT_GROUP = "jupyter_agentruns.agents"
 ANY_OBJECT = {"type": "object"}
+
+
+class RunClosed(Exception):
+    """The run has ended (or was cancelled): it takes no more events."""
+
+
+class EventTooLarge(ValueError):
+    """An event's data is larger than ``max_event_bytes``: the run fails with ``event_too_large``."""
+
+
+class Run(Protocol):
+    """The ``run`` an agent receives. A plain-function agent gets the same methods, blocking.
+
+    Every method appends events to the run's durable log, in order; each
+    returns once the event is queued (``durable()`` waits for the commit).
+    Raise any exception to fail the run: its ``error_type`` attribute (a
+    string), if it has one, becomes the run's ``error.type``.
+    """
+
+    run_id: str
+    agent: str
+    input: Any
+    owner: str
+    session: str | None
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the run was asked to stop (its task is also cancelled)."""
+
+    async def message_started(self, role: str = "assistant") -> str:
+        """Start a message; returns its id."""
+
+    async def text(self, delta: str, message_id: str | None = None) -> int:
+        """Stream a piece of text into a message (the current one by default)."""
+
+    async def message_completed(self, message_id: str | None = None) -> int: ...
+
+    async def tool_started(self, name: str, args: dict[str, Any] | None = None) -> str:
+        """Record that a tool call starts; returns its ``call_id``."""
+
+    async def tool_completed(self, call_id: str, result: Any = None, *, ok: bool = True, error: Any = None) -> int: ...
+
+    def tool(self, name: str, args: dict[str, Any] | None = None) -> Any:
+        """``async with run.tool(name, args) as call: call.result = ...`` (an exception marks it failed)."""
+
+    async def progress(self, fraction: float | None, message: str = "") -> int: ...
+
+    async def usage(self, input_tokens: int, output_tokens: int) -> int:
+        """Token totals so far (each usage event replaces the last)."""
+
+    async def custom(self, name: str, data: dict[str, Any] | None = None) -> int:
+        """An agent-defined event ``x.<name>``."""
+
+    async def emit(self, type: str, data: dict[str, Any] | None = None) -> int:
+        """Any documented agent event type, or ``x.<name>``."""
+
+    async def durable(self) -> None:
+        """Wait until every event emitted so far is committed (call it before a side effect)."""
 
 
 def agent(
@@ -91,22 +158,31 @@ def import_object(reference: str) -> Any:
     return obj
 
 
-def load_agents(configured: dict[str, str], parent: Configurable | None = None) -> dict[str, AgentSpec]:
-    """The built-in agents, then entry points, then configuration (later wins on a name clash)."""
-    from .demo import demo
+def load_agents(
+    configured: dict[str, str], log: logging.Logger, parent: Configurable | None = None
+) -> tuple[dict[str, AgentSpec], dict[str, str]]:
+    """The agents of the entry points, then of the configuration (later wins on a name clash).
 
-    found: dict[str, AgentSpec] = {"demo": spec_for("demo", demo)}
-    try:
-        from .openai_chat import OpenAIAgent
-    except ImportError as exc:  # the optional `openai` package is not installed
-        log.info("agentruns: no built-in 'openai' agent (%s); pip install 'jupyter_agentruns[openai]'", exc)
-    else:
-        found["openai"] = spec_for("openai", OpenAIAgent, parent)
-    for point in entry_points(group=ENTRY_POINT_GROUP):
+    Returns ``(agents, failures)``: an agent that cannot be loaded costs only
+    itself. It is left out, the log says why, and ``failures`` keeps the
+    reason for the answer to a submit that names it.
+    """
+    found: dict[str, AgentSpec] = {}
+    failures: dict[str, str] = {}
+    sources = [(point.name, point.value, point.load) for point in entry_points(group=ENTRY_POINT_GROUP)]
+    sources += [(name, reference, lambda reference=reference: import_object(reference)) for name, reference in configured.items()]
+    for name, reference, load in sources:
         try:
-            found[point.name] = spec_for(point.name, point.load(), parent)
-        except Exception:
-            log.exception("agentruns: cannot load agent %r from entry point %s", point.name, point.value)
-    for name, reference in configured.items():
-        found[name] = spec_for(name, import_object(reference), parent)
-    return found
+            found[name] = spec_for(name, load(), parent)
+        except Exception as exc:
+            found.pop(name, None)
+            reason = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, ImportError) and reference.startswith("jupyter_agentruns."):
+                # A built-in agent whose optional dependency is not installed.
+                log.info("agentruns: no built-in %r agent (%s); pip install 'jupyter_agentruns[%s]'", name, reason, name)
+            else:
+                log.error("agentruns: cannot load the agent %r from %s: %s", name, reference, reason)
+            failures[name] = reason
+        else:
+            failures.pop(name, None)
+    return found, failures

@@ -33,8 +33,7 @@ import openai
 from traitlets import Dict, Float, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
-from ..executor import error_object
-from . import import_object
+from . import error_object, import_object
 
 # Sent when the configured environment variable is unset: local servers want no
 # key, but the SDK (and some servers) insist on an Authorization header.

@@ -56,7 +56,7 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
 
     @property
     def max_body_bytes(self) -> int:
-        return self.engine.config.max_body_bytes
+        return self.extensionapp.max_body_bytes
 
     def data_received(self, chunk: bytes) -> None:
         # Stop buffering once over the limit: a huge body costs no memory.
@@ -75,7 +75,11 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
 
     @property
     def engine(self) -> Engine:
-        return self.settings["agentruns_engine"]
+        engine = self.settings["agentruns_engine"]
+        if engine is None:
+            message = self.settings["agentruns_startup_error"]
+            raise ApiError(503, "store_unavailable", f"{message[0].upper()}{message[1:]}; the server log says how to fix it.")
+        return engine
 
     @property
     def owner(self) -> str:

@@ -11,7 +11,7 @@ from .. import jsonio
 from ..broadcaster import CursorExpired, RunGone, Subscriber
 from ..cursor import check_cursor, parse_cursor
 from ..errors import invalid_request, run_not_found
-from ..store import TERMINAL_STATUSES
+from ..lifecycle import is_terminal
 from . import sse
 from .base import AgentRunsHandler
 from .runs import RUN_ID
@@ -30,10 +30,10 @@ class EventsHandler(AgentRunsHandler):
     async def get(self, run_id: str) -> None:
         engine = self.engine
         await engine.start()
-        row = engine.owned_row(self.owner, run_id)
+        row = await engine.owned_head(self.owner, run_id)
         cursor = parse_cursor(self.request.headers.get("Last-Event-ID"), self.get_argument("after", None))
         check_cursor(cursor, row["last_seq"])
-        caught_up = row["status"] in TERMINAL_STATUSES and cursor == row["last_seq"]
+        caught_up = is_terminal(row["status"]) and cursor == row["last_seq"]
         if "text/event-stream" in self.request.headers.get("Accept", ""):
             await self._stream(row, cursor, caught_up)
         else:
@@ -45,22 +45,22 @@ class EventsHandler(AgentRunsHandler):
             self.set_status(204)
             self.finish()
             return
-        config = self.engine.config
+        settings = self.engine.settings
         with self.engine.stream_slot(self.owner):
-            subscriber, snapshot = resume(self.engine, row, cursor)
+            subscriber, snapshot = await resume(self.engine, self.owner, row, cursor)
             sse.begin(self)
             if snapshot is not None:
                 self.write(sse.named("snapshot", jsonio.dumps(snapshot), seq=subscriber.cursor))
             try:
-                await sse.send(self, "", config.write_timeout_seconds)
+                await sse.send(self, "", settings.write_timeout_seconds)
                 batch = SSE_FIRST_BATCH
                 while not subscriber.done:
-                    events = await subscriber.pull(batch, config.heartbeat_interval, self.waiter)
+                    events = await subscriber.pull(batch, settings.heartbeat_interval, self.waiter)
                     if self.waiter.released:
                         return  # the client left: its slot is free now, not at the next write
                     batch = SSE_BATCH
                     text = "".join(sse.frame(event) for event in events) if events else sse.PING
-                    await sse.send(self, text, config.write_timeout_seconds)
+                    await sse.send(self, text, settings.write_timeout_seconds)
             except sse.ClientGone:
                 return
             except (CursorExpired, RunGone):
@@ -76,19 +76,19 @@ class EventsHandler(AgentRunsHandler):
         # A long-poll that waits holds a connection like a stream: it counts as one.
         slot = self.engine.stream_slot(self.owner) if wait > 0 and not caught_up else contextlib.nullcontext()
         with slot:
-            subscriber, snapshot = resume(self.engine, row, cursor)
+            subscriber, snapshot = await resume(self.engine, self.owner, row, cursor)
             try:
                 events = [] if caught_up else await subscriber.pull(limit, wait, self.waiter)
             except CursorExpired:
-                row = self.engine.owned_row(self.owner, row["run_id"])
-                subscriber, snapshot = resume(self.engine, row, -1)
+                row = await self.engine.owned_head(self.owner, row["run_id"])
+                subscriber, snapshot = await resume(self.engine, self.owner, row, -1)
                 events = await subscriber.pull(limit, 0)
             except RunGone:
-                self.engine.owned_row(self.owner, row["run_id"])  # 410 or 404 now
+                await self.engine.owned_head(self.owner, row["run_id"])  # 410 or 404 now
                 raise run_not_found(row["run_id"]) from None
         if self.waiter.released:
             return
-        row = self.engine.owned_row(self.owner, row["run_id"])
+        row = await self.engine.owned_head(self.owner, row["run_id"])
         done = caught_up or subscriber.done
         tail = {"last_seq": row["last_seq"], "status": row["status"], "done": done}
         if snapshot is not None:
@@ -109,16 +109,16 @@ class EventsHandler(AgentRunsHandler):
         return wait
 
 
-def resume(engine, row: dict, cursor: int) -> tuple[Subscriber, dict | None]:
+async def resume(engine, owner: str, row: dict, cursor: int) -> tuple[Subscriber, dict | None]:
     """Where to resume: the cursor, or, when its events were compacted away, the run's snapshot.
 
     The snapshot is the run object now, at ``W = last_seq``; events follow from W + 1.
     """
     if cursor >= row["first_seq"] - 1:
         return engine.subscriber(row["run_id"], cursor), None
-    snapshot = engine.get_run(row["owner"], row["run_id"])
+    snapshot = await engine.get_run(owner, row["run_id"])
     subscriber = engine.subscriber(row["run_id"], snapshot["last_seq"])
-    subscriber.done = snapshot["status"] in TERMINAL_STATUSES
+    subscriber.done = is_terminal(snapshot["status"])
     return subscriber, snapshot
 
 

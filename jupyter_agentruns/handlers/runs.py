@@ -13,7 +13,7 @@ from ..engine import SubmitRequest
 from ..errors import ApiError, invalid_request
 from ..idempotency import key_problem
 from ..record import run_markdown
-from ..store import ACTIVE_STATUSES, TERMINAL_STATUSES
+from ..lifecycle import ALL_STATUSES
 from .base import AgentRunsHandler
 
 RUN_ID = r"(?P<run_id>[^/]+)"
@@ -74,12 +74,10 @@ class RunsHandler(AgentRunsHandler):
 
     @web.authenticated
     @authorized
-    def get(self) -> None:
+    async def get(self) -> None:
         status = self.get_argument("status", None) or None
-        if status is not None and status not in (*ACTIVE_STATUSES, *TERMINAL_STATUSES):
-            raise invalid_request(
-                f"Unknown status {status!r}; one of {', '.join((*ACTIVE_STATUSES, *TERMINAL_STATUSES))}."
-            )
+        if status is not None and status not in ALL_STATUSES:
+            raise invalid_request(f"Unknown status {status!r}; one of {', '.join(ALL_STATUSES)}.")
         limit = self.int_argument("limit", LIST_LIMIT_DEFAULT, 1, LIST_LIMIT_MAX)
         session = self.get_argument("session", None)
         notebook = self.get_argument("notebook", None)
@@ -87,7 +85,7 @@ class RunsHandler(AgentRunsHandler):
             if session is not None:
                 raise invalid_request("Give session or notebook, not both.")
             session = self.notebook_session(notebook)
-        runs, next_page = self.engine.list_runs(
+        runs, next_page = await self.engine.list_runs(
             self.owner,
             status=status,
             session=session,
@@ -111,8 +109,8 @@ class RunHandler(AgentRunsHandler):
 
     @web.authenticated
     @authorized
-    def get(self, run_id: str) -> None:
-        run = self.engine.get_run(self.owner, run_id)
+    async def get(self, run_id: str) -> None:
+        run = await self.engine.get_run(self.owner, run_id)
         if "text/markdown" in self.request.headers.get("Accept", ""):
             # The static record a notebook keeps beside the live view.
             self.finish(run_markdown(run), set_content_type="text/markdown; charset=UTF-8")

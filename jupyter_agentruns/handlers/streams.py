@@ -16,10 +16,10 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from .. import jsonio
-from ..broadcaster import CursorExpired, RunGone, Subscriber, wait_any
+from ..broadcaster import CursorExpired, RunGone, Subscriber, mark, wait_since
 from ..cursor import check_cursor, parse_cursor
 from ..errors import ApiError, invalid_request
-from ..store import TERMINAL_STATUSES
+from ..lifecycle import is_terminal
 from . import sse
 from .base import AgentRunsHandler
 from .events import resume
@@ -57,14 +57,14 @@ class StreamsHandler(AgentRunsHandler):
         for run_id, raw_cursor in pairs:
             try:
                 cursor = parse_cursor(None, raw_cursor)
-                row = engine.owned_row(self.owner, run_id)
+                row = await engine.owned_head(self.owner, run_id)
                 check_cursor(cursor, row["last_seq"])
             except ApiError as error:
                 opening.append(sse.named("error", jsonio.dumps({"run_id": run_id, "error": error.body()})))
                 continue
-            if row["status"] in TERMINAL_STATUSES and cursor == row["last_seq"]:
+            if is_terminal(row["status"]) and cursor == row["last_seq"]:
                 continue  # the client has everything of this run
-            subscriber, snapshot = resume(engine, row, cursor)
+            subscriber, snapshot = await resume(engine, self.owner, row, cursor)
             if snapshot is not None:
                 opening.append(sse.named("snapshot", jsonio.dumps(snapshot)))
             if not subscriber.done:
@@ -73,51 +73,54 @@ class StreamsHandler(AgentRunsHandler):
             self.set_status(204)
             self.finish()
             return
-        config = engine.config
+        settings = engine.settings
         with engine.stream_slot(self.owner):
             sse.begin(self)
             try:
-                await sse.send(self, "".join(opening), config.write_timeout_seconds)
+                await sse.send(self, "".join(opening), settings.write_timeout_seconds)
                 await self._follow(subscribers)
             except sse.ClientGone:
                 return
         self.finish()
 
     async def _follow(self, subscribers: list[Subscriber]) -> None:
-        config = self.engine.config
+        settings = self.engine.settings
+        broadcaster = self.engine.broadcaster
         loop = asyncio.get_running_loop()
         last_write = loop.time()
         while subscribers:
+            # Marked before reading: a commit during a read away on a reader thread is not missed.
+            marks = mark(broadcaster, [s.run_id for s in subscribers])
             frames = []
             for subscriber in subscribers:
                 try:
-                    events = subscriber.read(BATCH_PER_RUN)
+                    events = await subscriber.read(BATCH_PER_RUN)
                 except (CursorExpired, RunGone):
-                    frames.append(self._resync(subscriber))
+                    frames.append(await self._resync(subscriber))
                     continue
                 frames.extend(sse.frame(event, with_id=False) for event in events)
             subscribers = [s for s in subscribers if not s.done]
             if frames:
-                await sse.send(self, "".join(frames), config.write_timeout_seconds)
+                await sse.send(self, "".join(frames), settings.write_timeout_seconds)
                 last_write = loop.time()
                 continue
             idle = loop.time() - last_write
-            if idle >= config.heartbeat_interval:
-                await sse.send(self, sse.PING, config.write_timeout_seconds)
+            if idle >= settings.heartbeat_interval:
+                await sse.send(self, sse.PING, settings.write_timeout_seconds)
                 last_write = loop.time()
                 continue
-            await wait_any(subscribers, self.engine.broadcaster, config.heartbeat_interval - idle, self.waiter)
+            await wait_since(broadcaster, marks, settings.heartbeat_interval - idle, self.waiter)
             if self.waiter.released:
                 raise sse.ClientGone()  # its slot is free now, not at the next write
 
-    def _resync(self, subscriber: Subscriber) -> str:
+    async def _resync(self, subscriber: Subscriber) -> str:
         """A run compacted (or deleted) under this stream: its snapshot frame, and its cursor moved to it."""
         try:
-            row = self.engine.owned_row(self.owner, subscriber.run_id)
+            row = await self.engine.owned_head(self.owner, subscriber.run_id)
         except ApiError as error:  # deleted meanwhile
             subscriber.done = True
             return sse.named("error", jsonio.dumps({"run_id": subscriber.run_id, "error": error.body()}))
-        fresh, snapshot = resume(self.engine, row, -1)
+        fresh, snapshot = await resume(self.engine, self.owner, row, -1)
         subscriber.cursor, subscriber.done = fresh.cursor, fresh.done
         return sse.named("snapshot", jsonio.dumps(snapshot))
 

@@ -1,0 +1,109 @@
+"""The run lifecycle: its statuses, and every change of status with the event that records it.
+
+A run's status only ever changes together with an event in its log (the
+event and the change commit in one transaction). This module decides both:
+each function returns a ``Transition`` (event type, event data, run columns
+to set) and the executor, the lease sweep and cancel commit it as they can.
+A new status is added here, in the reducer twins and in their shared vectors
+(``tests/vectors/statuses.json``), nowhere else.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .timeutil import now_iso
+
+
+class RunStatus(str, enum.Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    CANCELLING = "cancelling"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# The statuses of a run that is not over: they count against limits and keep a server busy.
+ACTIVE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.CANCELLING})
+TERMINAL = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.INTERRUPTED})
+# Plain strings, for SQL parameters and comparisons with stored rows.
+ACTIVE_STATUSES = tuple(sorted(status.value for status in ACTIVE))
+TERMINAL_STATUSES = tuple(sorted(status.value for status in TERMINAL))
+ALL_STATUSES = tuple(status.value for status in RunStatus)
+
+# Each terminal status has one event type, and a run has exactly one such event, last.
+TERMINAL_EVENTS = {
+    "run.succeeded": RunStatus.SUCCEEDED.value,
+    "run.failed": RunStatus.FAILED.value,
+    "run.cancelled": RunStatus.CANCELLED.value,
+    "run.interrupted": RunStatus.INTERRUPTED.value,
+}
+# A cancel can start while the run has not ended or begun to end.
+CANCELLABLE = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
+
+
+def is_active(status: str) -> bool:
+    return status in ACTIVE_STATUSES
+
+
+def is_terminal(status: str) -> bool:
+    return status in TERMINAL_STATUSES
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One status change: the event that records it and the run columns it sets."""
+
+    type: str
+    data: dict[str, Any]
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def terminal(self) -> bool:
+        return self.type in TERMINAL_EVENTS
+
+
+def started() -> Transition:
+    return Transition("run.started", {}, {"status": RunStatus.RUNNING.value, "started_at": now_iso()})
+
+
+def cancel_requested(reason: str | None, requested_at: str, stage: dict[str, Any]) -> Transition:
+    cancel = {"requested_at": requested_at, "reason": reason, "stage": stage}
+    return Transition("run.cancel_requested", {"reason": reason}, {"status": RunStatus.CANCELLING.value, "cancel": cancel})
+
+
+def succeeded(output: Any) -> Transition:
+    return _end("run.succeeded", {"output": output}, {"output": output})
+
+
+def failed(error: dict[str, Any]) -> Transition:
+    return _end("run.failed", {"error": error}, {"error": error})
+
+
+def cancelled(reason: str | None, stage: dict[str, Any]) -> Transition:
+    return _end("run.cancelled", {"reason": reason, "stage": stage})
+
+
+def interrupted(reason: str) -> Transition:
+    return _end("run.interrupted", {"reason": reason})
+
+
+def _end(type: str, data: dict[str, Any], fields: dict[str, Any] | None = None) -> Transition:
+    ended = {"status": TERMINAL_EVENTS[type], "finished_at": now_iso(), "finished_ts": time.time()}
+    return Transition(type, data, {**(fields or {}), **ended})
+
+
+def as_pending_cancel(run: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+    """A run object as it will be once the server executing it takes a recorded cancel request."""
+    if not is_active(run["status"]):
+        return run
+    cancel = {"requested_at": request.get("requested_at"), "reason": request.get("reason"), "stage": None}
+    return {**run, "status": RunStatus.CANCELLING.value, "cancel": cancel}

@@ -1,0 +1,48 @@
+"""Store reads off the event loop: a few threads, each with its own connection.
+
+Reading a run can mean decoding a 100 MB snapshot or stepping through
+thousands of events; on the event loop that would stall every stream of
+every user. The loop only awaits ``Reader.run(fn)``; ``fn(connection)`` runs
+on one of the reader threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from .store import Store, StoreConnection
+
+T = TypeVar("T")
+
+
+class Reader:
+    def __init__(self, store: Store, threads: int = 2):
+        self._store = store
+        self._local = threading.local()
+        self._connections: list[StoreConnection] = []
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="agentruns-reader")
+
+    async def run(self, fn: Callable[[StoreConnection], T]) -> T:
+        """``fn(connection)`` on a reader thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self._call, fn)
+
+    def _call(self, fn: Callable[[StoreConnection], Any]) -> Any:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._store.connect()
+            with self._lock:
+                self._connections.append(conn)
+        return fn(conn)
+
+    def close(self) -> None:
+        """Wait for running reads, then close every connection."""
+        self._pool.shutdown(wait=True)
+        with self._lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()

@@ -1,0 +1,178 @@
+"""The store: where runs, their events, snapshots and idempotency keys live.
+
+``Store`` opens connections; a ``StoreConnection`` is everything the engine
+asks of storage. Writes happen on the writer thread only, inside
+``transaction()`` (see ``writer.py``); reads happen on reader threads (see
+``reader.py``), never on the event loop. ``sqlite.py`` implements it on one
+SQLite file; another database implements the same methods and raises the
+same two errors.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import contextlib
+from collections.abc import Iterable
+from typing import Any
+
+from .. import reducer
+
+
+class StoreBusy(Exception):
+    """A passing failure (locked by another process, disk full): the same write may be retried."""
+
+
+class SeqTaken(Exception):
+    """Events were refused because their ``(run_id, seq)`` is taken: another server ended the run."""
+
+
+class StoreConnection(abc.ABC):
+    """One connection, used by one thread at a time. Rows are dicts with JSON columns decoded."""
+
+    # Transactions ------------------------------------------------------------
+
+    @abc.abstractmethod
+    def transaction(self) -> contextlib.AbstractContextManager[None]:
+        """A write transaction: committed at the end of the block, rolled back on an exception."""
+
+    @abc.abstractmethod
+    def savepoint(self) -> contextlib.AbstractContextManager[None]:
+        """A nested part of the transaction that an exception rolls back alone."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    @abc.abstractmethod
+    def change_token(self) -> int:
+        """A number that changes whenever another connection commits (wakes readers of others' runs)."""
+
+    # Reads -------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        """Every column of a run, with its persisted ``snapshot`` and ``snapshot_seq``."""
+
+    @abc.abstractmethod
+    def get_run_head(self, run_id: str) -> dict[str, Any] | None:
+        """``run_id, owner, status, last_seq, first_seq, finished_ts``: cheap, whatever the run's size."""
+
+    @abc.abstractmethod
+    def list_runs(
+        self,
+        owner: str,
+        *,
+        status: str | None,
+        session: str | None,
+        limit: int,
+        before: tuple[str, str] | None,
+        retry_of: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """The owner's runs, newest first (``created_at``, then ``run_id``), after the ``before`` one."""
+
+    @abc.abstractmethod
+    def read_events(
+        self, run_id: str, after: int, limit: int, upto: int | None = None, max_bytes: int | None = None
+    ) -> list[tuple[int, str, str, str]]:
+        """``(seq, type, ts, data)`` with ``after < seq <= upto``, in order; at least one row within ``max_bytes``."""
+
+    @abc.abstractmethod
+    def get_tombstone(self, run_id: str) -> dict[str, Any] | None:
+        """What is left of a run retention deleted: its ``owner``."""
+
+    @abc.abstractmethod
+    def compaction_candidates(self, finished_before: float, max_events: int, limit: int = 100) -> list[str]: ...
+
+    @abc.abstractmethod
+    def snapshot_seq(self, run_id: str) -> int:
+        """The seq the run's persisted snapshot is at (0: none)."""
+
+    @abc.abstractmethod
+    def expired_runs(self, finished_before: float, limit: int = 1000) -> list[tuple[str, str]]:
+        """``(run_id, owner)`` of finished runs past their retention."""
+
+    @abc.abstractmethod
+    def find_key(self, owner: str, key: str, not_before: float) -> dict[str, Any] | None:
+        """The owner's key if made after ``not_before`` or kept as long as its run."""
+
+    @abc.abstractmethod
+    def count_active(self, owner: str) -> int: ...
+
+    @abc.abstractmethod
+    def expired_active_runs(self, now: float) -> list[dict[str, Any]]:
+        """Runs not yet terminal whose executor's lease has run out (full rows)."""
+
+    # Writes (inside transaction()) ---------------------------------------------
+
+    @abc.abstractmethod
+    def insert_run(self, run: dict[str, Any]) -> None: ...
+
+    @abc.abstractmethod
+    def insert_key(
+        self, owner: str, key: str, fingerprint: str, run_id: str, now: float, with_run: bool = False
+    ) -> None: ...
+
+    @abc.abstractmethod
+    def update_run(self, run_id: str, fields: dict[str, Any]) -> None:
+        """Set columns of a run; ``snapshot`` (with ``snapshot_seq``) goes through ``write_snapshot``."""
+
+    @abc.abstractmethod
+    def write_snapshot(self, run_id: str, seq: int, snapshot: dict[str, Any] | reducer.Snapshot) -> None:
+        """Store the run's snapshot at ``seq``, streamed from a builder so a long text is never joined."""
+
+    @abc.abstractmethod
+    def append_events(self, rows: Iterable[tuple[str, int, str, str, str]]) -> None:
+        """Append ``(run_id, seq, type, ts, data)``; raises ``SeqTaken`` when a seq exists."""
+
+    @abc.abstractmethod
+    def set_last_seqs(self, pairs: list[tuple[int, str]]) -> None:
+        """``(last_seq, run_id)``: the only change events without one of their own imply."""
+
+    @abc.abstractmethod
+    def delete_events_before(self, run_id: str, seq: int, limit: int) -> int: ...
+
+    @abc.abstractmethod
+    def bury(self, run_id: str, owner: str, now: float) -> None:
+        """Delete a run for retention, leaving a tombstone (410, not 404)."""
+
+    @abc.abstractmethod
+    def delete_run(self, run_id: str) -> None: ...
+
+    @abc.abstractmethod
+    def renew_leases(self, executor_id: str, run_ids: list[str], expires: float) -> None: ...
+
+    @abc.abstractmethod
+    def record_cancel_request(self, run_id: str, request: dict[str, Any]) -> None:
+        """A cancel for the server that executes the run, which takes it with ``take_cancel_requests``."""
+
+    @abc.abstractmethod
+    def take_cancel_requests(self, executor_id: str) -> list[tuple[str, dict[str, Any]]]: ...
+
+    @abc.abstractmethod
+    def purge_keys(self, older_than: float) -> None: ...
+
+
+class Store(abc.ABC):
+    """A place runs are kept, shared by every server configured with it."""
+
+    @abc.abstractmethod
+    def connect(self) -> StoreConnection:
+        """A new connection (each thread that reads or writes has its own)."""
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """Where the store is, for the server log (never with credentials)."""
+
+
+def reduce_stored(
+    conn: StoreConnection, run_id: str, snapshot: reducer.Snapshot, after: int, upto: int
+) -> reducer.Snapshot:
+    """Apply the stored events ``after < seq <= upto`` of a run to ``snapshot``."""
+    while after < upto:
+        rows = conn.read_events(run_id, after, 5000, upto)
+        if not rows:
+            break
+        for _seq, type, _ts, data in rows:
+            snapshot.apply({"type": type, "data": json.loads(data)})
+        after = rows[-1][0]
+    return snapshot

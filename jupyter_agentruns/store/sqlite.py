@@ -1,0 +1,489 @@
+"""The store on one SQLite file, through sqlite-utils: the embedded default.
+
+Tables: ``runs`` (one row per run, its authoritative state), ``events`` (the
+per-run log, keyed by ``(run_id, seq)``), ``snapshots`` and ``snapshot_parts``
+(a run's events folded up to a seq), ``idempotency_keys`` and ``tombstones``.
+WAL lets readers on their own connections go on while the writer commits;
+several servers on one machine may share the file. WAL needs a local disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from sqlite_utils import Database
+
+from .. import jsonio, reducer
+from ..lifecycle import ACTIVE_STATUSES, CANCELLABLE, TERMINAL_STATUSES
+from . import SeqTaken, Store, StoreBusy, StoreConnection
+
+# How long a connection waits for another process's write lock before the
+# writer backs off and retries (it never gives up on a batch).
+BUSY_TIMEOUT_MS = 10000
+
+# Columns of ``runs`` that hold JSON text (the snapshot has a table of its own).
+JSON_COLUMNS = ("metadata", "input", "output", "error", "cancel", "cancel_request")
+# A snapshot's JSON is stored in parts of at least this many characters (the last one shorter).
+SNAPSHOT_PART_CHARS = 1 << 20
+
+
+def _migration_1(db: Database) -> None:
+    db["runs"].create(
+        {
+            "run_id": str,
+            "owner": str,
+            "agent": str,
+            "status": str,
+            "session": str,
+            "metadata": str,
+            "input": str,
+            "retry_of": str,
+            "created_at": str,
+            "started_at": str,
+            "finished_at": str,
+            "finished_ts": float,
+            "last_seq": int,
+            "first_seq": int,
+            "snapshot": str,
+            "snapshot_seq": int,
+            "output": str,
+            "error": str,
+            "cancel": str,
+            "executor_id": str,
+            "lease_expires": float,
+        },
+        pk="run_id",
+        not_null={"owner", "agent", "status", "created_at", "last_seq", "first_seq", "snapshot_seq"},
+        defaults={"last_seq": 0, "first_seq": 1, "snapshot_seq": 0},
+    )
+    db["runs"].create_index(["owner", "status"])
+    db["runs"].create_index(["status", "lease_expires"])
+    # sqlite-utils cannot create WITHOUT ROWID tables; events are read by
+    # (run_id, seq) ranges, which this layout keeps contiguous on disk.
+    db.execute(
+        """
+        CREATE TABLE events (
+            run_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            ts TEXT NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        ) WITHOUT ROWID
+        """
+    )
+    db["idempotency_keys"].create(
+        {"owner": str, "key": str, "fingerprint": str, "run_id": str, "created_ts": float},
+        pk=("owner", "key"),
+        not_null={"fingerprint", "run_id", "created_ts"},
+    )
+    db["idempotency_keys"].create_index(["created_ts"])
+
+
+def _migration_2(db: Database) -> None:
+    # A cancel asked of a server that does not execute the run: the one that
+    # does picks it up (see Engine.cancel).
+    db["runs"].add_column("cancel_request", str)
+    db.execute(
+        "CREATE INDEX runs_cancel_requests ON runs (executor_id) WHERE cancel_request IS NOT NULL"
+    )
+
+
+def _migration_3(db: Database) -> None:
+    # What is left of a run that retention deleted: GET answers 410, not 404.
+    db["tombstones"].create({"run_id": str, "owner": str, "deleted_ts": float}, pk="run_id")
+    db["runs"].create_index(["status", "finished_ts"])
+
+
+def _migration_4(db: Database) -> None:
+    # A snapshot can hold 100 MB of text. In the runs row, every last_seq
+    # update rewrote it and every read of a later column walked through it.
+    db["snapshots"].create({"run_id": str, "seq": int, "snapshot": str}, pk="run_id", not_null={"seq", "snapshot"})
+    db.execute(
+        "INSERT INTO snapshots (run_id, seq, snapshot) "
+        "SELECT run_id, snapshot_seq, snapshot FROM runs WHERE snapshot IS NOT NULL"
+    )
+    db.execute("ALTER TABLE runs DROP COLUMN snapshot")
+    db.execute("ALTER TABLE runs DROP COLUMN snapshot_seq")
+
+
+def _migration_5(db: Database) -> None:
+    # Lists page by (created_at, run_id) of the caller's own runs: a rowid
+    # cursor told every user how many runs the server holds.
+    db.execute("CREATE INDEX runs_owner_created ON runs (owner, created_at, run_id)")
+    db.execute("CREATE INDEX runs_retry_of ON runs (retry_of) WHERE retry_of IS NOT NULL")
+    # A key a notebook cell made lives as long as its run, not idempotency_ttl_seconds:
+    # re-running Monday's notebook on Tuesday finds Monday's runs.
+    db["idempotency_keys"].add_column("with_run", int, not_null_default=0)
+    # Older versions took NaN and Infinity in a submit and wrote them back,
+    # which no browser can parse: such values become null.
+    rows = db.conn.execute(
+        "SELECT run_id, input, metadata FROM runs WHERE input LIKE '%NaN%' OR input LIKE '%Infinity%' "
+        "OR metadata LIKE '%NaN%' OR metadata LIKE '%Infinity%'"
+    ).fetchall()
+    for run_id, input, metadata in rows:
+        fixed = [jsonio.dumps(jsonio.finite(json.loads(text))) if text else text for text in (input, metadata)]
+        db.conn.execute("UPDATE runs SET input = ?, metadata = ? WHERE run_id = ?", [*fixed, run_id])
+    # A snapshot is written in parts of about a megabyte, streamed from the
+    # reducer: as one value, a 100 MB snapshot was held four times over
+    # (joined text, JSON, SQLite's bound copy and its record).
+    db["snapshots"].add_column("parts", int, not_null_default=1)
+    db.execute(
+        """
+        CREATE TABLE snapshot_parts (
+            run_id TEXT NOT NULL,
+            part INTEGER NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (run_id, part)
+        ) WITHOUT ROWID
+        """
+    )
+
+
+# Append only: a database written by a newer version is refused, an older one
+# is brought forward one step at a time.
+MIGRATIONS = [_migration_1, _migration_2, _migration_3, _migration_4, _migration_5]
+
+# A run with its persisted snapshot (``snapshot_seq`` 0 and no snapshot when none).
+RUN_SELECT = (
+    "SELECT runs.*, coalesce(snapshots.seq, 0) AS snapshot_seq, snapshots.snapshot AS snapshot, "
+    "snapshots.parts AS snapshot_parts FROM runs LEFT JOIN snapshots ON snapshots.run_id = runs.run_id"
+)
+
+
+# What answering for a run needs, without the (possibly huge) snapshot and output.
+HEAD_COLUMNS = "run_id, owner, status, last_seq, first_seq, finished_ts"
+
+
+class SQLiteStore(Store):
+    """One SQLite file, created and migrated on first use."""
+
+    def __init__(self, path: str | Path, synchronous: str = "FULL"):
+        self.path = Path(path)
+        self.synchronous = synchronous
+        self.connect().close()  # create and migrate it now: a problem shows at start-up
+
+    def connect(self) -> SQLiteConnection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        conn.execute("PRAGMA foreign_keys = OFF")
+        db = Database(conn)
+        migrate(db)
+        return SQLiteConnection(db)
+
+    def describe(self) -> str:
+        return f"SQLite {self.path}"
+
+
+def migrate(db: Database) -> None:
+    """Apply the migrations this database has not seen, in one transaction."""
+    conn = db.conn
+    if conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS):
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > len(MIGRATIONS):
+            raise RuntimeError(
+                f"the agentruns database has schema version {version}, newer than this "
+                f"jupyter_agentruns knows ({len(MIGRATIONS)}): upgrade the package"
+            )
+        for number, migration in enumerate(MIGRATIONS[version:], start=version + 1):
+            migration(db)
+            conn.execute(f"PRAGMA user_version = {number}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+class SQLiteConnection(StoreConnection):
+    def __init__(self, db: Database):
+        self.db = db
+        self.conn = db.conn
+        self._savepoints = 0
+
+    # Transactions ------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StoreBusy(str(exc)) from exc
+        try:
+            yield
+            self.conn.execute("COMMIT")
+        except BaseException as exc:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):
+                raise StoreBusy(str(exc)) from exc
+            raise
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        self._savepoints += 1
+        name = f"s{self._savepoints}"
+        self.conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute(f"ROLLBACK TO {name}")
+            self.conn.execute(f"RELEASE {name}")
+            raise
+        else:
+            self.conn.execute(f"RELEASE {name}")
+        finally:
+            self._savepoints -= 1
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def change_token(self) -> int:
+        return self.conn.execute("PRAGMA data_version").fetchone()[0]
+
+    # Reads -------------------------------------------------------------------
+
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        rows = list(self.db.query(f"{RUN_SELECT} WHERE runs.run_id = ?", [run_id]))
+        return self._decode(rows[0]) if rows else None
+
+    def get_run_head(self, run_id: str) -> dict[str, Any] | None:
+        cursor = self.conn.execute(f"SELECT {HEAD_COLUMNS} FROM runs WHERE run_id = ?", [run_id])
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        return dict(zip([c[0] for c in cursor.description], row))
+
+    def list_runs(
+        self,
+        owner: str,
+        *,
+        status: str | None,
+        session: str | None,
+        limit: int,
+        before: tuple[str, str] | None,
+        retry_of: str | None = None,
+    ) -> list[dict[str, Any]]:
+        where = ["owner = ?"]
+        params: list[Any] = [owner]
+        for column, value in (("status", status), ("session", session), ("retry_of", retry_of)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if before is not None:
+            where.append("(created_at < ? OR (created_at = ? AND runs.run_id < ?))")
+            params.extend([before[0], before[0], before[1]])
+        params.append(limit)
+        sql = f"{RUN_SELECT} WHERE {' AND '.join(where)} ORDER BY created_at DESC, runs.run_id DESC LIMIT ?"
+        return [self._decode(row) for row in self.db.query(sql, params)]
+
+    def read_events(
+        self, run_id: str, after: int, limit: int, upto: int | None = None, max_bytes: int | None = None
+    ) -> list[tuple[int, str, str, str]]:
+        if upto is None:
+            sql = "SELECT seq, type, ts, data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+            params: list[Any] = [run_id, after, limit]
+        else:
+            sql = (
+                "SELECT seq, type, ts, data FROM events WHERE run_id = ? AND seq > ? AND seq <= ? "
+                "ORDER BY seq LIMIT ?"
+            )
+            params = [run_id, after, upto, limit]
+        cursor = self.conn.execute(sql, params)
+        if max_bytes is None:
+            return cursor.fetchall()
+        # Stepped through, not fetched at once: stop once the data read reaches max_bytes.
+        rows, size = [], 0
+        for row in cursor:
+            rows.append(row)
+            size += len(row[3])
+            if size >= max_bytes:
+                break
+        cursor.close()
+        return rows
+
+    def get_tombstone(self, run_id: str) -> dict[str, Any] | None:
+        rows = list(self.db.query("SELECT * FROM tombstones WHERE run_id = ?", [run_id]))
+        return rows[0] if rows else None
+
+    def compaction_candidates(self, finished_before: float, max_events: int, limit: int = 100) -> list[str]:
+        placeholders = ",".join("?" for _ in TERMINAL_STATUSES)
+        rows = self.conn.execute(
+            f"SELECT run_id FROM runs WHERE (status IN ({placeholders}) AND finished_ts < ? AND first_seq < last_seq) "
+            "OR last_seq - first_seq + 1 > ? LIMIT ?",
+            [*TERMINAL_STATUSES, finished_before, max_events, limit],
+        ).fetchall()
+        return [row[0] for row in rows]
+
+    def snapshot_seq(self, run_id: str) -> int:
+        row = self.conn.execute("SELECT seq FROM snapshots WHERE run_id = ?", [run_id]).fetchone()
+        return row[0] if row else 0
+
+    def expired_runs(self, finished_before: float, limit: int = 1000) -> list[tuple[str, str]]:
+        placeholders = ",".join("?" for _ in TERMINAL_STATUSES)
+        return self.conn.execute(
+            f"SELECT run_id, owner FROM runs WHERE status IN ({placeholders}) AND finished_ts < ? LIMIT ?",
+            [*TERMINAL_STATUSES, finished_before, limit],
+        ).fetchall()
+
+    def find_key(self, owner: str, key: str, not_before: float) -> dict[str, Any] | None:
+        rows = list(
+            self.db.query(
+                "SELECT * FROM idempotency_keys WHERE owner = ? AND key = ? AND (created_ts >= ? OR with_run = 1)",
+                [owner, key, not_before],
+            )
+        )
+        return rows[0] if rows else None
+
+    def count_active(self, owner: str) -> int:
+        placeholders = ",".join("?" for _ in ACTIVE_STATUSES)
+        return self.conn.execute(
+            f"SELECT count(*) FROM runs WHERE owner = ? AND status IN ({placeholders})",
+            [owner, *ACTIVE_STATUSES],
+        ).fetchone()[0]
+
+    def expired_active_runs(self, now: float) -> list[dict[str, Any]]:
+        placeholders = ",".join("?" for _ in ACTIVE_STATUSES)
+        rows = self.db.query(
+            f"{RUN_SELECT} WHERE status IN ({placeholders}) AND (lease_expires IS NULL OR lease_expires < ?)",
+            [*ACTIVE_STATUSES, now],
+        )
+        return [self._decode(row) for row in rows]
+
+    def _decode(self, row: dict[str, Any]) -> dict[str, Any]:
+        for column in JSON_COLUMNS:
+            if row.get(column) is not None:
+                row[column] = json.loads(row[column])
+        parts = row.pop("snapshot_parts", None)
+        if row.get("snapshot") is not None:
+            text = row["snapshot"]
+            if parts is not None and parts > 1:
+                rest = self.conn.execute(
+                    "SELECT data FROM snapshot_parts WHERE run_id = ? ORDER BY part", [row["run_id"]]
+                ).fetchall()
+                text = "".join([text, *(data for (data,) in rest)])
+            row["snapshot"] = json.loads(text)
+        return row
+
+    # Writes (inside transaction()) ---------------------------------------------
+
+    def insert_run(self, run: dict[str, Any]) -> None:
+        self.db["runs"].insert(_encode(run))
+
+    def insert_key(
+        self, owner: str, key: str, fingerprint: str, run_id: str, now: float, with_run: bool = False
+    ) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO idempotency_keys (owner, key, fingerprint, run_id, created_ts, with_run) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [owner, key, fingerprint, run_id, now, int(with_run)],
+        )
+
+    def update_run(self, run_id: str, fields: dict[str, Any]) -> None:
+        columns = _encode(fields)
+        snapshot, seq = columns.pop("snapshot", None), columns.pop("snapshot_seq", None)
+        if snapshot is not None:
+            self.write_snapshot(run_id, seq, snapshot)
+        if columns:
+            # Raw SQL: ``Table.update`` reads the row first, and this is on the append path.
+            assignments = ", ".join(f"{name} = ?" for name in columns)
+            self.conn.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*columns.values(), run_id])
+
+    def write_snapshot(self, run_id: str, seq: int, snapshot: dict[str, Any] | reducer.Snapshot) -> None:
+        builder = snapshot if isinstance(snapshot, reducer.Snapshot) else reducer.Snapshot.wrap(snapshot)
+        self.conn.execute("DELETE FROM snapshot_parts WHERE run_id = ?", [run_id])
+        first, count = "", 0
+        for data in _parts(builder.json_chunks(), SNAPSHOT_PART_CHARS):
+            if count == 0:
+                first = data  # kept for the snapshots row; the others are written as they fill
+            else:
+                self.conn.execute(
+                    "INSERT INTO snapshot_parts (run_id, part, data) VALUES (?, ?, ?)", [run_id, count, data]
+                )
+            count += 1
+        self.conn.execute(
+            "INSERT OR REPLACE INTO snapshots (run_id, seq, snapshot, parts) VALUES (?, ?, ?, ?)",
+            [run_id, seq, first, count],
+        )
+
+    def append_events(self, rows: Iterable[tuple[str, int, str, str, str]]) -> None:
+        try:
+            self.conn.executemany("INSERT INTO events (run_id, seq, type, ts, data) VALUES (?, ?, ?, ?, ?)", rows)
+        except sqlite3.IntegrityError as exc:
+            raise SeqTaken(str(exc)) from exc
+
+    def set_last_seqs(self, pairs: list[tuple[int, str]]) -> None:
+        self.conn.executemany("UPDATE runs SET last_seq = ? WHERE run_id = ?", pairs)
+
+    def delete_events_before(self, run_id: str, seq: int, limit: int) -> int:
+        return self.conn.execute(
+            "DELETE FROM events WHERE run_id = ? AND seq IN "
+            "(SELECT seq FROM events WHERE run_id = ? AND seq < ? ORDER BY seq LIMIT ?)",
+            [run_id, run_id, seq, limit],
+        ).rowcount
+
+    def bury(self, run_id: str, owner: str, now: float) -> None:
+        self.delete_run(run_id)
+        self.conn.execute(
+            "INSERT OR REPLACE INTO tombstones (run_id, owner, deleted_ts) VALUES (?, ?, ?)", [run_id, owner, now]
+        )
+
+    def delete_run(self, run_id: str) -> None:
+        for table in ("events", "idempotency_keys", "snapshots", "snapshot_parts", "runs"):
+            self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+
+    def renew_leases(self, executor_id: str, run_ids: list[str], expires: float) -> None:
+        self.conn.executemany(
+            "UPDATE runs SET lease_expires = ? WHERE run_id = ? AND executor_id = ?",
+            [(expires, run_id, executor_id) for run_id in run_ids],
+        )
+
+    def record_cancel_request(self, run_id: str, request: dict[str, Any]) -> None:
+        placeholders = ",".join("?" for _ in CANCELLABLE)
+        self.conn.execute(
+            f"UPDATE runs SET cancel_request = ? WHERE run_id = ? AND status IN ({placeholders})",
+            [jsonio.dumps(request), run_id, *CANCELLABLE],
+        )
+
+    def take_cancel_requests(self, executor_id: str) -> list[tuple[str, dict[str, Any]]]:
+        rows = self.conn.execute(
+            "SELECT run_id, cancel_request FROM runs WHERE executor_id = ? AND cancel_request IS NOT NULL",
+            [executor_id],
+        ).fetchall()
+        self.conn.executemany("UPDATE runs SET cancel_request = NULL WHERE run_id = ?", [(r[0],) for r in rows])
+        return [(run_id, json.loads(request)) for run_id, request in rows]
+
+    def purge_keys(self, older_than: float) -> None:
+        self.conn.execute("DELETE FROM idempotency_keys WHERE created_ts < ? AND with_run = 0", [older_than])
+
+
+def _encode(fields: dict[str, Any]) -> dict[str, Any]:
+    """Columns to set, JSON columns encoded (strictly: no NaN); a ``snapshot`` stays as it is."""
+    return {
+        name: jsonio.dumps(value) if name in JSON_COLUMNS and value is not None else value
+        for name, value in fields.items()
+    }
+
+
+def _parts(pieces: Iterable[str], size: int) -> Iterator[str]:
+    """Pieces of text joined into parts of at least ``size`` characters (the last one shorter)."""
+    buffer: list[str] = []
+    length = 0
+    for piece in pieces:
+        buffer.append(piece)
+        length += len(piece)
+        if length >= size:
+            yield "".join(buffer)
+            buffer, length = [], 0
+    if buffer:
+        yield "".join(buffer)
