@@ -199,12 +199,16 @@ def answer(
 
 
 def tool_calls(
-    *calls: tuple[str, str], pieces: int = 3, usage: tuple[int, int] | None = (10, 4)
+    *calls: tuple[str, str],
+    pieces: int = 3,
+    usage: tuple[int, int] | None = (10, 4),
+    name_in_every_fragment: bool = False,
 ) -> Stream:
     """Calls ``(name, arguments JSON)`` split as the API streams them, their fragments interleaved.
 
     The first fragment of call ``i`` has its ``index``, ``id`` and ``name``; the
-    next ones only ``index`` and a piece of the arguments.
+    next ones only ``index`` and a piece of the arguments, or, with
+    ``name_in_every_fragment`` (as llama-cpp-python sends them), the id and name again.
     """
     chunks = [chunk({"role": "assistant", "content": None})]
     for index, (name, _) in enumerate(calls):
@@ -215,11 +219,11 @@ def tool_calls(
     for step in range(pieces):
         for index, parts in enumerate(fragments):
             if parts[step]:
-                chunks.append(
-                    chunk(
-                        {"tool_calls": [{"index": index, "function": {"arguments": parts[step]}}]}
-                    )
-                )
+                fragment = {"index": index, "function": {"arguments": parts[step]}}
+                if name_in_every_fragment:
+                    fragment = {"index": index, "id": f"call_fake_{index}", "type": "function",
+                                "function": {"name": calls[index][0], "arguments": parts[step]}}  # fmt: skip
+                chunks.append(chunk({"tool_calls": [fragment]}))
     chunks.append(chunk(finish_reason="tool_calls"))
     if usage is not None:
         chunks.append(chunk(usage=usage))

@@ -272,13 +272,17 @@ async def test_a_local_server_without_a_key_gets_a_placeholder_key(api, fake, mo
 # Tools ------------------------------------------------------------------------
 
 
-async def test_tool_calls_split_across_chunks_run_a_sync_and_an_async_tool(api, fake):
+@pytest.mark.parametrize("name_in_every_fragment", [False, True], ids=["name-once", "name-repeated"])
+async def test_tool_calls_split_across_chunks_run_a_sync_and_an_async_tool(
+    api, fake, name_in_every_fragment
+):
     fake.reply(
         tool_calls(
             ("add", '{"a": 1, "b": 2}'),
             ("get_weather", '{"city": "Paris"}'),
             pieces=4,
             usage=(10, 4),
+            name_in_every_fragment=name_in_every_fragment,
         ),
         answer("1 + 2 = 3, and Paris is at 21 °C.", usage=(30, 12)),
     )

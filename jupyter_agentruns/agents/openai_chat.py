@@ -317,13 +317,15 @@ class Turn:
             if delta is not None:
                 text += delta.content or ""
                 # Tool calls arrive in pieces: the first fragment of call `index`
-                # has its id and name, the next ones more of its arguments.
+                # has its id and name, the next ones more of its arguments. Some
+                # servers (llama-cpp-python) repeat the id and name in every
+                # fragment, so only the arguments are put together.
                 for position, fragment in enumerate(delta.tool_calls or []):
                     index = fragment.index if fragment.index is not None else position
                     call = self.calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
                     call["id"] = call["id"] or fragment.id or ""
                     if fragment.function is not None:
-                        call["name"] += fragment.function.name or ""
+                        call["name"] = call["name"] or fragment.function.name or ""
                         call["arguments"] += fragment.function.arguments or ""
                     self.started = True
             self.finish_reason = choice.finish_reason or self.finish_reason
