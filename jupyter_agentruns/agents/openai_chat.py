@@ -354,7 +354,7 @@ class Turn:
         """The answer as an assistant message of the conversation."""
         if not self.calls:
             return {"role": "assistant", "content": self.text}
-        return {"role": "assistant", "content": self.text or None, "tool_calls": self.tool_calls}
+        return {"role": "assistant", "content": self.text, "tool_calls": self.tool_calls}
 
 
 # The agent -----------------------------------------------------------------
@@ -591,8 +591,20 @@ def conversation(input: dict[str, Any]) -> list[dict[str, Any]]:
     """The messages a run starts from: ``system``, then ``messages`` or the ``prompt``."""
     messages = [{"role": "system", "content": input["system"]}] if "system" in input else []
     if "messages" in input:
-        return messages + [dict(message) for message in input["messages"]]
+        return messages + [sendable(message) for message in input["messages"]]
     return messages + [{"role": "user", "content": input["prompt"]}]
+
+
+def sendable(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` as every server takes it: an assistant's ``"content": null`` becomes ``""``.
+
+    The OpenAI SDK writes a tool-calling answer with a null content, which some
+    servers (llama-cpp-python) refuse with a 500; an empty string passes everywhere.
+    """
+    message = dict(message)
+    if message["role"] == "assistant" and message.get("content", "") is None:
+        message["content"] = ""
+    return message
 
 
 def input_schema(tool_names: list[str]) -> dict[str, Any]:
