@@ -218,13 +218,16 @@ async def test_the_input_chooses_model_temperature_system_message_and_tools(api,
         "system": "Be brief.",
         "model": "other-model",
         "temperature": 0.2,
+        "max_tokens": 64,
         "tools": ["add"],
+        "tool_choice": "none",
     }
     run, _ = await run_to_end(api, input)
 
     assert run["status"] == "succeeded", run["error"]
     body = fake.requests[0]["body"]
     assert body["model"] == "other-model" and body["temperature"] == 0.2
+    assert body["max_tokens"] == 64 and body["tool_choice"] == "none"
     assert body["messages"] == [{"role": "system", "content": "Be brief."}, *history]
     assert [t["function"]["name"] for t in body["tools"]] == ["add"]
     assert run["output"]["model"] == "other-model"
@@ -415,6 +418,29 @@ async def test_a_conversation_with_tool_calls_continues_with_no_null_content(api
         assert run["status"] == "succeeded", run["error"]
         sent = fake.requests[-1]["body"]["messages"]
         assert [m["content"] for m in sent] == ["Add 1 and 2", "", "3", "3", "And doubled?"]
+
+
+async def test_a_tool_choice_naming_a_tool_forces_the_first_call_only(api, fake):
+    fake.reply(tool_calls(("add", '{"a": 2, "b": 2}')), answer("4"))
+    run, _ = await run_to_end(api, {"prompt": "2 + 2?", "tool_choice": "add"})
+
+    assert run["status"] == "succeeded", run["error"]
+    assert [t["name"] for t in run["snapshot"]["tools"]] == ["add"]
+    first, second = (request["body"] for request in fake.requests)
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "add"}}
+    assert "tool_choice" not in second  # forced again, the model would call add forever
+
+
+async def test_a_tool_choice_the_run_does_not_offer_fails_it_before_any_model_call(api, fake):
+    run, _ = await run_to_end(api, {"prompt": "2 + 2?", "tools": ["get_weather"], "tool_choice": "add"})
+    assert run["status"] == "failed"
+    assert run["error"] == {
+        "type": "invalid_input",
+        "message": "tool_choice names 'add', a tool this run does not offer (its tools: get_weather)",
+    }
+    response = await submit(api, agent="openai", input={"prompt": "hi", "tool_choice": "rm_rf"})
+    assert response.status_code == 400 and "tool_choice" in response.json()["message"]
+    assert fake.requests == []
 
 
 @pytest.mark.parametrize("openai_config", [{"max_tool_iterations": 2}])
@@ -718,5 +744,6 @@ def test_the_readme_documents_every_setting_and_error_type_of_the_openai_agent()
         openai_chat.MaxToolIterationsExceeded,
         openai_chat.UnknownTool,
         openai_chat.InvalidToolArguments,
+        openai_chat.InvalidInput,
     ):
         assert f"`{error.error_type}`" in section, error

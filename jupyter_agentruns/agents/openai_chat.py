@@ -102,6 +102,12 @@ class InvalidToolArguments(ValueError):
     error_type = "invalid_arguments"
 
 
+class InvalidInput(ValueError):
+    """The run's input contradicts itself in a way its schema cannot say."""
+
+    error_type = "invalid_input"
+
+
 # Tools ---------------------------------------------------------------------
 
 
@@ -432,14 +438,22 @@ class OpenAIAgent(Configurable):
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        if "temperature" in input:
-            request["temperature"] = input["temperature"]
+        for option in ("temperature", "max_tokens"):
+            if option in input:
+                request[option] = input[option]
         if tools:
             request["tools"] = [spec.definition() for spec in tools.values()]
+        first_choice = tool_choice(input.get("tool_choice"), tools)
         usage = None  # token totals, once the server reports some
         async with self._client() as client:
             for rounds in range(self.max_tool_iterations + 1):
-                turn = await self._answer(run, client, {**request, "messages": messages})
+                # The tool_choice asked for holds for the first call only: forcing
+                # a tool on every call would call it again and again.
+                choice = first_choice if rounds == 0 else None
+                call = {**request, "messages": messages}
+                if choice is not None:
+                    call["tool_choice"] = choice
+                turn = await self._answer(run, client, call)
                 if turn.usage is not None:
                     usage = {
                         kind: (usage or {}).get(kind, 0) + count
@@ -607,6 +621,22 @@ def sendable(message: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
+def tool_choice(choice: str | None, tools: dict[str, Tool]) -> str | dict[str, Any] | None:
+    """The input's ``tool_choice`` as the API takes it: a mode, or the tool named."""
+    if choice is None or choice == "auto":
+        return choice
+    if not tools:
+        raise InvalidInput(f"tool_choice {choice!r} needs tools, and this run offers none")
+    if choice in ("none", "required"):
+        return choice
+    if choice not in tools:
+        raise InvalidInput(
+            f"tool_choice names {choice!r}, a tool this run does not offer "
+            f"(its tools: {', '.join(tools)})"
+        )
+    return {"type": "function", "function": {"name": choice}}
+
+
 def input_schema(tool_names: list[str]) -> dict[str, Any]:
     return {
         "type": "object",
@@ -634,6 +664,16 @@ def input_schema(tool_names: list[str]) -> dict[str, Any]:
                 "description": "Another model than the configured one.",
             },
             "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+            "max_tokens": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "At most this many tokens in each answer of the model.",
+            },
+            "tool_choice": {
+                "enum": ["auto", "none", "required", *tool_names],
+                "description": "For the first model call: let the model choose (auto), "
+                "no tool, some tool, or the tool named.",
+            },
             "tools": {
                 "type": "array",
                 "uniqueItems": True,
