@@ -643,19 +643,28 @@ async def test_other_upstream_errors_fail_upstream_error_with_the_servers_words(
 @pytest.mark.parametrize(
     "chunks, says",
     [
-        (["{not json"], "not JSON"),
-        (['{"choices": [{"index": 0, "delta": {"content": 42}}]}'], "malformed chunk"),
-        ([chunk({"content": "Hi"})], "no finish_reason"),
+        (["{not json"], "sent a chunk that is not JSON (Expecting property name enclosed in "
+                        "double quotes): {not json"),
+        (['{"choices": [{"index": 0, "delta": {"content": 42}}]}'],
+         'sent a malformed chunk (can only concatenate str (not "int") to str): '
+         '{"choices":[{"delta":{"content":42},"index":0}]}'),
+        ([], "answered 200 with an empty stream (no chunk, no finish_reason); some servers "
+             "(llama-cpp-python) answer so to a prompt longer than the model's context size"),
+        ([chunk({"role": "assistant", "content": ""}), chunk({"content": "Hi"})],
+         "ended its stream after 2 chunk(s) (2 characters of text) with no finish_reason; "
+         "another request to the same server may have interrupted this one"),
     ],
-    ids=["not-json", "not-a-chunk", "no-finish"],
-)
-async def test_a_malformed_stream_fails_upstream_protocol(api, fake, chunks, says):
+    ids=["not-json", "not-a-chunk", "empty", "no-finish"],
+)  # fmt: skip
+async def test_a_malformed_stream_fails_upstream_protocol_saying_what_came_and_why(
+    api, fake, chunks, says
+):
     fake.reply(Stream(chunks))
     run, _ = await run_to_end(api, {"prompt": "hi"})
 
     assert run["status"] == "failed"
     assert run["error"]["type"] == error_type(openai_chat.UpstreamProtocol)
-    assert says in run["error"]["message"]
+    assert run["error"]["message"].startswith(f"the model server at {fake.url[7:-3]} {says}")
 
 
 # The example agent ----------------------------------------------------------------

@@ -293,7 +293,9 @@ def jsonable(value: Any) -> Any:
 class Turn:
     """One assistant answer, put together from its stream of ``chat.completion.chunk``s."""
 
-    def __init__(self) -> None:
+    def __init__(self, server: str) -> None:
+        self.server = server  # host:port, for the errors
+        self.chunks = 0
         self.text = ""
         self.calls: dict[int, dict[str, str]] = {}
         self.finish_reason: str | None = None
@@ -306,9 +308,13 @@ class Turn:
         try:
             return self._feed(chunk)
         except (AttributeError, TypeError, ValueError) as exc:
-            raise UpstreamProtocol(f"the model server sent a malformed chunk ({exc})") from None
+            raise UpstreamProtocol(
+                f"the model server at {self.server} sent a malformed chunk ({exc}): "
+                f"{shorten(chunk_json(chunk))}"
+            ) from None
 
     def _feed(self, chunk: Any) -> str:
+        self.chunks += 1
         self.model = chunk.model or self.model
         if chunk.usage is not None:
             self.usage = {
@@ -340,10 +346,23 @@ class Turn:
         return text
 
     def finish(self) -> None:
-        if self.finish_reason is None:
+        """Check that the stream ended because the answer did."""
+        if self.finish_reason is not None:
+            return
+        if self.chunks == 0:
             raise UpstreamProtocol(
-                "the model server's stream ended before the answer did (no finish_reason)"
+                f"the model server at {self.server} answered 200 with an empty stream (no chunk, "
+                "no finish_reason); some servers (llama-cpp-python) answer so to a prompt longer "
+                "than the model's context size: shorten the conversation or give the server a "
+                "larger context"
             )
+        calls = f" and {len(self.calls)} tool call(s)" if self.calls else ""
+        raise UpstreamProtocol(
+            f"the model server at {self.server} ended its stream after {self.chunks} chunk(s) "
+            f"({len(self.text)} characters of text{calls}) with no finish_reason; another request "
+            "to the same server may have interrupted this one (llama-cpp-python stops a running "
+            "answer when the next request comes): send it one request at a time"
+        )
 
     @property
     def tool_calls(self) -> list[dict[str, Any]]:
@@ -494,7 +513,7 @@ class OpenAIAgent(Configurable):
         """One model call, streamed into the run; retried while no token has arrived."""
         attempt = 0
         while True:
-            turn = Turn()
+            turn = Turn(server_name(self.base_url))
             attempt += 1
             try:
                 await stream_turn(run, client, request, turn)
@@ -517,11 +536,12 @@ class OpenAIAgent(Configurable):
         """What went wrong, in words a user can act on, with no secret in them."""
         where = server_name(self.base_url)
         key = os.environ.get(self.api_key_env) or ""
-        if isinstance(exc, UpstreamError):
-            return exc
+        if isinstance(exc, UpstreamError):  # it may quote what the server sent
+            return type(exc)(scrub(str(exc), key))
         if isinstance(exc, json.JSONDecodeError):
             return UpstreamProtocol(
-                f"the model server at {where} sent a chunk that is not JSON ({exc.msg})"
+                f"the model server at {where} sent a chunk that is not JSON ({exc.msg}): "
+                f"{shorten(scrub(exc.doc, key))}"
             )
         if isinstance(exc, openai.APITimeoutError):
             return UpstreamTimeout(
@@ -770,6 +790,20 @@ def scrub(text: str, key: str) -> str:
         text = pattern.sub(replacement, text)
     text = " ".join(text.split())
     return text if len(text) <= UPSTREAM_TEXT_LIMIT else text[: UPSTREAM_TEXT_LIMIT - 1] + "…"
+
+
+def chunk_json(chunk: Any) -> str:
+    """A chunk as the server sent it, as near as the SDK's object tells."""
+    try:
+        return chunk.to_json(indent=None, warnings=False)
+    except Exception:  # a chunk malformed enough may not even serialize
+        return repr(chunk)
+
+
+def shorten(text: str, limit: int = 120) -> str:
+    """A quote of what the server sent, short enough for an error message."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def server_name(base_url: str) -> str:
