@@ -10,6 +10,10 @@ Each request gets the next scripted reply: a stream of ``chat.completion.chunk``
 events (:class:`Stream`, built with :func:`answer` and :func:`tool_calls`), an
 error status (:class:`Status`) or silence (:class:`Hang`). The fake counts the
 clients that closed a connection before their reply ended (``disconnects``).
+
+Requests to llama-cpp-python's ``/extras/tokenize/count`` are not scripted: with
+``fake.tokenizer`` set (text -> count) they get its count, else a 404 as from a
+server without that route; ``fake.counted`` holds the texts counted.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ class FakeOpenAI:
         self.replies: list[Any] = []
         self.requests: list[dict[str, Any]] = []  # {"method", "path", "headers", "body"}
         self.on_request = None  # called with each request as it arrives
+        self.tokenizer = None
+        self.counted: list[str] = []
         self.disconnects = 0
         self.disconnected = asyncio.Event()
         self._server: asyncio.Server | None = None
@@ -61,6 +67,9 @@ class FakeOpenAI:
             request = await read_request(reader)
             if request is None:
                 return
+            if request["path"] == "/extras/tokenize/count":
+                await self._count_tokens(request, writer)
+                return
             self.requests.append(request)
             if self.on_request is not None:
                 self.on_request(request)
@@ -75,6 +84,14 @@ class FakeOpenAI:
         finally:
             writer.close()
             self._handlers.discard(asyncio.current_task())
+
+    async def _count_tokens(self, request: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        if self.tokenizer is None:
+            await Status(404, {"detail": "Not Found"}).send(self, None, writer)
+            return
+        self.counted.append(request["body"]["input"])
+        count = self.tokenizer(request["body"]["input"])
+        await Status(200, {"count": count}).send(self, None, writer)
 
 
 async def read_request(reader: asyncio.StreamReader) -> dict[str, Any] | None:

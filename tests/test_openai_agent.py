@@ -265,11 +265,53 @@ async def test_submit_rejects_unknown_tools_and_needs_exactly_one_of_prompt_and_
 
 async def test_a_local_server_without_a_key_gets_a_placeholder_key(api, fake, monkeypatch):
     monkeypatch.delenv(KEY_ENV)
-    fake.reply(answer("ok", usage=None))  # nor does it count tokens
+    fake.reply(answer("ok"))
     run, events = await run_to_end(api, {"prompt": "hi"})
     assert run["status"] == "succeeded"
-    assert run["output"]["usage"] is None and of_type(events, "usage") == []
     assert fake.requests[0]["headers"]["authorization"] == f"Bearer {openai_chat.NO_KEY}"
+
+
+# Token usage ----------------------------------------------------------------------
+
+
+async def test_usage_the_server_does_not_report_nor_can_count_is_said_once_and_left_out(api, fake):
+    fake.reply(tool_calls(("add", '{"a": 1, "b": 2}'), usage=None), answer("3", usage=None))
+    run, events = await run_to_end(api, {"prompt": "Add 1 and 2"})
+
+    assert run["status"] == "succeeded", run["error"]
+    server = fake.url[7:-3]
+    assert of_type(events, "x.usage_unreported") == [
+        {
+            "server": server,
+            "estimated": False,
+            "message": f"usage not reported by the model server at {server}, "
+            "which offers no tokenizer to estimate it with: no token counts",
+        }
+    ]
+    assert of_type(events, "usage") == [] and run["output"]["usage"] is None
+
+
+async def test_usage_the_server_does_not_report_is_counted_by_its_tokenizer_as_an_estimate(api, fake):
+    fake.tokenizer = lambda text: len(text.split())
+    fake.reply(tool_calls(("add", '{"a": 1, "b": 2}'), usage=None), answer("It is 3", usage=None))
+    run, events = await run_to_end(api, {"prompt": "Add 1 and 2"})
+
+    assert run["status"] == "succeeded", run["error"]
+    [unreported] = of_type(events, "x.usage_unreported")
+    assert unreported["estimated"] is True
+    assert unreported["message"].endswith("the token counts are estimates by its tokenizer")
+    # What each model call sent (contents, tool calls, the tools offered) and received.
+    sent = [fake.counted[0], fake.counted[2]]
+    assert sent[0].startswith("Add 1 and 2\n{") and '"name": "add"' in sent[0]
+    assert fake.counted[1] == 'add {"a": 1, "b": 2}' and fake.counted[3] == "It is 3"
+    first_in, second_in = (len(text.split()) for text in sent)
+    assert of_type(events, "usage") == [
+        {"input_tokens": first_in, "output_tokens": 5, "estimated": True},
+        {"input_tokens": first_in + second_in, "output_tokens": 8, "estimated": True},
+    ]
+    assert run["output"]["usage"] == of_type(events, "usage")[-1]
+    types = [event["type"] for event in events]
+    assert types.index("x.usage_unreported") == types.index("usage") - 1
 
 
 # Tools ------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import jsonschema
 import openai
@@ -375,6 +375,11 @@ class Turn:
             for index, call in sorted(self.calls.items())
         ]
 
+    def received_text(self) -> str:
+        """The answer's text and tool calls, as a tokenizer should count them."""
+        calls = [f"{call['name']} {call['arguments']}" for call in self.calls.values()]
+        return "\n".join(part for part in [self.text, *calls] if part)
+
     def message(self) -> dict[str, Any]:
         """The answer as an assistant message of the conversation."""
         if not self.calls:
@@ -463,8 +468,8 @@ class OpenAIAgent(Configurable):
         if tools:
             request["tools"] = [spec.definition() for spec in tools.values()]
         first_choice = tool_choice(input.get("tool_choice"), tools)
-        usage = None  # token totals, once the server reports some
         async with self._client() as client:
+            usage = Usage(run, client, self.base_url)
             for rounds in range(self.max_tool_iterations + 1):
                 # The tool_choice asked for holds for the first call only: forcing
                 # a tool on every call would call it again and again.
@@ -473,12 +478,7 @@ class OpenAIAgent(Configurable):
                 if choice is not None:
                     call["tool_choice"] = choice
                 turn = await self._answer(run, client, call)
-                if turn.usage is not None:
-                    usage = {
-                        kind: (usage or {}).get(kind, 0) + count
-                        for kind, count in turn.usage.items()
-                    }
-                    await run.usage(**usage)
+                await usage.add(call, turn)
                 messages.append(turn.message())
                 if not turn.calls:
                     return {
@@ -486,7 +486,7 @@ class OpenAIAgent(Configurable):
                         "messages": messages,
                         "model": turn.model or model,
                         "finish_reason": turn.finish_reason,
-                        "usage": usage,
+                        "usage": usage.totals,
                     }
                 if rounds == self.max_tool_iterations:
                     break
@@ -570,6 +570,89 @@ class OpenAIAgent(Configurable):
                 )
             return UpstreamError(f"the model server at {where} answered {status}: {said}")
         return UpstreamError(f"the model server at {where} reported an error: {said}")
+
+
+class Usage:
+    """A run's token totals: the server's counts, or estimates where it reports none.
+
+    A server that sends no usage (llama-cpp-python, even asked with
+    ``stream_options.include_usage``) is asked to count the text sent and
+    received with its own tokenizer (llama-cpp-python's
+    ``/extras/tokenize/count``). Those counts miss the chat template's own
+    tokens, so they are marked as estimates. With no tokenizer at hand there
+    are no counts; either way the run says so once, in an
+    ``x.usage_unreported`` event.
+    """
+
+    def __init__(self, run, client: openai.AsyncOpenAI, base_url: str) -> None:
+        self.run = run
+        self.client = client
+        self.server = server_name(base_url)
+        # The extras live beside the API, not under its /v1.
+        self.count_url = urljoin(base_url.rstrip("/") + "/", "../extras/tokenize/count")
+        self.totals: dict[str, Any] | None = None
+        self.tokenizer = True  # until the server shows it has none
+        self.told = False
+
+    async def add(self, request: dict[str, Any], turn: Turn) -> None:
+        """Count one model call, and emit the totals so far."""
+        counts, estimated = turn.usage, False
+        if counts is None:
+            counts = await self.estimate(request, turn)
+            estimated = counts is not None
+            if not self.told:
+                self.told = True
+                await self.run.custom("usage_unreported", self.unreported(estimated))
+        if counts is None:
+            return
+        totals = {
+            kind: (self.totals or {}).get(kind, 0) + count for kind, count in counts.items()
+        }
+        if estimated or (self.totals or {}).get("estimated"):
+            totals["estimated"] = True
+        self.totals = totals
+        await self.run.emit("usage", totals)
+
+    async def estimate(self, request: dict[str, Any], turn: Turn) -> dict[str, int] | None:
+        """Token counts of the text sent and received, by the server's tokenizer; None without one."""
+        if not self.tokenizer:
+            return None
+        try:
+            return {
+                "input_tokens": await self.count(sent_text(request), request["model"]),
+                "output_tokens": await self.count(turn.received_text(), request["model"]),
+            }
+        except (openai.APIError, KeyError, TypeError, ValueError):
+            self.tokenizer = False
+            return None
+
+    async def count(self, text: str, model: str) -> int:
+        if not text:
+            return 0
+        answer = await self.client.post(
+            self.count_url, cast_to=object, body={"input": text, "model": model}
+        )
+        return int(answer["count"])
+
+    def unreported(self, estimated: bool) -> dict[str, Any]:
+        said = f"usage not reported by the model server at {self.server}"
+        if estimated:
+            message = f"{said}: the token counts are estimates by its tokenizer"
+        else:
+            message = f"{said}, which offers no tokenizer to estimate it with: no token counts"
+        return {"server": self.server, "estimated": estimated, "message": message}
+
+
+def sent_text(request: dict[str, Any]) -> str:
+    """The text of a chat request, as a tokenizer should count it: contents, tool calls, tools."""
+    parts = []
+    for message in request["messages"]:
+        content = message.get("content") or ""
+        parts.append(content if isinstance(content, str) else json.dumps(content))
+        for call in message.get("tool_calls") or []:
+            parts.append(f"{call['function']['name']} {call['function']['arguments']}")
+    parts += [json.dumps(tool["function"]) for tool in request.get("tools", [])]
+    return "\n".join(parts)
 
 
 async def stream_turn(run, client: openai.AsyncOpenAI, request: dict[str, Any], turn: Turn) -> None:
