@@ -76,7 +76,7 @@ class FakeOpenAI:
             reply = (
                 self.replies.pop(0)
                 if self.replies
-                else Status(500, error_body("the fake has no reply scripted"))
+                else Status(500, error_body("the fake has no reply scripted", type="server_error"))
             )
             await reply.send(self, reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -182,6 +182,18 @@ def error_body(
     message: str, type: str = "invalid_request_error", code: str | None = None
 ) -> dict[str, Any]:
     return {"error": {"message": message, "type": type, "param": None, "code": code}}
+
+
+def llama_cpp_validation_error(*errors: dict) -> dict[str, Any]:
+    """The 500 body llama-cpp-python (0.3) answers to a request its pydantic models refuse."""
+    lines = [
+        f"{len(errors)} validation errors:",
+        *(f"  {error!r}" for error in errors),
+        "",
+        '  File "llama_cpp/server/app.py", line 376, in create_chat_completion',
+        "    POST /v1/chat/completions",
+    ]
+    return error_body("\n".join(lines), type="internal_server_error")
 
 
 def chunk(

@@ -23,6 +23,7 @@ from fake_openai import (
     chunk,
     closed_port_url,
     error_body,
+    llama_cpp_validation_error,
     tool_calls,
 )
 from tools_for_tests import TEST_TOOLS
@@ -590,7 +591,10 @@ async def test_no_part_of_the_key_or_a_bearer_token_appears_in_an_upstream_error
 @pytest.mark.parametrize("retry_after", ["nan", "inf", "-inf"])
 async def test_a_retry_after_that_is_not_a_number_of_seconds_waits_the_backoff(api, fake, retry_after):
     # A NaN handed to asyncio.sleep corrupts the server's timers: every other run would stall.
-    fake.reply(Status(503, error_body("busy"), {"Retry-After": retry_after}), answer("Made it"))
+    fake.reply(
+        Status(503, error_body("busy", type="server_error"), {"Retry-After": retry_after}),
+        answer("Made it"),
+    )
     run, events = await run_to_end(api, {"prompt": "hi"})
     assert run["status"] == "succeeded"
     retry = next(e for e in events if e["type"] == "x.upstream_retry")
@@ -599,7 +603,8 @@ async def test_a_retry_after_that_is_not_a_number_of_seconds_waits_the_backoff(a
 
 @pytest.mark.parametrize("status", [429, 503])
 async def test_a_rate_limit_or_server_error_before_the_first_token_is_retried(api, fake, status):
-    fake.reply(Status(status, error_body("slow down"), {"Retry-After": "0"}), answer("Made it"))
+    busy = error_body("slow down", type="server_error")
+    fake.reply(Status(status, busy, {"Retry-After": "0"}), answer("Made it"))
     run, events = await run_to_end(api, {"prompt": "hi"})
 
     assert run["status"] == "succeeded", run["error"]
@@ -654,6 +659,33 @@ async def test_a_stream_that_breaks_after_the_first_token_is_not_retried(api, fa
     assert len(fake.requests) == 1
 
 
+def refused_message(index: int, message: dict, meant: str | None, problem: dict | None = None):
+    """The errors pydantic gives for a chat message that fits none of the kinds of message.
+
+    Each kind (member of the union) whose ``role`` is not the message's gets a
+    literal error; ``meant``, the kind whose role matched, gets ``problem``.
+    """
+    errors = []
+    for kind, role, required in [("System", "system", None), ("User", "user", None),
+                                 ("Assistant", "assistant", None), ("Tool", "tool", "tool_call_id"),
+                                 ("Function", "function", "name")]:  # fmt: skip
+        where = ("body", "messages", index, f"ChatCompletionRequest{kind}Message")
+        if kind == meant:
+            errors.append({**problem, "loc": (*where, problem["loc"]), "input": None})
+            continue
+        errors.append({"type": "literal_error", "loc": (*where, "role"),
+                       "msg": f"Input should be '{role}'", "input": message["role"],
+                       "ctx": {"expected": f"'{role}'"}})  # fmt: skip
+        if required:
+            errors.append({"type": "missing", "loc": (*where, required),
+                           "msg": "Field required", "input": message})  # fmt: skip
+    return errors
+
+
+NULL_CONTENT = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]}  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "reply, says",
     [
@@ -665,8 +697,19 @@ async def test_a_stream_that_breaks_after_the_first_token_is_not_retried(api, fa
             Stream([{"error": {"message": "The model is overloaded", "type": "server_error"}}]),
             "reported an error: The model is overloaded",
         ),
+        (
+            Status(422, {"detail": [{"type": "missing", "loc": ["body", "messages"],
+                                     "msg": "Field required", "input": {"model": "x"}}]}),
+            "answered 422: invalid request (1 validation error): messages: Field required",
+        ),
+        (
+            Status(400, llama_cpp_validation_error(*refused_message(1, NULL_CONTENT, "Assistant", {
+                "type": "string_type", "loc": "content", "msg": "Input should be a valid string"}))),
+            "answered 400: invalid request (7 validation errors): "
+            "messages.1.ChatCompletionRequestAssistantMessage.content: Input should be a valid string",
+        ),
     ],
-    ids=["unknown-model", "error-mid-stream"],
+    ids=["unknown-model", "error-mid-stream", "fastapi-detail", "validation-text-past-the-cut"],
 )
 async def test_other_upstream_errors_fail_upstream_error_with_the_servers_words(
     api, fake, reply, says
@@ -680,6 +723,48 @@ async def test_other_upstream_errors_fail_upstream_error_with_the_servers_words(
         run["error"]["message"]
         == f"the model server at 127.0.0.1:{fake.url.split(':')[2][:-3]} {says}"
     )
+
+
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        (
+            llama_cpp_validation_error(*refused_message(1, NULL_CONTENT, "Assistant", {
+                "type": "string_type", "loc": "content", "msg": "Input should be a valid string"})),
+            "invalid request (7 validation errors): "
+            "messages.1.ChatCompletionRequestAssistantMessage.content: Input should be a valid string",
+        ),
+        (
+            llama_cpp_validation_error(
+                *refused_message(0, {"role": "developer", "content": "Be brief."}, None)
+            ),
+            "invalid request (7 validation errors): "
+            "messages.0.ChatCompletionRequestSystemMessage.role: Input should be 'system'; "
+            "messages.0.ChatCompletionRequestUserMessage.role: Input should be 'user'; ",
+        ),
+        (
+            {"detail": [{"type": "missing", "loc": ["body", "model"], "msg": "Field required"}]},
+            "invalid request (1 validation error): model: Field required",
+        ),
+        (
+            error_body("messages.1.content: null is not allowed", type="invalid_request_error"),
+            "messages.1.content: null is not allowed",
+        ),
+    ],
+    ids=["llama-cpp-null-content", "llama-cpp-developer-role", "fastapi-detail", "invalid-request"],
+)  # fmt: skip
+async def test_a_500_saying_the_request_is_invalid_is_not_retried_and_says_what_is_wrong(
+    api, fake, body, says
+):
+    fake.reply(Status(500, body), answer("never asked for"))
+    run, events = await run_to_end(api, {"prompt": "hi"})
+
+    assert run["status"] == "failed"
+    assert run["error"]["type"] == error_type(openai_chat.UpstreamError)
+    assert run["error"]["message"].startswith(
+        f"the model server at {fake.url[7:-3]} answered 500: {says}"
+    )
+    assert len(fake.requests) == 1 and of_type(events, "x.upstream_retry") == []
 
 
 @pytest.mark.parametrize(

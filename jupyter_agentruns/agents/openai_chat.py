@@ -13,6 +13,7 @@ their signature and docstring, or from :func:`tool`.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import collections.abc
 import inspect
@@ -793,14 +794,26 @@ def input_schema(tool_names: list[str]) -> dict[str, Any]:
 
 
 def retryable(exc: Exception) -> bool:
-    """Worth another try: the request never got an answer, or a busy (429) or failing (5xx) one."""
+    """Worth another try: the request never got an answer, or a busy (429) or failing (5xx) one.
+
+    Not a 5xx that says the request is invalid: some servers (llama-cpp-python)
+    answer 500 to what they cannot validate, and the same request fails again.
+    """
     if isinstance(exc, openai.APITimeoutError):
         return False  # another wait of request_timeout would rarely end otherwise
     if isinstance(exc, openai.APIConnectionError):
         return True
     return isinstance(exc, openai.APIStatusError) and (
-        exc.status_code == 429 or exc.status_code >= 500
+        exc.status_code == 429 or (exc.status_code >= 500 and not says_invalid(exc))
     )
+
+
+def says_invalid(exc: Exception) -> bool:
+    """The server's error says the request itself is wrong."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and body.get("type") == "invalid_request_error":
+        return True
+    return bool(validation_errors(server_words(body)))
 
 
 def retry_delay(exc: Exception, backoff: float) -> float:
@@ -817,17 +830,83 @@ def retry_delay(exc: Exception, backoff: float) -> float:
 
 
 def upstream_message(exc: Exception) -> str:
-    """The server's own words from an error body (OpenAI's and Ollama's shapes), else the SDK's."""
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict):
-        said = body.get("message") or body.get("error")
-        if isinstance(said, dict):
-            said = said.get("message")
-        if isinstance(said, str) and said:
-            return said
-    if isinstance(body, str) and body:
-        return body
+    """The server's own words from an error body, else the SDK's.
+
+    A list of validation errors is told as where and what is wrong, so that
+    shortening the message (``UPSTREAM_TEXT_LIMIT``) cannot cut that part off.
+    """
+    said = server_words(getattr(exc, "body", None))
+    errors = validation_errors(said)
+    if errors:
+        return validation_summary(errors)
+    if isinstance(said, str) and said:
+        return said
     return getattr(exc, "message", None) or str(exc)
+
+
+def server_words(body: Any) -> Any:
+    """The message of an error body: OpenAI's and llama-cpp-python's
+    ``error.message`` (the SDK unwraps ``error``), Ollama's ``error``, FastAPI's
+    ``detail`` (a text or a list of validation errors)."""
+    if isinstance(body, dict):
+        said = body.get("message") or body.get("error") or body.get("detail")
+        return said.get("message") if isinstance(said, dict) else said
+    return body
+
+
+# A pydantic validation error as FastAPI writes it into a text, one per line:
+# {'type': 'string_type', 'loc': ('body', 'messages', 1, ...), 'msg': '...', 'input': ...}
+_VALIDATION_TEXT = re.compile(r"^\d+ validation errors?:")
+_VALIDATION_LINE = re.compile(
+    r"""\{'type': '(?P<type>\w+)', 'loc': (?P<loc>\([^()]*\)), """
+    r"""'msg': (?P<msg>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")"""
+)
+
+
+def validation_errors(said: Any) -> list[dict[str, Any]]:
+    """The ``{type, loc, msg}`` of each validation error in a FastAPI ``detail`` or error text."""
+    if isinstance(said, list):
+        return [
+            error
+            for error in said
+            if isinstance(error, dict) and isinstance(error.get("loc"), list | tuple)
+            and isinstance(error.get("msg"), str)
+        ]
+    if not isinstance(said, str) or not _VALIDATION_TEXT.match(said):
+        return []
+    errors = []
+    for line in said.splitlines()[1:]:
+        found = _VALIDATION_LINE.search(line)
+        if found is None:
+            continue
+        try:
+            loc, msg = ast.literal_eval(found["loc"]), ast.literal_eval(found["msg"])
+        except (ValueError, SyntaxError):  # not the shape it looks like
+            continue
+        errors.append({"type": found["type"], "loc": loc, "msg": msg})
+    return errors
+
+
+def validation_summary(errors: list[dict[str, Any]]) -> str:
+    """``invalid request (N validation errors): where: what; …``, the errors that matter first.
+
+    A message that fits none of a union's members (the kinds of chat message)
+    gets an error from each; the members whose tag (a literal, such as the
+    ``role``) did not match are not what the request meant, so their errors are
+    left out. When no member's tag matched, the tags are what is wrong.
+    """
+    unmeant = {tuple(error["loc"][:-1]) for error in errors if error.get("type") == "literal_error"}
+    meant = [
+        error
+        for error in errors
+        if not any(tuple(error["loc"][: len(member)]) == member for member in unmeant)
+    ]
+    told = [
+        f"{'.'.join(str(part) for part in error['loc'] if part != 'body')}: {error['msg']}"
+        for error in meant or [error for error in errors if error.get("type") == "literal_error"]
+    ]
+    count = f"{len(errors)} validation error{'s' if len(errors) > 1 else ''}"
+    return f"invalid request ({count}): {'; '.join(told)}"
 
 
 # A part of the key this long is a secret wherever it shows up.
@@ -879,7 +958,7 @@ def chunk_json(chunk: Any) -> str:
     """A chunk as the server sent it, as near as the SDK's object tells."""
     try:
         return chunk.to_json(indent=None, warnings=False)
-    except Exception:  # a chunk malformed enough may not even serialize
+    except (TypeError, ValueError):  # a chunk malformed enough may not even serialize
         return repr(chunk)
 
 
