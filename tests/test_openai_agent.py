@@ -267,7 +267,7 @@ async def test_submit_rejects_unknown_tools_and_needs_exactly_one_of_prompt_and_
 async def test_a_local_server_without_a_key_gets_a_placeholder_key(api, fake, monkeypatch):
     monkeypatch.delenv(KEY_ENV)
     fake.reply(answer("ok"))
-    run, events = await run_to_end(api, {"prompt": "hi"})
+    run, _ = await run_to_end(api, {"prompt": "hi"})
     assert run["status"] == "succeeded"
     assert fake.requests[0]["headers"]["authorization"] == f"Bearer {openai_chat.NO_KEY}"
 
@@ -705,8 +705,8 @@ NULL_CONTENT = {"role": "assistant", "content": None, "tool_calls": [
         (
             Status(400, llama_cpp_validation_error(*refused_message(1, NULL_CONTENT, "Assistant", {
                 "type": "string_type", "loc": "content", "msg": "Input should be a valid string"}))),
-            "answered 400: invalid request (7 validation errors): "
-            "messages.1.ChatCompletionRequestAssistantMessage.content: Input should be a valid string",
+            ("answered 400: invalid request (7 validation errors): "
+             "messages.1.ChatCompletionRequestAssistantMessage.content: Input should be a valid string"),
         ),
     ],
     ids=["unknown-model", "error-mid-stream", "fastapi-detail", "validation-text-past-the-cut"],
@@ -731,16 +731,16 @@ async def test_other_upstream_errors_fail_upstream_error_with_the_servers_words(
         (
             llama_cpp_validation_error(*refused_message(1, NULL_CONTENT, "Assistant", {
                 "type": "string_type", "loc": "content", "msg": "Input should be a valid string"})),
-            "invalid request (7 validation errors): "
-            "messages.1.ChatCompletionRequestAssistantMessage.content: Input should be a valid string",
+            ("invalid request (7 validation errors): "
+             "messages.1.ChatCompletionRequestAssistantMessage.content: Input should be a valid string"),
         ),
         (
             llama_cpp_validation_error(
                 *refused_message(0, {"role": "developer", "content": "Be brief."}, None)
             ),
-            "invalid request (7 validation errors): "
-            "messages.0.ChatCompletionRequestSystemMessage.role: Input should be 'system'; "
-            "messages.0.ChatCompletionRequestUserMessage.role: Input should be 'user'; ",
+            ("invalid request (7 validation errors): "
+             "messages.0.ChatCompletionRequestSystemMessage.role: Input should be 'system'; "
+             "messages.0.ChatCompletionRequestUserMessage.role: Input should be 'user'; "),
         ),
         (
             {"detail": [{"type": "missing", "loc": ["body", "model"], "msg": "Field required"}]},
@@ -770,16 +770,16 @@ async def test_a_500_saying_the_request_is_invalid_is_not_retried_and_says_what_
 @pytest.mark.parametrize(
     "chunks, says",
     [
-        (["{not json"], "sent a chunk that is not JSON (Expecting property name enclosed in "
-                        "double quotes): {not json"),
+        (["{not json"], ("sent a chunk that is not JSON (Expecting property name enclosed in "
+                         "double quotes): {not json")),
         (['{"choices": [{"index": 0, "delta": {"content": 42}}]}'],
-         'sent a malformed chunk (can only concatenate str (not "int") to str): '
-         '{"choices":[{"delta":{"content":42},"index":0}]}'),
-        ([], "answered 200 with an empty stream (no chunk, no finish_reason); some servers "
-             "(llama-cpp-python) answer so to a prompt longer than the model's context size"),
+         ('sent a malformed chunk (can only concatenate str (not "int") to str): '
+          '{"choices":[{"delta":{"content":42},"index":0}]}')),
+        ([], ("answered 200 with an empty stream (no chunk, no finish_reason); some servers "
+              "(llama-cpp-python) answer so to a prompt longer than the model's context size")),
         ([chunk({"role": "assistant", "content": ""}), chunk({"content": "Hi"})],
-         "ended its stream after 2 chunk(s) (2 characters of text) with no finish_reason; "
-         "another request to the same server may have interrupted this one"),
+         ("ended its stream after 2 chunk(s) (2 characters of text) with no finish_reason; "
+          "another request to the same server may have interrupted this one")),
     ],
     ids=["not-json", "not-a-chunk", "empty", "no-finish"],
 )  # fmt: skip
