@@ -845,9 +845,11 @@ def upstream_message(exc: Exception) -> str:
 
 
 def server_words(body: Any) -> Any:
-    """The message of an error body: OpenAI's and llama-cpp-python's
-    ``error.message`` (the SDK unwraps ``error``), Ollama's ``error``, FastAPI's
-    ``detail`` (a text or a list of validation errors)."""
+    """The message in an error body, a text or FastAPI's list of validation errors.
+
+    OpenAI's and llama-cpp-python's ``error.message`` (the SDK unwraps
+    ``error``), Ollama's ``error``, FastAPI's ``detail``.
+    """
     if isinstance(body, dict):
         said = body.get("message") or body.get("error") or body.get("detail")
         return said.get("message") if isinstance(said, dict) else said
@@ -888,7 +890,7 @@ def validation_errors(said: Any) -> list[dict[str, Any]]:
 
 
 def validation_summary(errors: list[dict[str, Any]]) -> str:
-    """``invalid request (N validation errors): where: what; …``, the errors that matter first.
+    """``invalid request (N validation errors): where: what; …`` for the errors that matter.
 
     A message that fits none of a union's members (the kinds of chat message)
     gets an error from each; the members whose tag (a literal, such as the
