@@ -10,6 +10,10 @@ Each request gets the next scripted reply: a stream of ``chat.completion.chunk``
 events (:class:`Stream`, built with :func:`answer` and :func:`tool_calls`), an
 error status (:class:`Status`) or silence (:class:`Hang`). The fake counts the
 clients that closed a connection before their reply ended (``disconnects``).
+
+Requests to llama-cpp-python's ``/extras/tokenize/count`` are not scripted: with
+``fake.tokenizer`` set (text -> count) they get its count, else a 404 as from a
+server without that route; ``fake.counted`` holds the texts counted.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ class FakeOpenAI:
         self.replies: list[Any] = []
         self.requests: list[dict[str, Any]] = []  # {"method", "path", "headers", "body"}
         self.on_request = None  # called with each request as it arrives
+        self.tokenizer = None
+        self.counted: list[str] = []
         self.disconnects = 0
         self.disconnected = asyncio.Event()
         self._server: asyncio.Server | None = None
@@ -61,13 +67,16 @@ class FakeOpenAI:
             request = await read_request(reader)
             if request is None:
                 return
+            if request["path"] == "/extras/tokenize/count":
+                await self._count_tokens(request, writer)
+                return
             self.requests.append(request)
             if self.on_request is not None:
                 self.on_request(request)
             reply = (
                 self.replies.pop(0)
                 if self.replies
-                else Status(500, error_body("the fake has no reply scripted"))
+                else Status(500, error_body("the fake has no reply scripted", type="server_error"))
             )
             await reply.send(self, reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -75,6 +84,14 @@ class FakeOpenAI:
         finally:
             writer.close()
             self._handlers.discard(asyncio.current_task())
+
+    async def _count_tokens(self, request: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        if self.tokenizer is None:
+            await Status(404, {"detail": "Not Found"}).send(self, None, writer)
+            return
+        self.counted.append(request["body"]["input"])
+        count = self.tokenizer(request["body"]["input"])
+        await Status(200, {"count": count}).send(self, None, writer)
 
 
 async def read_request(reader: asyncio.StreamReader) -> dict[str, Any] | None:
@@ -167,6 +184,18 @@ def error_body(
     return {"error": {"message": message, "type": type, "param": None, "code": code}}
 
 
+def llama_cpp_validation_error(*errors: dict) -> dict[str, Any]:
+    """The 500 body llama-cpp-python (0.3) answers to a request its pydantic models refuse."""
+    lines = [
+        f"{len(errors)} validation errors:",
+        *(f"  {error!r}" for error in errors),
+        "",
+        '  File "llama_cpp/server/app.py", line 376, in create_chat_completion',
+        "    POST /v1/chat/completions",
+    ]
+    return error_body("\n".join(lines), type="internal_server_error")
+
+
 def chunk(
     delta: dict | None = None, finish_reason: str | None = None, *, usage=None, model: str = MODEL
 ) -> dict:
@@ -199,12 +228,16 @@ def answer(
 
 
 def tool_calls(
-    *calls: tuple[str, str], pieces: int = 3, usage: tuple[int, int] | None = (10, 4)
+    *calls: tuple[str, str],
+    pieces: int = 3,
+    usage: tuple[int, int] | None = (10, 4),
+    name_in_every_fragment: bool = False,
 ) -> Stream:
     """Calls ``(name, arguments JSON)`` split as the API streams them, their fragments interleaved.
 
     The first fragment of call ``i`` has its ``index``, ``id`` and ``name``; the
-    next ones only ``index`` and a piece of the arguments.
+    next ones only ``index`` and a piece of the arguments, or, with
+    ``name_in_every_fragment`` (as llama-cpp-python sends them), the id and name again.
     """
     chunks = [chunk({"role": "assistant", "content": None})]
     for index, (name, _) in enumerate(calls):
@@ -215,11 +248,11 @@ def tool_calls(
     for step in range(pieces):
         for index, parts in enumerate(fragments):
             if parts[step]:
-                chunks.append(
-                    chunk(
-                        {"tool_calls": [{"index": index, "function": {"arguments": parts[step]}}]}
-                    )
-                )
+                fragment = {"index": index, "function": {"arguments": parts[step]}}
+                if name_in_every_fragment:
+                    fragment = {"index": index, "id": f"call_fake_{index}", "type": "function",
+                                "function": {"name": calls[index][0], "arguments": parts[step]}}  # fmt: skip
+                chunks.append(chunk({"tool_calls": [fragment]}))
     chunks.append(chunk(finish_reason="tool_calls"))
     if usage is not None:
         chunks.append(chunk(usage=usage))

@@ -23,6 +23,7 @@ from fake_openai import (
     chunk,
     closed_port_url,
     error_body,
+    llama_cpp_validation_error,
     tool_calls,
 )
 from tools_for_tests import TEST_TOOLS
@@ -218,13 +219,16 @@ async def test_the_input_chooses_model_temperature_system_message_and_tools(api,
         "system": "Be brief.",
         "model": "other-model",
         "temperature": 0.2,
+        "max_tokens": 64,
         "tools": ["add"],
+        "tool_choice": "none",
     }
     run, _ = await run_to_end(api, input)
 
     assert run["status"] == "succeeded", run["error"]
     body = fake.requests[0]["body"]
     assert body["model"] == "other-model" and body["temperature"] == 0.2
+    assert body["max_tokens"] == 64 and body["tool_choice"] == "none"
     assert body["messages"] == [{"role": "system", "content": "Be brief."}, *history]
     assert [t["function"]["name"] for t in body["tools"]] == ["add"]
     assert run["output"]["model"] == "other-model"
@@ -262,23 +266,69 @@ async def test_submit_rejects_unknown_tools_and_needs_exactly_one_of_prompt_and_
 
 async def test_a_local_server_without_a_key_gets_a_placeholder_key(api, fake, monkeypatch):
     monkeypatch.delenv(KEY_ENV)
-    fake.reply(answer("ok", usage=None))  # nor does it count tokens
-    run, events = await run_to_end(api, {"prompt": "hi"})
+    fake.reply(answer("ok"))
+    run, _ = await run_to_end(api, {"prompt": "hi"})
     assert run["status"] == "succeeded"
-    assert run["output"]["usage"] is None and of_type(events, "usage") == []
     assert fake.requests[0]["headers"]["authorization"] == f"Bearer {openai_chat.NO_KEY}"
+
+
+# Token usage ----------------------------------------------------------------------
+
+
+async def test_usage_the_server_does_not_report_nor_can_count_is_said_once_and_left_out(api, fake):
+    fake.reply(tool_calls(("add", '{"a": 1, "b": 2}'), usage=None), answer("3", usage=None))
+    run, events = await run_to_end(api, {"prompt": "Add 1 and 2"})
+
+    assert run["status"] == "succeeded", run["error"]
+    server = fake.url[7:-3]
+    assert of_type(events, "x.usage_unreported") == [
+        {
+            "server": server,
+            "estimated": False,
+            "message": f"usage not reported by the model server at {server}, "
+            "which offers no tokenizer to estimate it with: no token counts",
+        }
+    ]
+    assert of_type(events, "usage") == [] and run["output"]["usage"] is None
+
+
+async def test_usage_the_server_does_not_report_is_counted_by_its_tokenizer_as_an_estimate(api, fake):
+    fake.tokenizer = lambda text: len(text.split())
+    fake.reply(tool_calls(("add", '{"a": 1, "b": 2}'), usage=None), answer("It is 3", usage=None))
+    run, events = await run_to_end(api, {"prompt": "Add 1 and 2"})
+
+    assert run["status"] == "succeeded", run["error"]
+    [unreported] = of_type(events, "x.usage_unreported")
+    assert unreported["estimated"] is True
+    assert unreported["message"].endswith("the token counts are estimates by its tokenizer")
+    # What each model call sent (contents, tool calls, the tools offered) and received.
+    sent = [fake.counted[0], fake.counted[2]]
+    assert sent[0].startswith("Add 1 and 2\n{") and '"name": "add"' in sent[0]
+    assert fake.counted[1] == 'add {"a": 1, "b": 2}' and fake.counted[3] == "It is 3"
+    first_in, second_in = (len(text.split()) for text in sent)
+    assert of_type(events, "usage") == [
+        {"input_tokens": first_in, "output_tokens": 5, "estimated": True},
+        {"input_tokens": first_in + second_in, "output_tokens": 8, "estimated": True},
+    ]
+    assert run["output"]["usage"] == of_type(events, "usage")[-1]
+    types = [event["type"] for event in events]
+    assert types.index("x.usage_unreported") == types.index("usage") - 1
 
 
 # Tools ------------------------------------------------------------------------
 
 
-async def test_tool_calls_split_across_chunks_run_a_sync_and_an_async_tool(api, fake):
+@pytest.mark.parametrize("name_in_every_fragment", [False, True], ids=["name-once", "name-repeated"])
+async def test_tool_calls_split_across_chunks_run_a_sync_and_an_async_tool(
+    api, fake, name_in_every_fragment
+):
     fake.reply(
         tool_calls(
             ("add", '{"a": 1, "b": 2}'),
             ("get_weather", '{"city": "Paris"}'),
             pieces=4,
             usage=(10, 4),
+            name_in_every_fragment=name_in_every_fragment,
         ),
         answer("1 + 2 = 3, and Paris is at 21 °C.", usage=(30, 12)),
     )
@@ -310,7 +360,7 @@ async def test_tool_calls_split_across_chunks_run_a_sync_and_an_async_tool(api, 
     sent = fake.requests[1]["body"]["messages"]
     assert sent[1] == {
         "role": "assistant",
-        "content": None,
+        "content": "",  # never null: some servers refuse it
         "tool_calls": [
             {
                 "id": "call_fake_0",
@@ -392,6 +442,48 @@ async def test_a_tool_call_is_durable_before_the_tool_runs_and_its_result_before
     assert run["status"] == "succeeded", run["error"]
     assert run["snapshot"]["tools"][0]["result"] == 1  # its own tool.started was already committed
     assert committed_at_second_request == [{"tool.started": 1, "tool.completed": 1}]
+
+
+async def test_a_conversation_with_tool_calls_continues_with_no_null_content(api, fake):
+    fake.reply(tool_calls(("add", '{"a": 1, "b": 2}')), answer("3"))
+    first, _ = await run_to_end(api, {"prompt": "Add 1 and 2"})
+    assert first["status"] == "succeeded", first["error"]
+
+    # The output, as is and as the OpenAI SDK writes such a message (null content), continued.
+    sdk_style = [
+        {**m, "content": None} if m.get("tool_calls") else m for m in first["output"]["messages"]
+    ]
+    for history in (first["output"]["messages"], sdk_style):
+        fake.reply(answer("6"))
+        run, _ = await run_to_end(
+            api, {"messages": [*history, {"role": "user", "content": "And doubled?"}]}
+        )
+        assert run["status"] == "succeeded", run["error"]
+        sent = fake.requests[-1]["body"]["messages"]
+        assert [m["content"] for m in sent] == ["Add 1 and 2", "", "3", "3", "And doubled?"]
+
+
+async def test_a_tool_choice_naming_a_tool_forces_the_first_call_only(api, fake):
+    fake.reply(tool_calls(("add", '{"a": 2, "b": 2}')), answer("4"))
+    run, _ = await run_to_end(api, {"prompt": "2 + 2?", "tool_choice": "add"})
+
+    assert run["status"] == "succeeded", run["error"]
+    assert [t["name"] for t in run["snapshot"]["tools"]] == ["add"]
+    first, second = (request["body"] for request in fake.requests)
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "add"}}
+    assert "tool_choice" not in second  # forced again, the model would call add forever
+
+
+async def test_a_tool_choice_the_run_does_not_offer_fails_it_before_any_model_call(api, fake):
+    run, _ = await run_to_end(api, {"prompt": "2 + 2?", "tools": ["get_weather"], "tool_choice": "add"})
+    assert run["status"] == "failed"
+    assert run["error"] == {
+        "type": "invalid_input",
+        "message": "tool_choice names 'add', a tool this run does not offer (its tools: get_weather)",
+    }
+    response = await submit(api, agent="openai", input={"prompt": "hi", "tool_choice": "rm_rf"})
+    assert response.status_code == 400 and "tool_choice" in response.json()["message"]
+    assert fake.requests == []
 
 
 @pytest.mark.parametrize("openai_config", [{"max_tool_iterations": 2}])
@@ -499,7 +591,10 @@ async def test_no_part_of_the_key_or_a_bearer_token_appears_in_an_upstream_error
 @pytest.mark.parametrize("retry_after", ["nan", "inf", "-inf"])
 async def test_a_retry_after_that_is_not_a_number_of_seconds_waits_the_backoff(api, fake, retry_after):
     # A NaN handed to asyncio.sleep corrupts the server's timers: every other run would stall.
-    fake.reply(Status(503, error_body("busy"), {"Retry-After": retry_after}), answer("Made it"))
+    fake.reply(
+        Status(503, error_body("busy", type="server_error"), {"Retry-After": retry_after}),
+        answer("Made it"),
+    )
     run, events = await run_to_end(api, {"prompt": "hi"})
     assert run["status"] == "succeeded"
     retry = next(e for e in events if e["type"] == "x.upstream_retry")
@@ -508,7 +603,8 @@ async def test_a_retry_after_that_is_not_a_number_of_seconds_waits_the_backoff(a
 
 @pytest.mark.parametrize("status", [429, 503])
 async def test_a_rate_limit_or_server_error_before_the_first_token_is_retried(api, fake, status):
-    fake.reply(Status(status, error_body("slow down"), {"Retry-After": "0"}), answer("Made it"))
+    busy = error_body("slow down", type="server_error")
+    fake.reply(Status(status, busy, {"Retry-After": "0"}), answer("Made it"))
     run, events = await run_to_end(api, {"prompt": "hi"})
 
     assert run["status"] == "succeeded", run["error"]
@@ -563,6 +659,33 @@ async def test_a_stream_that_breaks_after_the_first_token_is_not_retried(api, fa
     assert len(fake.requests) == 1
 
 
+def refused_message(index: int, message: dict, meant: str | None, problem: dict | None = None):
+    """The errors pydantic gives for a chat message that fits none of the kinds of message.
+
+    Each kind (member of the union) whose ``role`` is not the message's gets a
+    literal error; ``meant``, the kind whose role matched, gets ``problem``.
+    """
+    errors = []
+    for kind, role, required in [("System", "system", None), ("User", "user", None),
+                                 ("Assistant", "assistant", None), ("Tool", "tool", "tool_call_id"),
+                                 ("Function", "function", "name")]:  # fmt: skip
+        where = ("body", "messages", index, f"ChatCompletionRequest{kind}Message")
+        if kind == meant:
+            errors.append({**problem, "loc": (*where, problem["loc"]), "input": None})
+            continue
+        errors.append({"type": "literal_error", "loc": (*where, "role"),
+                       "msg": f"Input should be '{role}'", "input": message["role"],
+                       "ctx": {"expected": f"'{role}'"}})  # fmt: skip
+        if required:
+            errors.append({"type": "missing", "loc": (*where, required),
+                           "msg": "Field required", "input": message})  # fmt: skip
+    return errors
+
+
+NULL_CONTENT = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]}  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "reply, says",
     [
@@ -574,8 +697,19 @@ async def test_a_stream_that_breaks_after_the_first_token_is_not_retried(api, fa
             Stream([{"error": {"message": "The model is overloaded", "type": "server_error"}}]),
             "reported an error: The model is overloaded",
         ),
+        (
+            Status(422, {"detail": [{"type": "missing", "loc": ["body", "messages"],
+                                     "msg": "Field required", "input": {"model": "x"}}]}),
+            "answered 422: invalid request (1 validation error): messages: Field required",
+        ),
+        (
+            Status(400, llama_cpp_validation_error(*refused_message(1, NULL_CONTENT, "Assistant", {
+                "type": "string_type", "loc": "content", "msg": "Input should be a valid string"}))),
+            ("answered 400: invalid request (7 validation errors): "
+             "messages.1.ChatCompletionRequestAssistantMessage.content: Input should be a valid string"),
+        ),
     ],
-    ids=["unknown-model", "error-mid-stream"],
+    ids=["unknown-model", "error-mid-stream", "fastapi-detail", "validation-text-past-the-cut"],
 )
 async def test_other_upstream_errors_fail_upstream_error_with_the_servers_words(
     api, fake, reply, says
@@ -592,21 +726,72 @@ async def test_other_upstream_errors_fail_upstream_error_with_the_servers_words(
 
 
 @pytest.mark.parametrize(
+    "body, says",
+    [
+        (
+            llama_cpp_validation_error(*refused_message(1, NULL_CONTENT, "Assistant", {
+                "type": "string_type", "loc": "content", "msg": "Input should be a valid string"})),
+            ("invalid request (7 validation errors): "
+             "messages.1.ChatCompletionRequestAssistantMessage.content: Input should be a valid string"),
+        ),
+        (
+            llama_cpp_validation_error(
+                *refused_message(0, {"role": "developer", "content": "Be brief."}, None)
+            ),
+            ("invalid request (7 validation errors): "
+             "messages.0.ChatCompletionRequestSystemMessage.role: Input should be 'system'; "
+             "messages.0.ChatCompletionRequestUserMessage.role: Input should be 'user'; "),
+        ),
+        (
+            {"detail": [{"type": "missing", "loc": ["body", "model"], "msg": "Field required"}]},
+            "invalid request (1 validation error): model: Field required",
+        ),
+        (
+            error_body("messages.1.content: null is not allowed", type="invalid_request_error"),
+            "messages.1.content: null is not allowed",
+        ),
+    ],
+    ids=["llama-cpp-null-content", "llama-cpp-developer-role", "fastapi-detail", "invalid-request"],
+)  # fmt: skip
+async def test_a_500_saying_the_request_is_invalid_is_not_retried_and_says_what_is_wrong(
+    api, fake, body, says
+):
+    fake.reply(Status(500, body), answer("never asked for"))
+    run, events = await run_to_end(api, {"prompt": "hi"})
+
+    assert run["status"] == "failed"
+    assert run["error"]["type"] == error_type(openai_chat.UpstreamError)
+    assert run["error"]["message"].startswith(
+        f"the model server at {fake.url[7:-3]} answered 500: {says}"
+    )
+    assert len(fake.requests) == 1 and of_type(events, "x.upstream_retry") == []
+
+
+@pytest.mark.parametrize(
     "chunks, says",
     [
-        (["{not json"], "not JSON"),
-        (['{"choices": [{"index": 0, "delta": {"content": 42}}]}'], "malformed chunk"),
-        ([chunk({"content": "Hi"})], "no finish_reason"),
+        (["{not json"], ("sent a chunk that is not JSON (Expecting property name enclosed in "
+                         "double quotes): {not json")),
+        (['{"choices": [{"index": 0, "delta": {"content": 42}}]}'],
+         ('sent a malformed chunk (can only concatenate str (not "int") to str): '
+          '{"choices":[{"delta":{"content":42},"index":0}]}')),
+        ([], ("answered 200 with an empty stream (no chunk, no finish_reason); some servers "
+              "(llama-cpp-python) answer so to a prompt longer than the model's context size")),
+        ([chunk({"role": "assistant", "content": ""}), chunk({"content": "Hi"})],
+         ("ended its stream after 2 chunk(s) (2 characters of text) with no finish_reason; "
+          "another request to the same server may have interrupted this one")),
     ],
-    ids=["not-json", "not-a-chunk", "no-finish"],
-)
-async def test_a_malformed_stream_fails_upstream_protocol(api, fake, chunks, says):
+    ids=["not-json", "not-a-chunk", "empty", "no-finish"],
+)  # fmt: skip
+async def test_a_malformed_stream_fails_upstream_protocol_saying_what_came_and_why(
+    api, fake, chunks, says
+):
     fake.reply(Stream(chunks))
     run, _ = await run_to_end(api, {"prompt": "hi"})
 
     assert run["status"] == "failed"
     assert run["error"]["type"] == error_type(openai_chat.UpstreamProtocol)
-    assert says in run["error"]["message"]
+    assert run["error"]["message"].startswith(f"the model server at {fake.url[7:-3]} {says}")
 
 
 # The example agent ----------------------------------------------------------------
@@ -695,5 +880,6 @@ def test_the_readme_documents_every_setting_and_error_type_of_the_openai_agent()
         openai_chat.MaxToolIterationsExceeded,
         openai_chat.UnknownTool,
         openai_chat.InvalidToolArguments,
+        openai_chat.InvalidInput,
     ):
         assert f"`{error.error_type}`" in section, error

@@ -13,6 +13,7 @@ their signature and docstring, or from :func:`tool`.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import collections.abc
 import inspect
@@ -26,7 +27,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import jsonschema
 import openai
@@ -99,6 +100,12 @@ class InvalidToolArguments(ValueError):
     """The model's arguments for a tool do not fit its schema."""
 
     error_type = "invalid_arguments"
+
+
+class InvalidInput(ValueError):
+    """The run's input contradicts itself in a way its schema cannot say."""
+
+    error_type = "invalid_input"
 
 
 # Tools ---------------------------------------------------------------------
@@ -286,7 +293,9 @@ def jsonable(value: Any) -> Any:
 class Turn:
     """One assistant answer, put together from its stream of ``chat.completion.chunk``s."""
 
-    def __init__(self) -> None:
+    def __init__(self, server: str) -> None:
+        self.server = server  # host:port, for the errors
+        self.chunks = 0
         self.text = ""
         self.calls: dict[int, dict[str, str]] = {}
         self.finish_reason: str | None = None
@@ -299,9 +308,13 @@ class Turn:
         try:
             return self._feed(chunk)
         except (AttributeError, TypeError, ValueError) as exc:
-            raise UpstreamProtocol(f"the model server sent a malformed chunk ({exc})") from None
+            raise UpstreamProtocol(
+                f"the model server at {self.server} sent a malformed chunk ({exc}): "
+                f"{shorten(chunk_json(chunk))}"
+            ) from None
 
     def _feed(self, chunk: Any) -> str:
+        self.chunks += 1
         self.model = chunk.model or self.model
         if chunk.usage is not None:
             self.usage = {
@@ -316,13 +329,15 @@ class Turn:
             if delta is not None:
                 text += delta.content or ""
                 # Tool calls arrive in pieces: the first fragment of call `index`
-                # has its id and name, the next ones more of its arguments.
+                # has its id and name, the next ones more of its arguments. Some
+                # servers (llama-cpp-python) repeat the id and name in every
+                # fragment, so only the arguments are put together.
                 for position, fragment in enumerate(delta.tool_calls or []):
                     index = fragment.index if fragment.index is not None else position
                     call = self.calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
                     call["id"] = call["id"] or fragment.id or ""
                     if fragment.function is not None:
-                        call["name"] += fragment.function.name or ""
+                        call["name"] = call["name"] or fragment.function.name or ""
                         call["arguments"] += fragment.function.arguments or ""
                     self.started = True
             self.finish_reason = choice.finish_reason or self.finish_reason
@@ -331,10 +346,23 @@ class Turn:
         return text
 
     def finish(self) -> None:
-        if self.finish_reason is None:
+        """Check that the stream ended because the answer did."""
+        if self.finish_reason is not None:
+            return
+        if self.chunks == 0:
             raise UpstreamProtocol(
-                "the model server's stream ended before the answer did (no finish_reason)"
+                f"the model server at {self.server} answered 200 with an empty stream (no chunk, "
+                "no finish_reason); some servers (llama-cpp-python) answer so to a prompt longer "
+                "than the model's context size: shorten the conversation or give the server a "
+                "larger context"
             )
+        calls = f" and {len(self.calls)} tool call(s)" if self.calls else ""
+        raise UpstreamProtocol(
+            f"the model server at {self.server} ended its stream after {self.chunks} chunk(s) "
+            f"({len(self.text)} characters of text{calls}) with no finish_reason; another request "
+            "to the same server may have interrupted this one (llama-cpp-python stops a running "
+            "answer when the next request comes): send it one request at a time"
+        )
 
     @property
     def tool_calls(self) -> list[dict[str, Any]]:
@@ -347,11 +375,16 @@ class Turn:
             for index, call in sorted(self.calls.items())
         ]
 
+    def received_text(self) -> str:
+        """The answer's text and tool calls, as a tokenizer should count them."""
+        calls = [f"{call['name']} {call['arguments']}" for call in self.calls.values()]
+        return "\n".join(part for part in [self.text, *calls] if part)
+
     def message(self) -> dict[str, Any]:
         """The answer as an assistant message of the conversation."""
         if not self.calls:
             return {"role": "assistant", "content": self.text}
-        return {"role": "assistant", "content": self.text or None, "tool_calls": self.tool_calls}
+        return {"role": "assistant", "content": self.text, "tool_calls": self.tool_calls}
 
 
 # The agent -----------------------------------------------------------------
@@ -429,20 +462,23 @@ class OpenAIAgent(Configurable):
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        if "temperature" in input:
-            request["temperature"] = input["temperature"]
+        for option in ("temperature", "max_tokens"):
+            if option in input:
+                request[option] = input[option]
         if tools:
             request["tools"] = [spec.definition() for spec in tools.values()]
-        usage = None  # token totals, once the server reports some
+        first_choice = tool_choice(input.get("tool_choice"), tools)
         async with self._client() as client:
+            usage = Usage(run, client, self.base_url)
             for rounds in range(self.max_tool_iterations + 1):
-                turn = await self._answer(run, client, {**request, "messages": messages})
-                if turn.usage is not None:
-                    usage = {
-                        kind: (usage or {}).get(kind, 0) + count
-                        for kind, count in turn.usage.items()
-                    }
-                    await run.usage(**usage)
+                # The tool_choice asked for holds for the first call only: forcing
+                # a tool on every call would call it again and again.
+                choice = first_choice if rounds == 0 else None
+                call = {**request, "messages": messages}
+                if choice is not None:
+                    call["tool_choice"] = choice
+                turn = await self._answer(run, client, call)
+                await usage.add(call, turn)
                 messages.append(turn.message())
                 if not turn.calls:
                     return {
@@ -450,7 +486,7 @@ class OpenAIAgent(Configurable):
                         "messages": messages,
                         "model": turn.model or model,
                         "finish_reason": turn.finish_reason,
-                        "usage": usage,
+                        "usage": usage.totals,
                     }
                 if rounds == self.max_tool_iterations:
                     break
@@ -477,7 +513,7 @@ class OpenAIAgent(Configurable):
         """One model call, streamed into the run; retried while no token has arrived."""
         attempt = 0
         while True:
-            turn = Turn()
+            turn = Turn(server_name(self.base_url))
             attempt += 1
             try:
                 await stream_turn(run, client, request, turn)
@@ -500,11 +536,12 @@ class OpenAIAgent(Configurable):
         """What went wrong, in words a user can act on, with no secret in them."""
         where = server_name(self.base_url)
         key = os.environ.get(self.api_key_env) or ""
-        if isinstance(exc, UpstreamError):
-            return exc
+        if isinstance(exc, UpstreamError):  # it may quote what the server sent
+            return type(exc)(scrub(str(exc), key))
         if isinstance(exc, json.JSONDecodeError):
             return UpstreamProtocol(
-                f"the model server at {where} sent a chunk that is not JSON ({exc.msg})"
+                f"the model server at {where} sent a chunk that is not JSON ({exc.msg}): "
+                f"{shorten(scrub(exc.doc, key))}"
             )
         if isinstance(exc, openai.APITimeoutError):
             return UpstreamTimeout(
@@ -533,6 +570,89 @@ class OpenAIAgent(Configurable):
                 )
             return UpstreamError(f"the model server at {where} answered {status}: {said}")
         return UpstreamError(f"the model server at {where} reported an error: {said}")
+
+
+class Usage:
+    """A run's token totals: the server's counts, or estimates where it reports none.
+
+    A server that sends no usage (llama-cpp-python, even asked with
+    ``stream_options.include_usage``) is asked to count the text sent and
+    received with its own tokenizer (llama-cpp-python's
+    ``/extras/tokenize/count``). Those counts miss the chat template's own
+    tokens, so they are marked as estimates. With no tokenizer at hand there
+    are no counts; either way the run says so once, in an
+    ``x.usage_unreported`` event.
+    """
+
+    def __init__(self, run, client: openai.AsyncOpenAI, base_url: str) -> None:
+        self.run = run
+        self.client = client
+        self.server = server_name(base_url)
+        # The extras live beside the API, not under its /v1.
+        self.count_url = urljoin(base_url.rstrip("/") + "/", "../extras/tokenize/count")
+        self.totals: dict[str, Any] | None = None
+        self.tokenizer = True  # until the server shows it has none
+        self.told = False
+
+    async def add(self, request: dict[str, Any], turn: Turn) -> None:
+        """Count one model call, and emit the totals so far."""
+        counts, estimated = turn.usage, False
+        if counts is None:
+            counts = await self.estimate(request, turn)
+            estimated = counts is not None
+            if not self.told:
+                self.told = True
+                await self.run.custom("usage_unreported", self.unreported(estimated))
+        if counts is None:
+            return
+        totals = {
+            kind: (self.totals or {}).get(kind, 0) + count for kind, count in counts.items()
+        }
+        if estimated or (self.totals or {}).get("estimated"):
+            totals["estimated"] = True
+        self.totals = totals
+        await self.run.emit("usage", totals)
+
+    async def estimate(self, request: dict[str, Any], turn: Turn) -> dict[str, int] | None:
+        """Token counts of the text sent and received, by the server's tokenizer; None without one."""
+        if not self.tokenizer:
+            return None
+        try:
+            return {
+                "input_tokens": await self.count(sent_text(request), request["model"]),
+                "output_tokens": await self.count(turn.received_text(), request["model"]),
+            }
+        except (openai.APIError, KeyError, TypeError, ValueError):
+            self.tokenizer = False
+            return None
+
+    async def count(self, text: str, model: str) -> int:
+        if not text:
+            return 0
+        answer = await self.client.post(
+            self.count_url, cast_to=object, body={"input": text, "model": model}
+        )
+        return int(answer["count"])
+
+    def unreported(self, estimated: bool) -> dict[str, Any]:
+        said = f"usage not reported by the model server at {self.server}"
+        if estimated:
+            message = f"{said}: the token counts are estimates by its tokenizer"
+        else:
+            message = f"{said}, which offers no tokenizer to estimate it with: no token counts"
+        return {"server": self.server, "estimated": estimated, "message": message}
+
+
+def sent_text(request: dict[str, Any]) -> str:
+    """The text of a chat request, as a tokenizer should count it: contents, tool calls, tools."""
+    parts = []
+    for message in request["messages"]:
+        content = message.get("content") or ""
+        parts.append(content if isinstance(content, str) else json.dumps(content))
+        for call in message.get("tool_calls") or []:
+            parts.append(f"{call['function']['name']} {call['function']['arguments']}")
+    parts += [json.dumps(tool["function"]) for tool in request.get("tools", [])]
+    return "\n".join(parts)
 
 
 async def stream_turn(run, client: openai.AsyncOpenAI, request: dict[str, Any], turn: Turn) -> None:
@@ -588,8 +708,36 @@ def conversation(input: dict[str, Any]) -> list[dict[str, Any]]:
     """The messages a run starts from: ``system``, then ``messages`` or the ``prompt``."""
     messages = [{"role": "system", "content": input["system"]}] if "system" in input else []
     if "messages" in input:
-        return messages + [dict(message) for message in input["messages"]]
+        return messages + [sendable(message) for message in input["messages"]]
     return messages + [{"role": "user", "content": input["prompt"]}]
+
+
+def sendable(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` as every server takes it: an assistant's ``"content": null`` becomes ``""``.
+
+    The OpenAI SDK writes a tool-calling answer with a null content, which some
+    servers (llama-cpp-python) refuse with a 500; an empty string passes everywhere.
+    """
+    message = dict(message)
+    if message["role"] == "assistant" and message.get("content", "") is None:
+        message["content"] = ""
+    return message
+
+
+def tool_choice(choice: str | None, tools: dict[str, Tool]) -> str | dict[str, Any] | None:
+    """The input's ``tool_choice`` as the API takes it: a mode, or the tool named."""
+    if choice is None or choice == "auto":
+        return choice
+    if not tools:
+        raise InvalidInput(f"tool_choice {choice!r} needs tools, and this run offers none")
+    if choice in ("none", "required"):
+        return choice
+    if choice not in tools:
+        raise InvalidInput(
+            f"tool_choice names {choice!r}, a tool this run does not offer "
+            f"(its tools: {', '.join(tools)})"
+        )
+    return {"type": "function", "function": {"name": choice}}
 
 
 def input_schema(tool_names: list[str]) -> dict[str, Any]:
@@ -619,6 +767,16 @@ def input_schema(tool_names: list[str]) -> dict[str, Any]:
                 "description": "Another model than the configured one.",
             },
             "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+            "max_tokens": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "At most this many tokens in each answer of the model.",
+            },
+            "tool_choice": {
+                "enum": ["auto", "none", "required", *tool_names],
+                "description": "For the first model call: let the model choose (auto), "
+                "no tool, some tool, or the tool named.",
+            },
             "tools": {
                 "type": "array",
                 "uniqueItems": True,
@@ -635,14 +793,26 @@ def input_schema(tool_names: list[str]) -> dict[str, Any]:
 
 
 def retryable(exc: Exception) -> bool:
-    """Worth another try: the request never got an answer, or a busy (429) or failing (5xx) one."""
+    """Worth another try: the request never got an answer, or a busy (429) or failing (5xx) one.
+
+    Not a 5xx that says the request is invalid: some servers (llama-cpp-python)
+    answer 500 to what they cannot validate, and the same request fails again.
+    """
     if isinstance(exc, openai.APITimeoutError):
         return False  # another wait of request_timeout would rarely end otherwise
     if isinstance(exc, openai.APIConnectionError):
         return True
     return isinstance(exc, openai.APIStatusError) and (
-        exc.status_code == 429 or exc.status_code >= 500
+        exc.status_code == 429 or (exc.status_code >= 500 and not says_invalid(exc))
     )
+
+
+def says_invalid(exc: Exception) -> bool:
+    """The server's error says the request itself is wrong."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and body.get("type") == "invalid_request_error":
+        return True
+    return bool(validation_errors(server_words(body)))
 
 
 def retry_delay(exc: Exception, backoff: float) -> float:
@@ -659,17 +829,85 @@ def retry_delay(exc: Exception, backoff: float) -> float:
 
 
 def upstream_message(exc: Exception) -> str:
-    """The server's own words from an error body (OpenAI's and Ollama's shapes), else the SDK's."""
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict):
-        said = body.get("message") or body.get("error")
-        if isinstance(said, dict):
-            said = said.get("message")
-        if isinstance(said, str) and said:
-            return said
-    if isinstance(body, str) and body:
-        return body
+    """The server's own words from an error body, else the SDK's.
+
+    A list of validation errors is told as where and what is wrong, so that
+    shortening the message (``UPSTREAM_TEXT_LIMIT``) cannot cut that part off.
+    """
+    said = server_words(getattr(exc, "body", None))
+    errors = validation_errors(said)
+    if errors:
+        return validation_summary(errors)
+    if isinstance(said, str) and said:
+        return said
     return getattr(exc, "message", None) or str(exc)
+
+
+def server_words(body: Any) -> Any:
+    """The message in an error body, a text or FastAPI's list of validation errors.
+
+    OpenAI's and llama-cpp-python's ``error.message`` (the SDK unwraps
+    ``error``), Ollama's ``error``, FastAPI's ``detail``.
+    """
+    if isinstance(body, dict):
+        said = body.get("message") or body.get("error") or body.get("detail")
+        return said.get("message") if isinstance(said, dict) else said
+    return body
+
+
+# A pydantic validation error as FastAPI writes it into a text, one per line:
+# {'type': 'string_type', 'loc': ('body', 'messages', 1, ...), 'msg': '...', 'input': ...}
+_VALIDATION_TEXT = re.compile(r"^\d+ validation errors?:")
+_VALIDATION_LINE = re.compile(
+    r"""\{'type': '(?P<type>\w+)', 'loc': (?P<loc>\([^()]*\)), """
+    r"""'msg': (?P<msg>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")"""
+)
+
+
+def validation_errors(said: Any) -> list[dict[str, Any]]:
+    """The ``{type, loc, msg}`` of each validation error in a FastAPI ``detail`` or error text."""
+    if isinstance(said, list):
+        return [
+            error
+            for error in said
+            if isinstance(error, dict) and isinstance(error.get("loc"), list | tuple)
+            and isinstance(error.get("msg"), str)
+        ]
+    if not isinstance(said, str) or not _VALIDATION_TEXT.match(said):
+        return []
+    errors = []
+    for line in said.splitlines()[1:]:
+        found = _VALIDATION_LINE.search(line)
+        if found is None:
+            continue
+        try:
+            loc, msg = ast.literal_eval(found["loc"]), ast.literal_eval(found["msg"])
+        except (ValueError, SyntaxError):  # not the shape it looks like
+            continue
+        errors.append({"type": found["type"], "loc": loc, "msg": msg})
+    return errors
+
+
+def validation_summary(errors: list[dict[str, Any]]) -> str:
+    """``invalid request (N validation errors): where: what; …`` for the errors that matter.
+
+    A message that fits none of a union's members (the kinds of chat message)
+    gets an error from each; the members whose tag (a literal, such as the
+    ``role``) did not match are not what the request meant, so their errors are
+    left out. When no member's tag matched, the tags are what is wrong.
+    """
+    unmeant = {tuple(error["loc"][:-1]) for error in errors if error.get("type") == "literal_error"}
+    meant = [
+        error
+        for error in errors
+        if not any(tuple(error["loc"][: len(member)]) == member for member in unmeant)
+    ]
+    told = [
+        f"{'.'.join(str(part) for part in error['loc'] if part != 'body')}: {error['msg']}"
+        for error in meant or [error for error in errors if error.get("type") == "literal_error"]
+    ]
+    count = f"{len(errors)} validation error{'s' if len(errors) > 1 else ''}"
+    return f"invalid request ({count}): {'; '.join(told)}"
 
 
 # A part of the key this long is a secret wherever it shows up.
@@ -715,6 +953,20 @@ def scrub(text: str, key: str) -> str:
         text = pattern.sub(replacement, text)
     text = " ".join(text.split())
     return text if len(text) <= UPSTREAM_TEXT_LIMIT else text[: UPSTREAM_TEXT_LIMIT - 1] + "…"
+
+
+def chunk_json(chunk: Any) -> str:
+    """A chunk as the server sent it, as near as the SDK's object tells."""
+    try:
+        return chunk.to_json(indent=None, warnings=False)
+    except (TypeError, ValueError):  # a chunk malformed enough may not even serialize
+        return repr(chunk)
+
+
+def shorten(text: str, limit: int = 120) -> str:
+    """A quote of what the server sent, short enough for an error message."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def server_name(base_url: str) -> str:
