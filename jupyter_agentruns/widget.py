@@ -1,7 +1,7 @@
 """The notebook API: ``submit`` returns a ``Run``, a widget that follows a server-owned run.
 
 The widget's state is only ``run_id`` and ``last_seq`` (plus the last status
-seen): the run itself lives on the server. Its view (``js/widget.js``) talks to
+seen): the run itself lives on the server. Its view (``js/src/view.js``) talks to
 the server directly from the page, so a kernel restart does not even interrupt
 it, and re-running the cell finds the same run through its Idempotency-Key.
 """
@@ -21,9 +21,11 @@ _HERE = Path(__file__).parent
 
 
 def _asset(name: str) -> Path:
-    # A wheel ships js/ inside the package; an editable install reads the source tree.
-    packaged = _HERE / "static" / name
-    return packaged if packaged.exists() else _HERE.parent / "js" / name
+    # Built from js/ by the wheel or editable install (``npm run build`` in js/ by hand).
+    path = _HERE / "static" / name
+    if not path.exists():
+        raise ImportError(f"jupyter_agentruns is missing its front end ({path}): reinstall it, or run `npm ci && npm run build` in js/")
+    return path
 
 
 _clients: dict[tuple[str | None, str | None], Client] = {}
