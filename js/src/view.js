@@ -150,12 +150,13 @@ export function modelHost(model) {
 }
 
 /**
- * "12 s", "3 min 5 s", "2 h 4 min": a duration for a person.
+ * "1.4 s", "12 s", "3 min 5 s", "2 h 4 min": a duration for a person.
  * @param {number} ms
  * @returns {string}
  */
 export function formatDuration(ms) {
-  const seconds = Math.max(0, Math.floor(ms / 1000));
+  if (ms < 10_000) return `${(Math.max(0, ms) / 1000).toFixed(1)} s`;
+  const seconds = Math.floor(ms / 1000);
   if (seconds < 60) return `${seconds} s`;
   const minutes = Math.floor(seconds / 60);
   if (minutes < 60) return `${minutes} min ${seconds % 60} s`;

@@ -325,6 +325,7 @@ test("a widget model is a host: its run_id, reattached and followed drive the vi
 });
 
 test("durations, ages and event summaries read well", () => {
+  assert.equal(formatDuration(980), "1.0 s");
   assert.equal(formatDuration(12_400), "12 s");
   assert.equal(formatDuration(185_000), "3 min 5 s");
   assert.equal(formatDuration(7_500_000), "2 h 5 min");
