@@ -143,7 +143,20 @@ async def markdown_writer(run, input):
     return {"ok": True}
 
 
+HOSTILE_ANSWER = (
+    "Fine text, then <img src=x onerror=\"window.agentrunsPwned = 'img'\">"
+    "<script>window.agentrunsPwned = 'script'</script>"
+    " and [a link](javascript:window.agentrunsPwned='link') and <style>body { display: none }</style>."
+)
+
+
+async def hostile_writer(run, input):
+    """Model output that tries to run script in the page and restyle it."""
+    await run.text(HOSTILE_ANSWER)
+    return {}
+
+
 TEST_AGENTS = {
     name: f"agents_for_tests:{name}"
-    for name in ("counter", "crashes", "huge_event", "bad_output", "reserved_type", "sleeper", "durable_count", "tool_user", "stubborn", "sleepy", "big_text", "nan_output", "markdown_writer")
+    for name in ("counter", "crashes", "huge_event", "bad_output", "reserved_type", "sleeper", "durable_count", "tool_user", "stubborn", "sleepy", "big_text", "nan_output", "markdown_writer", "hostile_writer")
 }

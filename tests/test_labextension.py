@@ -115,14 +115,19 @@ def test_run_output_renders_through_the_labextension_with_or_without_its_kernel(
     use_theme(lab, "JupyterLab Light")
 
 
-def test_a_saved_run_output_renders_in_notebook_7(lab, page):
-    path = lab.home / "seven.ipynb"
+def finished_run(lab: ServerProcess, agent: str) -> dict:
     with lab.client() as client:
-        run = client.post("runs", json={"agent": "markdown_writer", "input": {"delay": 0}}, headers={"Idempotency-Key": f"seven-{time.time()}"}).json()
+        run = client.post("runs", json={"agent": agent, "input": {"delay": 0}}, headers={"Idempotency-Key": f"{agent}-{time.time()}"}).json()
         for _ in range(100):
-            if client.get(f"runs/{run['run_id']}").json()["status"] == "succeeded":
-                break
+            run = client.get(f"runs/{run['run_id']}").json()
+            if run["status"] == "succeeded":
+                return run
             time.sleep(0.1)
+    raise AssertionError(f"{agent} did not finish: {run['status']}")
+
+
+def write_saved_output(path: Path, run: dict) -> None:
+    """A notebook whose one cell kept the output of ``run`` from an earlier session, as saved then."""
     nb = nbformat.v4.new_notebook(
         cells=[nbformat.v4.new_code_cell("# ran earlier")],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
@@ -131,15 +136,37 @@ def test_a_saved_run_output_renders_in_notebook_7(lab, page):
         nbformat.v4.new_output(
             "display_data",
             data={
-                MIME: {"run_id": run["run_id"], "status": "running", "last_seq": 2, "agent": "markdown_writer"},
-                "text/markdown": "**markdown_writer** running",
+                MIME: {"run_id": run["run_id"], "status": "running", "last_seq": 2, "agent": run["agent"]},
+                "text/markdown": f"**{run['agent']}** running",
                 "text/plain": f"Run(run_id='{run['run_id']}', status='running')",
                 "application/vnd.jupyter.widget-view+json": {"model_id": "gone", "version_major": 2, "version_minor": 1},
             },
         )
     ]
     nbformat.write(nb, path)
+
+
+def test_a_saved_run_output_renders_in_notebook_7(lab, page):
+    run = finished_run(lab, "markdown_writer")
+    write_saved_output(lab.home / "seven.ipynb", run)
     page.goto(f"{lab.url}notebooks/seven.ipynb?token={lab.token}")
     view = rendered_run(page, "succeeded", timeout=90_000)
     assert view.get_attribute("data-run-id") == run["run_id"]
     assert "model not found" not in page.locator(".jp-Notebook").inner_text()
+
+
+def test_model_output_cannot_run_script_or_restyle_the_page(lab, page):
+    run = finished_run(lab, "hostile_writer")
+    write_saved_output(lab.home / "hostile.ipynb", run)
+    open_notebook(page, lab, "hostile.ipynb")
+    view = rendered_run(page, "succeeded")
+    answer = view.locator(".agentruns-markdown")
+    answer.get_by_text("Fine text").wait_for()
+    page.wait_for_timeout(500)  # an image that fails to load would have fired onerror by now
+    assert page.evaluate("() => window.agentrunsPwned") is None
+    assert answer.locator("script, style").count() == 0
+    assert answer.locator("img").get_attribute("onerror") is None
+    answer.locator("a").click()
+    assert page.evaluate("() => window.agentrunsPwned") is None
+    assert page.evaluate("() => getComputedStyle(document.body).display") != "none"
+    assert view.is_visible()
