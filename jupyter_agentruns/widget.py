@@ -1,7 +1,7 @@
 """The notebook API: ``submit`` returns a ``Run``, a widget that follows a server-owned run.
 
 The widget's state is only ``run_id`` and ``last_seq`` (plus the last status
-seen): the run itself lives on the server. Its view (``js/src/view.js``) talks to
+seen): the run itself lives on the server. Its view (``js/widget.js``) talks to
 the server directly from the page, so a kernel restart does not even interrupt
 it, and re-running the cell finds the same run through its Idempotency-Key.
 """
@@ -24,7 +24,10 @@ def _asset(name: str) -> Path:
     # Built from js/ by the wheel or editable install (``npm run build`` in js/ by hand).
     path = _HERE / "static" / name
     if not path.exists():
-        raise ImportError(f"jupyter_agentruns is missing its front end ({path}): reinstall it, or run `npm ci && npm run build` in js/")
+        raise ImportError(
+            f"jupyter_agentruns is missing its front end ({path}): "
+            "reinstall it, or run `npm ci && npm run build` in js/"
+        )
     return path
 
 

@@ -1,5 +1,8 @@
 """The JupyterLab extension in a real Chromium: run outputs render through its renderer, kernel or not."""
 
+# The browser fixtures come from test_browser, and pytest passes them by name.
+# ruff: noqa: F811
+
 from __future__ import annotations
 
 import json
@@ -8,7 +11,6 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
 from agents_for_tests import TEST_AGENTS
 from servers import ServerProcess
 from test_browser import (  # noqa: F401  (fixtures are found by name)
@@ -20,7 +22,6 @@ from test_browser import (  # noqa: F401  (fixtures are found by name)
     pytestmark,
     run_cell,
     save,
-    wait_idle,
     write_notebook,
 )
 
@@ -29,14 +30,14 @@ DOCS = Path(__file__).parent.parent / "docs"
 
 # What Run's display will carry once the kernel side writes it: the widget
 # view, text/plain, and the run's mime data for the labextension's renderer.
-CELL = """\
+CELL = f"""\
 from IPython.display import display
 from jupyter_agentruns import submit
-run = submit("markdown_writer", {"delay": 0.05}, display=False)
+run = submit("markdown_writer", {{"delay": 0.05}}, display=False)
 data, metadata = run._repr_mimebundle_()
-data["%s"] = {"run_id": run.run_id, "status": run.status, "last_seq": run.last_seq, "agent": "markdown_writer"}
+data["{MIME}"] = {{"run_id": run.run_id, "status": run.status, "last_seq": run.last_seq, "agent": "markdown_writer"}}
 display(data, metadata=metadata, raw=True)
-""" % MIME
+"""
 
 
 @pytest.fixture(scope="module")

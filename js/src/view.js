@@ -135,7 +135,8 @@ export function modelHost(model) {
     baseUrl: () => model.get("base_url") || null,
     reattached: () => Boolean(model.get("reattached")),
     followed: () => String(model.get("followed") || ""),
-    savedRecord: () => null,
+    // The kernel's copy of the run's record, where it keeps one.
+    savedRecord: () => (typeof model.get("record") === "string" && model.get("record")) || null,
     subscribe(callback) {
       const events = ["change:run_id", "change:reattached", "change:followed"];
       for (const event of events) model.on(event, callback);
