@@ -1,7 +1,7 @@
 """The event semantics: a run's events reduced to its snapshot.
 
 This is the one place in Python that says what each event type means; the
-widget's ``applyEvent`` in ``js/widget.js`` is its twin, and both are held to the same test
+widget's ``applyEvent`` in ``js/src/reducer.js`` is its twin, and both are held to the same test
 vectors in ``tests/vectors/``.
 """
 

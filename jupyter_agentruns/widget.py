@@ -31,9 +31,14 @@ _HERE = Path(__file__).parent
 
 
 def _asset(name: str) -> Path:
-    # A wheel ships js/ inside the package; an editable install reads the source tree.
-    packaged = _HERE / "static" / name
-    return packaged if packaged.exists() else _HERE.parent / "js" / name
+    # Built from js/ by the wheel or editable install (``npm run build`` in js/ by hand).
+    path = _HERE / "static" / name
+    if not path.exists():
+        raise ImportError(
+            f"jupyter_agentruns is missing its front end ({path}): "
+            "reinstall it, or run `npm ci && npm run build` in js/"
+        )
+    return path
 
 
 _clients: dict[tuple[str | None, str | None], Client] = {}

@@ -103,7 +103,60 @@ def sleepy(run, input):
     return "late"
 
 
+MARKDOWN_ANSWER = """## Weather in Shanghai
+
+Three sources agree on a **mild, wet** week:
+
+- Monday: showers, 18–22 °C
+- Tuesday: cloudy
+- Wednesday: sun, at last
+
+| day | low | high |
+|-----|-----|------|
+| Mon | 18 | 22 |
+| Tue | 17 | 21 |
+
+```python
+forecast = {"mon": (18, 22), "tue": (17, 21), "wed": (19, 25)}  # a line long enough to scroll sideways rather than wrap
+```
+
+Source: [the open data portal](https://example.org/weather).
+"""
+
+
+async def markdown_writer(run, input):
+    """A run with a bit of everything the view shows: a tool, progress, a custom event, Markdown, usage."""
+    delay = input.get("delay", 0.02)
+    await run.progress(0.0, "looking up")
+    async with run.tool("forecast", {"city": "Shanghai", "days": 3}) as call:
+        await asyncio.sleep(delay)
+        call.result = {"days": 3, "source": "open data"}
+    message = await run.message_started()
+    for start in range(0, len(MARKDOWN_ANSWER), 24):
+        await run.text(MARKDOWN_ANSWER[start : start + 24], message)
+        await asyncio.sleep(delay)
+        if start == 240:
+            await run.custom("chart", {"kind": "bar", "title": "Rain by day", "values": [12, 3, 0]})
+    await run.message_completed(message)
+    await run.progress(1.0, "done")
+    await run.usage(input_tokens=12, output_tokens=180)
+    return {"ok": True}
+
+
+HOSTILE_ANSWER = (
+    "Fine text, then <img src=x onerror=\"window.agentrunsPwned = 'img'\">"
+    "<script>window.agentrunsPwned = 'script'</script>"
+    " and [a link](javascript:window.agentrunsPwned='link') and <style>body { display: none }</style>."
+)
+
+
+async def hostile_writer(run, input):
+    """Model output that tries to run script in the page and restyle it."""
+    await run.text(HOSTILE_ANSWER)
+    return {}
+
+
 TEST_AGENTS = {
     name: f"agents_for_tests:{name}"
-    for name in ("counter", "crashes", "huge_event", "bad_output", "reserved_type", "sleeper", "durable_count", "tool_user", "stubborn", "sleepy", "big_text", "nan_output")
+    for name in ("counter", "crashes", "huge_event", "bad_output", "reserved_type", "sleeper", "durable_count", "tool_user", "stubborn", "sleepy", "big_text", "nan_output", "markdown_writer", "hostile_writer")
 }

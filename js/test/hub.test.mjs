@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Hub, MAX_RUNS_PER_STREAM, getHub } from "../widget.js";
+import { Hub, MAX_RUNS_PER_STREAM, getHub } from "../src/hub.js";
 
 const encoder = new TextEncoder();
 
@@ -521,8 +521,8 @@ test(`beyond ${MAX_RUNS_PER_STREAM} runs, the rest wait for a run to finish`, as
 test("two copies of the module share one hub through globalThis", async () => {
   delete globalThis.__jupyterAgentrunsHub;
   try {
-    const one = await import("../widget.js?copy=1");
-    const two = await import("../widget.js?copy=2");
+    const one = await import("../src/hub.js?copy=1");
+    const two = await import("../src/hub.js?copy=2");
     assert.notEqual(one.Hub, two.Hub, "really two copies");
     const clock = new FakeClock();
     const server = fakeServer();

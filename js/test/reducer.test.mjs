@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { test } from "node:test";
 
-import { applyEvent, emptySnapshot, reduceEvents } from "../widget.js";
+import { applyEvent, emptySnapshot, reduceEvents } from "../src/reducer.js";
 
 const vectors = new URL("../../tests/vectors/", import.meta.url);
 const files = readdirSync(vectors).filter((name) => name.endsWith(".json")).sort();

@@ -2,7 +2,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { MAX_DELTA_BYTES, MAX_TEXT_BYTES, MAX_UNKNOWN_EVENTS, RunState, emptySnapshot } from "../widget.js";
+import { emptySnapshot } from "../src/reducer.js";
+import { MAX_DELTA_BYTES, MAX_TEXT_BYTES, MAX_UNKNOWN_EVENTS, RunState } from "../src/runstate.js";
 
 const RUN = "run_abc";
 const TS = "2026-01-01T00:00:00.000Z";

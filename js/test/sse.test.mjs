@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { SSEParser } from "../widget.js";
+import { SSEParser } from "../src/sse.js";
 
 const delta = '{"run_id":"run_a","seq":7,"type":"text.delta","ts":"t","data":{"message_id":"m1","delta":"Hé 🌏"}}';
 const snapshot = '{"run_id":"run_b","last_seq":40,"status":"running"}';

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { afterEach, test } from "node:test";
 
-import { apiBase, apiFetch, backoffDelay, xsrfToken } from "../widget.js";
+import { apiBase, apiFetch, errorMessage, newIdempotencyKey, runsUrl, xsrfToken } from "../src/api.js";
 
 const realFetch = globalThis.fetch;
 
@@ -13,10 +13,6 @@ function fakePage({ config, cookie = "" }) {
   };
 }
 
-function fakeModel(traits) {
-  return { get: (name) => traits[name] };
-}
-
 afterEach(() => {
   delete globalThis.document;
   globalThis.fetch = realFetch;
@@ -24,21 +20,37 @@ afterEach(() => {
 
 test("the base URL comes from the page's config first", () => {
   fakePage({ config: JSON.stringify({ baseUrl: "/user/ada/" }) });
-  assert.equal(apiBase(fakeModel({ base_url: "/elsewhere/" })), "/user/ada/");
+  assert.equal(apiBase("/elsewhere/"), "/user/ada/");
 });
 
-test("without page config the model's base_url is used, then /", () => {
+test("without page config the kernel's base_url is used, then /", () => {
   fakePage({});
-  assert.equal(apiBase(fakeModel({ base_url: "/a%40b" })), "/a%40b/");
-  assert.equal(apiBase(fakeModel({ base_url: "" })), "/");
+  assert.equal(apiBase("/a%40b"), "/a%40b/");
+  assert.equal(apiBase(""), "/");
   delete globalThis.document;
-  assert.equal(apiBase(fakeModel({ base_url: "/kernel/" })), "/kernel/");
-  assert.equal(apiBase(undefined), "/");
+  assert.equal(apiBase("/kernel/"), "/kernel/");
+  assert.equal(apiBase(), "/");
 });
 
-test("unreadable page config falls back to the model", () => {
+test("unreadable page config falls back to the kernel's base_url", () => {
   fakePage({ config: "{not json" });
-  assert.equal(apiBase(fakeModel({ base_url: "/b/" })), "/b/");
+  assert.equal(apiBase("/b/"), "/b/");
+});
+
+test("run URLs escape the run id", () => {
+  assert.equal(runsUrl("/a%40b"), "/a%40b/api/agentruns/runs");
+  assert.equal(runsUrl("/", "run_x/../y"), "/api/agentruns/runs/run_x%2F..%2Fy");
+});
+
+test("idempotency keys are 32 hex digits, a new one each time", () => {
+  const key = newIdempotencyKey();
+  assert.match(key, /^[0-9a-f]{32}$/);
+  assert.notEqual(newIdempotencyKey(), key);
+});
+
+test("an error answer's message is shown, else its status", async () => {
+  assert.equal(await errorMessage(new Response('{"error":"x","message":"Too many runs"}', { status: 429 })), "Too many runs");
+  assert.equal(await errorMessage(new Response("<html>", { status: 502 })), "the server answered 502");
 });
 
 test("the XSRF token is the _xsrf cookie, as is", () => {
@@ -73,12 +85,4 @@ test("apiFetch sends the XSRF header on DELETE but not on GET", async () => {
   assert.equal(calls[0].headers["X-XSRFToken"], "tok");
   assert.equal(calls[1].headers["X-XSRFToken"], undefined);
   assert.equal(calls[1].method, "GET");
-});
-
-test("backoff stays between the floor and a doubling ceiling capped at 30 s", () => {
-  assert.equal(backoffDelay(1, 1000, () => 0), 1000);
-  assert.equal(backoffDelay(1, 1000, () => 1), 2000);
-  assert.equal(backoffDelay(3, 1000, () => 0.5), 4500);
-  assert.equal(backoffDelay(20, 1000, () => 1), 30000);
-  assert.equal(backoffDelay(1, 45000, () => 1), 45000, "a floor above the cap wins");
 });

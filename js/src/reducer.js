@@ -1,0 +1,136 @@
+// The event semantics: a run's events reduced to its snapshot.
+//
+// The twin of jupyter_agentruns/reducer.py; both are held to the same test
+// vectors in tests/vectors/.
+
+import { hasOwn, isPlainObject } from "./json.js";
+
+/**
+ * @typedef {{id: string, role: string, text: string, done: boolean}} Message
+ * @typedef {{call_id: string, name: string, args: any, status: string, result: any, error?: any}} Tool
+ * @typedef {{fraction: number | null, message: string | null}} Progress
+ * @typedef {{input_tokens: number | null, output_tokens: number | null, cost?: number | null}} Usage
+ * @typedef {{messages: Message[], tools: Tool[], progress: Progress | null, usage: Usage | null}} Snapshot
+ * @typedef {{run_id?: string, seq?: number, type: string, ts?: string, data?: any}} Event
+ */
+
+/**
+ * The snapshot of a run with no events.
+ * @returns {Snapshot}
+ */
+export function emptySnapshot() {
+  return { messages: [], tools: [], progress: null, usage: null };
+}
+
+// Python's dict.get(key, fallback), so that absent and null stay as distinct as there.
+/**
+ * @param {Record<string, any>} data
+ * @param {string} key
+ * @param {any} [fallback]
+ */
+function get(data, key, fallback = null) {
+  return hasOwn(data, key) ? data[key] : fallback;
+}
+
+// Python's data[key]: a missing key is an error, never a silent undefined.
+/**
+ * @param {Record<string, any>} data
+ * @param {string} key
+ * @param {string} type
+ */
+function need(data, key, type) {
+  if (!isPlainObject(data) || !hasOwn(data, key)) {
+    throw new TypeError(`a ${type} event without ${key}`);
+  }
+  return data[key];
+}
+
+// Python truthiness of a JSON value: the reducer's `data or {}` and `if not ok`.
+/** @param {unknown} value */
+function truthy(value) {
+  if (Array.isArray(value)) return value.length > 0;
+  if (isPlainObject(value)) return Object.keys(value).length > 0;
+  return Boolean(value);
+}
+
+/**
+ * @template {Record<string, any>} T
+ * @param {T[]} items
+ * @param {string} key
+ * @param {unknown} value
+ * @returns {T | null}
+ */
+function findLast(items, key, value) {
+  // Searching from the end: events almost always concern the newest item.
+  for (let i = items.length - 1; i >= 0; i--) {
+    if (items[i][key] === value) return items[i];
+  }
+  return null;
+}
+
+/**
+ * Apply one event to `snapshot` in place and return it.
+ *
+ * Unknown event types (`x.*` and future ones) leave the snapshot as it is.
+ * @param {Snapshot} snapshot
+ * @param {Event} event
+ * @returns {Snapshot}
+ */
+export function applyEvent(snapshot, event) {
+  const type = event.type;
+  const data = truthy(event.data) ? event.data : {};
+  if (type === "message.started") {
+    const id = need(data, "message_id", type);
+    snapshot.messages.push({ id, role: get(data, "role", "assistant"), text: "", done: false });
+  } else if (type === "text.delta") {
+    const id = need(data, "message_id", type);
+    const delta = need(data, "delta", type);
+    if (typeof delta !== "string") throw new TypeError("a text.delta whose delta is not text");
+    let message = findLast(snapshot.messages, "id", id);
+    if (message === null) {
+      // A delta without message.started still carries text worth showing.
+      message = { id, role: "assistant", text: "", done: false };
+      snapshot.messages.push(message);
+    }
+    message.text += delta;
+  } else if (type === "message.completed") {
+    const message = findLast(snapshot.messages, "id", need(data, "message_id", type));
+    if (message !== null) message.done = true;
+  } else if (type === "tool.started") {
+    snapshot.tools.push({
+      call_id: need(data, "call_id", type),
+      name: need(data, "name", type),
+      args: get(data, "args", {}),
+      status: "running",
+      result: null,
+    });
+  } else if (type === "tool.completed") {
+    const tool = findLast(snapshot.tools, "call_id", need(data, "call_id", type));
+    if (tool !== null) {
+      const ok = truthy(get(data, "ok", true));
+      tool.status = ok ? "completed" : "failed";
+      tool.result = get(data, "result");
+      if (!ok) tool.error = get(data, "error");
+    }
+  } else if (type === "progress") {
+    snapshot.progress = { fraction: get(data, "fraction"), message: get(data, "message") };
+  } else if (type === "usage") {
+    snapshot.usage = {
+      input_tokens: get(data, "input_tokens"),
+      output_tokens: get(data, "output_tokens"),
+    };
+  }
+  return snapshot;
+}
+
+/**
+ * Reduce `events` onto a copy of `snapshot` (or an empty one).
+ * @param {Iterable<Event>} events
+ * @param {Snapshot | null} [snapshot]
+ * @returns {Snapshot}
+ */
+export function reduceEvents(events, snapshot = null) {
+  const result = snapshot === null ? emptySnapshot() : structuredClone(snapshot);
+  for (const event of events) applyEvent(result, event);
+  return result;
+}

@@ -1,0 +1,943 @@
+// The view of one run, shared by the anywidget view and the labextension's renderer.
+//
+// It renders the run's snapshot, then follows it through the page's one
+// stream hub. What it needs from around it (which run, the kernel's model if
+// there is one) comes through a small RunHost adapter.
+
+import { apiBase, apiFetch, errorMessage, newIdempotencyKey, runsUrl } from "./api.js";
+import { getHub } from "./hub.js";
+import { compactJson, isPlainObject } from "./json.js";
+import { MAX_MARKDOWN_CHARS, renderMarkdown } from "./markdown.js";
+import { RunState } from "./runstate.js";
+import { ACTIVE_STATUSES, isTerminal } from "./status.js";
+
+/**
+ * @typedef {import("./models.js").WidgetModel} WidgetModel
+ * @typedef {import("./runstate.js").Run} Run
+ * @typedef {import("./reducer.js").Message} Message
+ * @typedef {import("./reducer.js").Tool} Tool
+ * @typedef {import("./reducer.js").Progress} Progress
+ * @typedef {import("./reducer.js").Usage} Usage
+ * @typedef {import("./runstate.js").UnknownEvent} UnknownEvent
+ */
+
+/**
+ * What a view needs from where it is shown.
+ * @typedef {{
+ *   runId(): string,
+ *   baseUrl(): string | null,
+ *   reattached(): boolean,
+ *   followed(): string,
+ *   savedRecord(): string | null,
+ *   subscribe(callback: () => void): () => void,
+ *   save(runId: string, lastSeq: number, status: string, now: boolean): void,
+ *   ranAgain(run: Run, previous: string): void,
+ *   shown?(state: RunState): void,
+ * }} RunHost
+ */
+
+/** How often `last_seq` is written back to the kernel at most, in ms. */
+export const SAVE_INTERVAL_MS = 500;
+/** How often a streaming message is rendered as Markdown at most, in ms. */
+export const MARKDOWN_INTERVAL_MS = 100;
+const LOAD_RETRY_FLOOR_MS = 1000;
+const CLOCK_TICK_MS = 1000;
+
+/**
+ * Writes `last_seq` and `status` back to the kernel for one model: at most
+ * about twice a second, at once when the status changes.
+ */
+export class ModelSync {
+  /** @param {WidgetModel} model */
+  constructor(model) {
+    this.model = model;
+    /** @type {{runId: string, lastSeq: number, status: string} | null} */
+    this.pending = null;
+    /** @type {any} */
+    this.timer = null;
+  }
+
+  /**
+   * @param {string} runId
+   * @param {number} lastSeq
+   * @param {string} status
+   * @param {boolean} [now]
+   */
+  save(runId, lastSeq, status, now = false) {
+    // A view still busy with the run before "Run again" must not write over the new one.
+    if (runId !== this.model.get("run_id")) return;
+    this.pending = { runId, lastSeq, status };
+    if (now || status !== this.model.get("status")) this.flush();
+    else if (this.timer === null) this.timer = setTimeout(() => this.flush(), SAVE_INTERVAL_MS);
+  }
+
+  flush() {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+    const pending = this.pending;
+    this.pending = null;
+    if (pending === null || pending.runId !== this.model.get("run_id")) return;
+    let changed = false;
+    if (pending.lastSeq > (this.model.get("last_seq") || 0)) {
+      this.model.set("last_seq", pending.lastSeq);
+      changed = true;
+    }
+    if (pending.status !== this.model.get("status")) {
+      this.model.set("status", pending.status);
+      changed = true;
+    }
+    if (changed) this.model.save_changes();
+  }
+
+  dispose() {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+  }
+}
+
+/** @type {WeakMap<WidgetModel, ModelSync>} */
+const syncs = new WeakMap();
+
+/**
+ * The one ModelSync of `model` in this copy of the module.
+ * @param {WidgetModel} model
+ * @returns {ModelSync}
+ */
+export function syncFor(model) {
+  let sync = syncs.get(model);
+  if (sync === undefined) {
+    sync = new ModelSync(model);
+    syncs.set(model, sync);
+  }
+  return sync;
+}
+
+/**
+ * Tell the kernel about a run that "Run again" started: its model follows it from now on.
+ * @param {WidgetModel} model
+ * @param {Run} run
+ */
+export function followNewRun(model, run) {
+  model.set("run_id", run.run_id);
+  model.set("last_seq", 0);
+  model.set("status", run.status);
+  model.save_changes();
+}
+
+/**
+ * The host of a view inside an anywidget: the model says which run to show.
+ * @param {WidgetModel} model
+ * @returns {RunHost}
+ */
+export function modelHost(model) {
+  return {
+    runId: () => String(model.get("run_id") || ""),
+    baseUrl: () => model.get("base_url") || null,
+    reattached: () => Boolean(model.get("reattached")),
+    followed: () => String(model.get("followed") || ""),
+    // The kernel's copy of the run's record, where it keeps one.
+    savedRecord: () => (typeof model.get("record") === "string" && model.get("record")) || null,
+    subscribe(callback) {
+      const events = ["change:run_id", "change:reattached", "change:followed"];
+      for (const event of events) model.on(event, callback);
+      return () => {
+        for (const event of events) model.off(event, callback);
+      };
+    },
+    save: (runId, lastSeq, status, now) => syncFor(model).save(runId, lastSeq, status, now),
+    // The model's change:run_id re-attaches every view of it, this one included.
+    ranAgain: (run) => followNewRun(model, run),
+  };
+}
+
+/**
+ * "1.4 s", "12 s", "3 min 5 s", "2 h 4 min": a duration for a person.
+ * @param {number} ms
+ * @returns {string}
+ */
+export function formatDuration(ms) {
+  if (ms < 10_000) return `${(Math.max(0, ms) / 1000).toFixed(1)} s`;
+  const seconds = Math.floor(ms / 1000);
+  if (seconds < 60) return `${seconds} s`;
+  const minutes = Math.floor(seconds / 60);
+  if (minutes < 60) return `${minutes} min ${seconds % 60} s`;
+  const hours = Math.floor(minutes / 60);
+  if (hours < 48) return `${hours} h ${minutes % 60} min`;
+  return `${Math.floor(hours / 24)} days`;
+}
+
+/**
+ * "just now", "3 min ago", "5 h ago": how long ago `then` was.
+ * @param {number} then ms since the epoch
+ * @param {number} now ms since the epoch
+ * @returns {string}
+ */
+export function formatAgo(then, now) {
+  const seconds = Math.floor((now - then) / 1000);
+  if (seconds < 10) return "just now";
+  if (seconds < 60) return `${seconds} s ago`;
+  const minutes = Math.floor(seconds / 60);
+  if (minutes < 60) return `${minutes} min ago`;
+  const hours = Math.floor(minutes / 60);
+  if (hours < 48) return `${hours} h ago`;
+  return `${Math.floor(hours / 24)} days ago`;
+}
+
+/**
+ * @param {string | null | undefined} text
+ * @returns {number | null}
+ */
+function parseTime(text) {
+  if (!text) return null;
+  const ms = Date.parse(text);
+  return Number.isNaN(ms) ? null : ms;
+}
+
+/**
+ * One line for an agent-defined event: its fields as `name=value`, values shortened.
+ * @param {unknown} data
+ * @returns {string}
+ */
+export function eventSummary(data) {
+  if (!isPlainObject(data)) return compactJson(data, 120);
+  const parts = Object.entries(data).map(([key, value]) => {
+    const text = typeof value === "string" ? value : compactJson(value, 60);
+    return `${key}=${text.length > 60 ? `${text.slice(0, 59)}…` : text}`;
+  });
+  return parts.join(" · ");
+}
+
+// What the chip says for a problem of the view (not a status of the run).
+/** @type {Record<string, string>} */
+const PROBLEMS = {
+  not_found: "run not found",
+  expired: "expired",
+  signed_out: "signed out",
+  unreachable: "reconnecting",
+  protocol_error: "protocol error",
+  error: "error",
+};
+
+/** @type {Record<string, string>} */
+const CONNECTION_CHIPS = { reconnecting: "reconnecting", signed_out: "signed out", failed: "connection failed" };
+
+/**
+ * @param {string} tag
+ * @param {string} [className]
+ * @param {string} [text]
+ * @returns {HTMLElement}
+ */
+function element(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+/**
+ * @param {string} text
+ * @param {string} className
+ * @returns {HTMLButtonElement}
+ */
+function button(text, className) {
+  const node = /** @type {HTMLButtonElement} */ (element("button", `agentruns-button ${className}`, text));
+  node.type = "button";
+  return node;
+}
+
+/**
+ * @typedef {{
+ *   node: HTMLElement, body: HTMLElement, length: number, done: boolean,
+ *   plain: Text | null, renderedAt: number, timer: any,
+ * }} MessageEntry
+ * @typedef {{
+ *   snapshot: object, tools: {tool: Tool, status: string, node: HTMLElement}[],
+ *   messages: MessageEntry[], progress: Progress | null | undefined, progressKey: string,
+ *   usage: Usage | null | undefined, unknown: UnknownEvent | null | undefined,
+ * }} Rendered
+ */
+
+/** One view of a run: renders its snapshot, then follows it through the hub. */
+export class RunView {
+  /**
+   * @param {RunHost} host
+   * @param {HTMLElement} el
+   */
+  constructor(host, el) {
+    this.host = host;
+    this.root = element("div", "agentruns-run");
+
+    this.header = element("div", "agentruns-header");
+    this.agent = element("span", "agentruns-agent");
+    this.chip = element("span", "agentruns-chip");
+    this.elapsed = element("span", "agentruns-elapsed");
+    this.cancelButton = button("Cancel", "agentruns-cancel");
+    this.againButton = button("Run again", "agentruns-again");
+    this.cancelButton.addEventListener("click", () => this._cancel());
+    this.againButton.addEventListener("click", () => this._runAgain());
+    // Both buttons live at the right end, Run again last: it never moves.
+    const actions = element("span", "agentruns-actions");
+    actions.append(this.cancelButton, this.againButton);
+    this.header.append(this.agent, this.chip, this.elapsed, element("span", "agentruns-spacer"), actions);
+
+    this.detail = element("div", "agentruns-detail");
+    this.meta = element("div", "agentruns-meta");
+    this.runIdText = element("code", "agentruns-run-id");
+    this.copyButton = button("copy", "agentruns-copy");
+    this.copyButton.title = "Copy the run id";
+    this.copyButton.addEventListener("click", () => this._copyRunId());
+    this.note = element("span", "agentruns-note");
+    this.meta.append(this.runIdText, this.copyButton, this.note);
+    this.notice = element("div", "agentruns-notice");
+
+    this.tools = element("div", "agentruns-tools");
+    this.progress = element("div", "agentruns-progress");
+    this.progressBar = element("div", "agentruns-progress-bar");
+    this.progressFill = element("div", "agentruns-progress-fill");
+    this.progressMessage = element("span", "agentruns-progress-message");
+    this.progressBar.appendChild(this.progressFill);
+    this.progress.append(this.progressBar, this.progressMessage);
+    this.messages = element("div", "agentruns-messages");
+    this.usage = element("div", "agentruns-usage");
+    this.output = element("div", "agentruns-output");
+    this.unknown = element("div", "agentruns-events");
+    this.body = element("div", "agentruns-body");
+    this.root.append(this.header, this.detail, this.meta, this.notice, this.body);
+    el.appendChild(this.root);
+
+    this.attachment = 0;
+    /** @type {RunState | null} */
+    this.state = null;
+    /** @type {{kind: string, message: string} | null} */
+    this.problem = null;
+    this.connection = "connected";
+    /** @type {(() => void) | null} */
+    this.unregister = null;
+    /** @type {any} */
+    this.loadTimer = null;
+    /** @type {any} */
+    this.frame = null;
+    /** @type {any} */
+    this.clock = null;
+    this.busy = false;
+    /** @type {string | null} */
+    this.retryKey = null;
+    this.loadAttempt = 0;
+    /** @type {Rendered | null} */
+    this.rendered = null;
+    this.unsubscribe = host.subscribe(() => this._hostChanged());
+  }
+
+  get api() {
+    return apiBase(this.host.baseUrl());
+  }
+
+  /**
+   * Show and follow `runId`, leaving whatever run this view showed before.
+   * @param {string} runId
+   */
+  attach(runId) {
+    this._stopFollowing();
+    this.attachment += 1;
+    this.state = runId ? new RunState(runId) : null;
+    this.problem = null;
+    this.connection = "connected";
+    this.retryKey = null;
+    this.loadAttempt = 0;
+    this._changed();
+    if (this.state !== null) this._load(this.attachment);
+  }
+
+  /** The run this view shows, or "". */
+  get runId() {
+    return this.state ? this.state.runId : "";
+  }
+
+  dispose() {
+    this.attachment += 1;
+    this._stopFollowing();
+    this.unsubscribe();
+    if (this.frame !== null) cancelFrame(this.frame);
+    this.frame = null;
+    this._stopClock();
+    if (this.rendered !== null) for (const entry of this.rendered.messages) clearTimeout(entry.timer);
+  }
+
+  _hostChanged() {
+    const runId = this.host.runId();
+    if (runId !== this.runId) this.attach(runId);
+    else this._changed();
+  }
+
+  // Read the run (its snapshot at last_seq), then follow its events from there.
+  /** @param {number} attachment */
+  async _load(attachment) {
+    const state = /** @type {RunState} */ (this.state);
+    let response;
+    try {
+      response = await apiFetch(runsUrl(this.api, state.runId));
+    } catch {
+      if (attachment === this.attachment) this._retryLoad(attachment, "unreachable", "Cannot reach the server; retrying.");
+      return;
+    }
+    if (attachment !== this.attachment) return;
+    if (response.status === 404) return this._fail("not_found", `This server has no run ${state.runId} (or it is not yours).`);
+    if (response.status === 410) return this._fail("expired", `The server no longer keeps run ${state.runId} (retention).`);
+    if (response.status === 401 || response.status === 403) {
+      return this._retryLoad(attachment, "signed_out", "Sign in to Jupyter again; this view retries every 30 s.", 30000);
+    }
+    if (!response.ok) return this._retryLoad(attachment, "unreachable", `${await errorMessage(response)}; retrying.`);
+    let run;
+    try {
+      run = await response.json();
+    } catch {
+      run = null;
+    }
+    if (attachment !== this.attachment) return;
+    this.loadAttempt = 0;
+    this.problem = null;
+    if (state.loadRun(run) === "protocol_error") return this._fail("protocol_error", state.problem || "");
+    this._show();
+    if (!state.terminal) this._follow();
+  }
+
+  /**
+   * @param {number} attachment
+   * @param {string} kind
+   * @param {string} message
+   * @param {number} [delay]
+   */
+  _retryLoad(attachment, kind, message, delay) {
+    this.problem = { kind, message };
+    this._changed();
+    this.loadAttempt += 1;
+    const wait = delay || Math.min(30000, LOAD_RETRY_FLOOR_MS * 2 ** this.loadAttempt) * (0.5 + Math.random() / 2);
+    this.loadTimer = setTimeout(() => {
+      this.loadTimer = null;
+      if (attachment === this.attachment) this._load(attachment);
+    }, wait);
+  }
+
+  // Draw the state soon, and tell the kernel where the run is.
+  _show() {
+    const state = /** @type {RunState} */ (this.state);
+    this._changed();
+    this.host.save(state.runId, state.lastSeq, state.status, state.terminal);
+  }
+
+  _follow() {
+    const attachment = this.attachment;
+    const state = this.state;
+    if (state === null) return;
+    /**
+     * @template T
+     * @param {(value: T) => void} handler
+     */
+    const current = (handler) => (/** @type {T} */ value) => {
+      if (attachment === this.attachment && this.state === state) handler(value);
+    };
+    const hub = getHub({ baseUrl: this.api });
+    this.unregister = hub.register(state.runId, state.lastSeq, {
+      onEvent: current((envelope) => this._event(envelope)),
+      onSnapshot: current((run) => this._snapshot(run)),
+      onError: current((/** @type {{error: any}} */ frame) => this._streamError(frame)),
+      onConnection: current((/** @type {string} */ connection) => {
+        this.connection = connection;
+        this._changed();
+      }),
+    });
+  }
+
+  _stopFollowing() {
+    if (this.unregister !== null) this.unregister();
+    this.unregister = null;
+    if (this.loadTimer !== null) clearTimeout(this.loadTimer);
+    this.loadTimer = null;
+  }
+
+  // The stream's events we missed were compacted: it sent the run as it is now.
+  /** @param {unknown} run */
+  _snapshot(run) {
+    const state = /** @type {RunState} */ (this.state);
+    if (state.loadRun(run) === "protocol_error") return this._fail("protocol_error", state.problem || "");
+    this._show();
+    if (state.terminal) this._stopFollowing();
+  }
+
+  /** @param {unknown} envelope */
+  _event(envelope) {
+    const state = /** @type {RunState} */ (this.state);
+    const result = state.applyEnvelope(envelope);
+    if (result === "applied") {
+      this._show();
+      if (state.terminal) this._stopFollowing();
+    } else if (result === "gap") {
+      this._resync();
+    } else if (result === "protocol_error") {
+      this._fail("protocol_error", state.problem || "");
+    }
+  }
+
+  // Events were lost, or the cursor is off: the run itself is the authority.
+  _resync() {
+    this._stopFollowing();
+    this._load(this.attachment);
+  }
+
+  /** @param {{error: any}} frame */
+  _streamError({ error }) {
+    const code = error && error.error;
+    const message = (error && error.message) || "The server stopped streaming this run.";
+    if (code === "run_not_found") this._fail("not_found", message);
+    else if (code === "run_expired") this._fail("expired", message);
+    else if (code === "cursor_ahead") this._resync(); // the server's answer says what to do
+    else this._fail("error", message);
+  }
+
+  /**
+   * @param {string} kind
+   * @param {string} message
+   */
+  _fail(kind, message) {
+    this._stopFollowing();
+    this.problem = { kind, message };
+    this._changed();
+  }
+
+  async _cancel() {
+    const state = this.state;
+    if (state === null || this.busy) return;
+    this.busy = true;
+    this._changed();
+    try {
+      const response = await apiFetch(`${runsUrl(this.api, state.runId)}/cancel`, {
+        method: "POST",
+        body: { reason: "cancelled from the notebook" },
+      });
+      if (!response.ok) this._say(`Cancel failed: ${await errorMessage(response)}`);
+    } catch {
+      this._say("Cancel failed: cannot reach the server.");
+    } finally {
+      this.busy = false;
+      this._changed();
+    }
+  }
+
+  async _runAgain() {
+    const state = this.state;
+    if (state === null || this.busy) return;
+    this.busy = true;
+    this._changed();
+    // The same key until the server answers: a network retry must not start two runs.
+    this.retryKey = this.retryKey || newIdempotencyKey();
+    try {
+      const old = await apiFetch(runsUrl(this.api, state.runId));
+      if (!old.ok) return this._say(`Run again failed: ${await errorMessage(old)}`);
+      const { agent, input, session, metadata } = await old.json();
+      const response = await apiFetch(runsUrl(this.api), {
+        method: "POST",
+        headers: { "Idempotency-Key": this.retryKey },
+        body: { agent, input, session, metadata, retry_of: state.runId },
+      });
+      this.retryKey = null;
+      if (!response.ok) return this._say(`Run again failed: ${await errorMessage(response)}`);
+      this.host.ranAgain(await response.json(), state.runId);
+    } catch {
+      this._say("Run again failed: cannot reach the server.");
+    } finally {
+      this.busy = false;
+      this._changed();
+    }
+  }
+
+  async _copyRunId() {
+    const runId = this.runId;
+    if (!runId) return;
+    try {
+      await navigator.clipboard.writeText(runId);
+      this.copyButton.textContent = "copied";
+    } catch {
+      // No clipboard here (an insecure origin): select the id for Ctrl+C instead.
+      const selection = window.getSelection();
+      if (selection !== null) selection.selectAllChildren(this.runIdText);
+      this.copyButton.textContent = "selected";
+    }
+    setTimeout(() => {
+      this.copyButton.textContent = "copy";
+    }, 1500);
+  }
+
+  /**
+   * A passing message that does not change what the view follows.
+   * @param {string} message
+   */
+  _say(message) {
+    this.problem = { kind: "note", message };
+    this._changed();
+  }
+
+  // Many events can arrive per frame: draw once per animation frame.
+  _changed() {
+    if (this.frame === null) {
+      this.frame = requestFrame(() => {
+        this.frame = null;
+        this._render();
+      });
+    }
+  }
+
+  _render() {
+    const state = this.state;
+    const loaded = state !== null && state.run !== null;
+    const status = loaded ? state.status : "";
+    this.root.dataset.runId = state ? state.runId : "";
+    this.root.dataset.status = status;
+    this.root.dataset.lastSeq = String(loaded ? state.lastSeq : 0);
+    this._renderHeader(status);
+    this._renderMeta();
+    this._renderClock();
+    if (state === null || state.run === null) {
+      this._renderRecord();
+      return;
+    }
+    if (this.rendered === null || this.rendered.snapshot !== state.snapshot) this._resetBody(state);
+    const rendered = /** @type {Rendered} */ (this.rendered);
+    this._renderTools(rendered, state.snapshot.tools);
+    this._renderProgress(rendered, state);
+    this._renderMessages(rendered, state.snapshot.messages, state.textBytes > 0);
+    this._renderUsage(rendered, state.snapshot.usage);
+    this._renderOutput(state);
+    this._renderUnknown(rendered, state.unknown);
+    if (this.host.shown) this.host.shown(state);
+  }
+
+  /** @param {string} status */
+  _renderHeader(status) {
+    const state = this.state;
+    const active = ACTIVE_STATUSES.has(status);
+    this.agent.textContent = state && state.run ? state.run.agent : "agent run";
+    let chip = status || "loading";
+    let kind = status || "queued";
+    let detail = "";
+    if (this.problem !== null && this.problem.kind !== "note") {
+      chip = PROBLEMS[this.problem.kind];
+      kind = this.problem.kind;
+    } else if (active && this.connection !== "connected" && this.unregister !== null) {
+      chip = CONNECTION_CHIPS[this.connection];
+      kind = this.connection;
+    } else if (state && status === "failed" && state.error) {
+      detail = `${state.error.type}: ${state.error.message}`;
+    } else if (state && status === "cancelled" && state.cancel && state.cancel.reason) {
+      detail = `cancelled: ${typeof state.cancel.reason === "string" ? state.cancel.reason : compactJson(state.cancel.reason, 200)}`;
+    } else if (state && status === "interrupted" && state.interruptReason) {
+      detail = `interrupted: ${typeof state.interruptReason === "string" ? state.interruptReason : compactJson(state.interruptReason, 200)}`;
+    }
+    this.chip.textContent = chip;
+    this.chip.dataset.kind = kind;
+    this.detail.textContent = detail;
+    this.detail.hidden = detail === "";
+    this.notice.textContent = this.problem ? this.problem.message : "";
+    this.notice.hidden = this.problem === null;
+    const loaded = state !== null && state.run !== null && (this.problem === null || this.problem.kind === "note");
+    this.cancelButton.hidden = !(loaded && active);
+    this.cancelButton.disabled = this.busy || status === "cancelling";
+    this.againButton.hidden = !(loaded && isTerminal(status));
+    this.againButton.disabled = this.busy;
+  }
+
+  _renderMeta() {
+    const state = this.state;
+    const runId = state ? state.runId : "";
+    this.meta.hidden = runId === "";
+    this.runIdText.textContent = runId;
+    const followed = this.host.followed();
+    const created = parseTime(state && state.run ? state.run.created_at : null);
+    let note = "";
+    if (followed && followed !== runId) {
+      note = `following ${runId} (Run again of ${followed})`;
+    } else if (this.host.reattached()) {
+      note = `re-attached to ${runId}${created === null ? "" : ` (started ${formatAgo(created, Date.now())})`}`;
+    }
+    this.note.textContent = note;
+    this.note.hidden = note === "";
+  }
+
+  // Start time and elapsed time; ticking only while the run is going.
+  _renderClock() {
+    const state = this.state;
+    const run = state && state.run;
+    if (!state || !run) {
+      this.elapsed.textContent = "";
+      this._stopClock();
+      return;
+    }
+    const created = parseTime(run.created_at);
+    const started = parseTime(state.startedAt) ?? created;
+    if (started === null) {
+      this.elapsed.textContent = "";
+      return;
+    }
+    const finished = state.terminal ? parseTime(state.finishedAt) : null;
+    const end = finished ?? Date.now();
+    const at = new Date(started);
+    this.elapsed.title = `started ${at.toLocaleString()}`;
+    const clock = at.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    this.elapsed.textContent = state.terminal
+      ? `${clock} · took ${formatDuration(end - started)}`
+      : `${clock} · ${formatDuration(end - started)}`;
+    if (state.terminal || this.problem !== null) this._stopClock();
+    else if (this.clock === null) this.clock = setInterval(() => this._renderClock(), CLOCK_TICK_MS);
+  }
+
+  _stopClock() {
+    if (this.clock !== null) clearInterval(this.clock);
+    this.clock = null;
+  }
+
+  // A run this server does not have: the record the notebook saved, if any.
+  _renderRecord() {
+    const record = this.host.savedRecord();
+    const kind = this.problem && this.problem.kind;
+    if (record === null || (kind !== "not_found" && kind !== "expired")) {
+      this.body.replaceChildren();
+      this.rendered = null;
+      return;
+    }
+    const saved = element("div", "agentruns-record");
+    renderMarkdown(saved, record);
+    this.notice.textContent = `${this.problem ? this.problem.message : ""} Below is the record saved in the notebook.`;
+    this.body.replaceChildren(saved);
+    this.rendered = null;
+  }
+
+  /** @param {RunState} state */
+  _resetBody(state) {
+    if (this.rendered !== null) for (const entry of this.rendered.messages) clearTimeout(entry.timer);
+    this.tools.replaceChildren();
+    this.messages.replaceChildren();
+    this.unknown.replaceChildren();
+    this.body.replaceChildren(this.tools, this.progress, this.messages, this.usage, this.output, this.unknown);
+    this.rendered = {
+      snapshot: state.snapshot, tools: [], messages: [], progress: undefined, progressKey: "", usage: undefined, unknown: undefined,
+    };
+  }
+
+  /**
+   * @param {Rendered} rendered
+   * @param {Tool[]} tools
+   */
+  _renderTools(rendered, tools) {
+    const cards = rendered.tools;
+    const box = this.tools;
+    tools.forEach((tool, index) => {
+      const card = cards[index];
+      if (card && card.tool === tool && card.status === tool.status) return;
+      const node = toolCard(tool);
+      if (card) card.node.replaceWith(node);
+      else box.appendChild(node);
+      cards[index] = { tool, status: tool.status, node };
+    });
+    box.hidden = tools.length === 0;
+  }
+
+  /**
+   * A bar while the run works; never empty while text streams, and still once it has stopped.
+   * @param {Rendered} rendered
+   * @param {RunState} state
+   */
+  _renderProgress(rendered, state) {
+    const progress = state.snapshot.progress;
+    const box = this.progress;
+    const streaming = state.textBytes > 0;
+    const key = `${state.status}|${streaming}`;
+    if (rendered.progress === progress && rendered.progressKey === key) return;
+    rendered.progress = progress;
+    rendered.progressKey = key;
+    box.hidden = progress === null;
+    if (progress === null) return;
+    const fill = this.progressFill;
+    const bar = this.progressBar;
+    const message = this.progressMessage;
+    const stopped = isTerminal(state.status) && state.status !== "succeeded";
+    const fraction = typeof progress.fraction === "number" ? Math.min(1, Math.max(0, progress.fraction)) : null;
+    const percent = fraction === null ? null : Math.round(fraction * 100);
+    // Nothing measured yet but text is coming: the run is visibly working.
+    const indeterminate = !isTerminal(state.status) && (fraction === null || (fraction === 0 && streaming));
+    box.classList.toggle("agentruns-progress--indeterminate", indeterminate);
+    box.classList.toggle("agentruns-progress--stopped", stopped);
+    bar.hidden = stopped && fraction === null;
+    fill.style.width = indeterminate ? "" : `${state.status === "succeeded" ? 100 : percent ?? 0}%`;
+    bar.title = percent === null ? "working" : `${percent}%`;
+    let text = progress.message || (percent === null ? "" : `${percent}%`);
+    if (stopped) text = `stopped (${state.status})${percent === null ? "" : ` at ${percent}%`}${progress.message ? `: ${progress.message}` : ""}`;
+    message.textContent = text;
+  }
+
+  /**
+   * @param {Rendered} rendered
+   * @param {Message[]} messages
+   * @param {boolean} hasText
+   */
+  _renderMessages(rendered, messages, hasText) {
+    const box = this.messages;
+    // An empty box for a message that has not said anything yet is only noise.
+    box.hidden = !hasText;
+    if (!hasText) return;
+    const shown = rendered.messages;
+    messages.forEach((message, index) => {
+      let entry = shown[index];
+      if (!entry) {
+        entry = messageEntry(message);
+        box.appendChild(entry.node);
+        shown[index] = entry;
+      }
+      if (message.text.length === entry.length && message.done === entry.done) return;
+      entry.node.classList.toggle("agentruns-message--done", message.done);
+      this._renderMessageText(entry, message);
+    });
+  }
+
+  /**
+   * Only the message that changed is rendered again, at most every MARKDOWN_INTERVAL_MS.
+   * @param {MessageEntry} entry
+   * @param {Message} message
+   */
+  _renderMessageText(entry, message) {
+    if (message.text.length > MAX_MARKDOWN_CHARS) {
+      // Too long to parse again and again: plain text, appended as it comes.
+      if (entry.plain === null) {
+        clearTimeout(entry.timer);
+        entry.timer = null;
+        const pre = element("pre", "agentruns-plain");
+        entry.plain = document.createTextNode(message.text);
+        pre.appendChild(entry.plain);
+        entry.body.replaceChildren(pre);
+      } else if (message.text.length > entry.length) {
+        entry.plain.appendData(message.text.slice(entry.length));
+      }
+      entry.length = message.text.length;
+      entry.done = message.done;
+      return;
+    }
+    if (entry.timer !== null) return; // a render is due; it will take the newest text
+    const wait = entry.renderedAt + MARKDOWN_INTERVAL_MS - Date.now();
+    const draw = () => {
+      entry.timer = null;
+      this._drawMarkdown(entry, message);
+    };
+    if (message.done || wait <= 0) draw();
+    else entry.timer = setTimeout(draw, wait);
+  }
+
+  /**
+   * @param {MessageEntry} entry
+   * @param {Message} message
+   */
+  _drawMarkdown(entry, message) {
+    const box = this.messages;
+    // Follow the text only while the reader is at the bottom; never yank them back down.
+    const atBottom = box.scrollTop + box.clientHeight >= box.scrollHeight - 8;
+    renderMarkdown(entry.body, message.text);
+    entry.length = message.text.length;
+    entry.done = message.done;
+    entry.renderedAt = Date.now();
+    if (atBottom) box.scrollTop = box.scrollHeight;
+  }
+
+  /**
+   * @param {Rendered} rendered
+   * @param {Usage | null} usage
+   */
+  _renderUsage(rendered, usage) {
+    if (rendered.usage === usage) return;
+    rendered.usage = usage;
+    const box = this.usage;
+    box.hidden = usage === null;
+    if (usage !== null) box.textContent = `tokens: ${usage.input_tokens ?? "?"} in · ${usage.output_tokens ?? "?"} out`;
+  }
+
+  /** @param {RunState} state */
+  _renderOutput(state) {
+    // Text the agent streamed already says it; show the output for agents that stream none.
+    const show = state.status === "succeeded" && state.output !== null && state.snapshot.messages.length === 0;
+    const box = this.output;
+    box.hidden = !show;
+    if (show) box.textContent = `output: ${compactJson(state.output, 500)}`;
+  }
+
+  /**
+   * Agent-defined events: one line each, the whole data on a click.
+   * @param {Rendered} rendered
+   * @param {UnknownEvent[]} unknown
+   */
+  _renderUnknown(rendered, unknown) {
+    const last = unknown[unknown.length - 1];
+    if (rendered.unknown === last) return;
+    rendered.unknown = last;
+    const box = this.unknown;
+    box.replaceChildren(...unknown.map(eventLine));
+    box.hidden = unknown.length === 0;
+  }
+}
+
+/**
+ * @param {UnknownEvent} event
+ * @returns {HTMLElement}
+ */
+function eventLine(event) {
+  const line = element("details", "agentruns-event");
+  const summary = element("summary");
+  summary.append(element("span", "agentruns-event-type", event.type), element("span", "agentruns-event-summary", eventSummary(event.data)));
+  let full = JSON.stringify(event.data, null, 2) ?? String(event.data);
+  if (full.length > 20000) full = `${full.slice(0, 20000)}…`;
+  line.append(summary, element("pre", "agentruns-event-data", full));
+  return line;
+}
+
+/**
+ * @param {Tool} tool
+ * @returns {HTMLElement}
+ */
+function toolCard(tool) {
+  const card = element("div", `agentruns-tool agentruns-tool--${tool.status}`);
+  const head = element("div", "agentruns-tool-head");
+  head.append(
+    element("span", "agentruns-tool-name", String(tool.name)),
+    element("span", "agentruns-tool-args", compactJson(tool.args, 80)),
+    element("span", "agentruns-tool-status", tool.status)
+  );
+  card.appendChild(head);
+  if (tool.status === "failed") {
+    const error = tool.error;
+    const text = error && error.message ? `${error.type || "error"}: ${error.message}` : compactJson(error, 160);
+    card.appendChild(element("div", "agentruns-tool-result", text));
+  } else if (tool.status === "completed" && tool.result !== null && tool.result !== undefined) {
+    card.appendChild(element("div", "agentruns-tool-result", compactJson(tool.result, 160)));
+  }
+  return card;
+}
+
+/**
+ * @param {Message} message
+ * @returns {MessageEntry}
+ */
+function messageEntry(message) {
+  const node = element("div", "agentruns-message");
+  node.dataset.role = message.role || "assistant";
+  if (message.role && message.role !== "assistant") node.appendChild(element("div", "agentruns-role", message.role));
+  const body = element("div", "agentruns-markdown");
+  node.appendChild(body);
+  return { node, body, length: 0, done: false, plain: null, renderedAt: 0, timer: null };
+}
+
+/** @param {() => void} callback */
+function requestFrame(callback) {
+  if (typeof requestAnimationFrame === "function") return requestAnimationFrame(callback);
+  return setTimeout(callback, 16);
+}
+
+/** @param {any} handle */
+function cancelFrame(handle) {
+  if (typeof cancelAnimationFrame === "function") cancelAnimationFrame(handle);
+  else clearTimeout(handle);
+}

@@ -1,0 +1,340 @@
+// The run view, with a fake server, a fake hub and a fake host.
+import assert from "node:assert/strict";
+import { afterEach, beforeEach, test } from "node:test";
+
+import { installPage, sleep } from "./dom.mjs";
+
+const { MIME_TYPE } = await import("../src/record.js");
+installPage();
+const { ModelSync, RunView, eventSummary, formatAgo, formatDuration, modelHost } = await import("../src/view.js");
+const { MAX_MARKDOWN_CHARS } = await import("../src/markdown.js");
+
+const RUN = "run_view";
+const TS = "2026-01-01T00:00:00.000Z";
+
+function runObject(fields = {}) {
+  return {
+    run_id: RUN, agent: "demo", status: "running", session: null, metadata: {}, input: { prompt: "hi" },
+    retry_of: null, created_at: new Date(Date.now() - 180_000).toISOString(), started_at: null, finished_at: null,
+    last_seq: 1, first_seq: 1,
+    snapshot: { messages: [], tools: [], progress: null, usage: null }, output: null, error: null, cancel: null,
+    ...fields,
+  };
+}
+
+/** A server answering GET runs/{id}, POST runs and POST cancel from a table of handlers. */
+function fakeServer(routes) {
+  const requests = [];
+  globalThis.fetch = async (url, init = {}) => {
+    const request = { url, method: init.method || "GET", headers: init.headers || {}, body: init.body ? JSON.parse(init.body) : null };
+    requests.push(request);
+    const key = `${request.method} ${new URL(url, "http://x").pathname}`;
+    const handler = routes[key];
+    if (!handler) return Response.json({ error: "run_not_found", message: "no" }, { status: 404 });
+    return handler(request);
+  };
+  return requests;
+}
+
+/** The page's hub, replaced by one the test drives. */
+function fakeHub() {
+  const hub = { listeners: new Map(), cursors: new Map() };
+  hub.register = (runId, cursor, listener) => {
+    hub.listeners.set(runId, listener);
+    hub.cursors.set(runId, cursor);
+    return () => hub.listeners.delete(runId);
+  };
+  globalThis.__jupyterAgentrunsHub = hub;
+  return hub;
+}
+
+function fakeHost(fields = {}) {
+  const host = {
+    id: RUN, saves: [], ranAgainWith: [], callbacks: new Set(), reattachedValue: false, followedValue: "", record: null,
+    runId: () => host.id,
+    baseUrl: () => null,
+    reattached: () => host.reattachedValue,
+    followed: () => host.followedValue,
+    savedRecord: () => host.record,
+    subscribe(callback) {
+      host.callbacks.add(callback);
+      return () => host.callbacks.delete(callback);
+    },
+    save: (...args) => host.saves.push(args),
+    ranAgain: (run, previous) => host.ranAgainWith.push([run, previous]),
+    changed: () => host.callbacks.forEach((callback) => callback()),
+    ...fields,
+  };
+  return host;
+}
+
+let seq;
+function event(type, data = {}) {
+  seq += 1;
+  return { run_id: RUN, seq, type, ts: new Date().toISOString(), data };
+}
+
+let hub;
+let view;
+let el;
+
+beforeEach(() => {
+  seq = 1;
+  hub = fakeHub();
+  el = document.createElement("div");
+  document.body.replaceChildren(el);
+});
+
+afterEach(() => {
+  if (view) view.dispose();
+  view = null;
+  delete globalThis.__jupyterAgentrunsHub;
+});
+
+async function shown(host, run = runObject()) {
+  fakeServer({ [`GET /api/agentruns/runs/${RUN}`]: () => Response.json(run) });
+  view = new RunView(host, el);
+  view.attach(host.runId());
+  await sleep(40);
+  return view;
+}
+
+const root = () => el.querySelector(".agentruns-run");
+const text = (selector) => el.querySelector(selector)?.textContent ?? null;
+
+test("a loaded run shows its status, run id and data attributes", async () => {
+  await shown(fakeHost());
+  assert.equal(root().dataset.runId, RUN);
+  assert.equal(root().dataset.status, "running");
+  assert.equal(root().dataset.lastSeq, "1");
+  assert.equal(text(".agentruns-chip"), "running");
+  assert.equal(text(".agentruns-run-id"), RUN);
+  assert.ok(el.querySelector(".agentruns-copy"));
+  assert.equal(el.querySelector(".agentruns-cancel").hidden, false);
+  assert.equal(el.querySelector(".agentruns-again").hidden, true);
+  assert.match(text(".agentruns-elapsed"), /\d+ (s|min)/);
+  assert.equal(hub.cursors.get(RUN), 1, "it follows the run from the snapshot's last_seq");
+});
+
+test("streamed text renders as Markdown, re-rendered at most about ten times a second", async () => {
+  await shown(fakeHost());
+  const listener = hub.listeners.get(RUN);
+  listener.onEvent(event("message.started", { message_id: "m1", role: "assistant" }));
+  listener.onEvent(event("text.delta", { message_id: "m1", delta: "# Title\n\n" }));
+  await sleep(30);
+  const body = el.querySelector(".agentruns-markdown");
+  assert.equal(body.querySelector("h1").textContent, "Title");
+  let renders = 0;
+  const observer = new window.MutationObserver((records) => (renders += records.length > 0 ? 1 : 0));
+  observer.observe(body, { childList: true });
+  for (let i = 0; i < 40; i++) {
+    listener.onEvent(event("text.delta", { message_id: "m1", delta: `- item ${i}\n` }));
+    await sleep(5);
+  }
+  await sleep(150);
+  observer.disconnect();
+  assert.ok(renders <= 6, `${renders} renders of 40 deltas in about 0.35 s`);
+  assert.equal(body.querySelectorAll("li").length, 40, "the last text is always rendered");
+});
+
+test("a message's unsanitised HTML never reaches the page", async () => {
+  await shown(fakeHost());
+  const listener = hub.listeners.get(RUN);
+  listener.onEvent(event("message.started", { message_id: "m1" }));
+  listener.onEvent(event("text.delta", { message_id: "m1", delta: '<img src=x onerror="globalThis.pwned=1"><script>globalThis.pwned=2</script>[x](javascript:alert(1))' }));
+  listener.onEvent(event("message.completed", { message_id: "m1" }));
+  await sleep(30);
+  const body = el.querySelector(".agentruns-markdown");
+  assert.equal(body.querySelector("script"), null);
+  assert.equal(body.querySelector("img").getAttribute("onerror"), null);
+  assert.equal(body.querySelector("a").hasAttribute("href"), false);
+});
+
+test("a very long text is shown as plain text", async () => {
+  const long = "x".repeat(MAX_MARKDOWN_CHARS + 1);
+  await shown(fakeHost(), runObject({ snapshot: { messages: [{ id: "m1", role: "assistant", text: long, done: false }], tools: [], progress: null, usage: null } }));
+  const pre = el.querySelector(".agentruns-markdown pre.agentruns-plain");
+  assert.ok(pre);
+  assert.equal(pre.textContent.length, long.length);
+  hub.listeners.get(RUN).onEvent(event("text.delta", { message_id: "m1", delta: "# tail" }));
+  await sleep(30);
+  assert.ok(pre.textContent.endsWith("# tail"), "appended, not parsed");
+});
+
+test("progress is never an empty bar while text streams, and reads as stopped after a cancel", async () => {
+  await shown(fakeHost());
+  const listener = hub.listeners.get(RUN);
+  listener.onEvent(event("progress", { fraction: 0, message: "searching" }));
+  listener.onEvent(event("message.started", { message_id: "m1" }));
+  listener.onEvent(event("text.delta", { message_id: "m1", delta: "Hello" }));
+  await sleep(30);
+  const progress = el.querySelector(".agentruns-progress");
+  assert.ok(progress.classList.contains("agentruns-progress--indeterminate"));
+  listener.onEvent(event("progress", { fraction: 0.4, message: "writing" }));
+  await sleep(30);
+  assert.equal(progress.classList.contains("agentruns-progress--indeterminate"), false);
+  assert.equal(el.querySelector(".agentruns-progress-fill").style.width, "40%");
+  listener.onEvent(event("run.cancel_requested", { reason: "enough" }));
+  listener.onEvent(event("run.cancelled", { reason: "enough", stage: { seq: 5, step: "message m1 streaming" } }));
+  await sleep(30);
+  assert.equal(root().dataset.status, "cancelled");
+  assert.ok(progress.classList.contains("agentruns-progress--stopped"));
+  assert.equal(progress.classList.contains("agentruns-progress--indeterminate"), false);
+  assert.match(text(".agentruns-progress-message"), /^stopped \(cancelled\) at 40%/);
+  assert.match(text(".agentruns-detail"), /enough/);
+  assert.equal(el.querySelector(".agentruns-again").hidden, false);
+  assert.equal(el.querySelector(".agentruns-cancel").hidden, true);
+});
+
+test("every terminal status shows with its reason", async () => {
+  const cases = [
+    [{ status: "failed", error: { type: "DemoFailure", message: "asked to fail" } }, "failed", "DemoFailure: asked to fail"],
+    [{ status: "interrupted" }, "interrupted", ""],
+    [{ status: "succeeded", output: { answer: 42 } }, "succeeded", ""],
+  ];
+  for (const [fields, chip, detail] of cases) {
+    await shown(fakeHost(), runObject({ ...fields, finished_at: new Date().toISOString() }));
+    assert.equal(text(".agentruns-chip"), chip);
+    assert.equal(text(".agentruns-detail"), detail);
+    assert.match(text(".agentruns-elapsed"), /took/);
+    view.dispose();
+    el.replaceChildren();
+  }
+});
+
+test("agent-defined events are one line each, with the whole data on a click", async () => {
+  await shown(fakeHost());
+  hub.listeners.get(RUN).onEvent(event("x.chart", { title: "Rain", points: [1, 2, 3], note: "y".repeat(300) }));
+  await sleep(30);
+  const line = el.querySelector(".agentruns-events details.agentruns-event");
+  assert.equal(line.querySelector(".agentruns-event-type").textContent, "x.chart");
+  const summary = line.querySelector(".agentruns-event-summary").textContent;
+  assert.match(summary, /^title=Rain · points=\[1,2,3\] · note=y+…$/);
+  assert.ok(summary.length < 100);
+  assert.deepEqual(JSON.parse(line.querySelector("pre").textContent).points, [1, 2, 3]);
+});
+
+test("re-attached and followed runs say so", async () => {
+  const host = fakeHost();
+  host.reattachedValue = true;
+  await shown(host);
+  assert.equal(text(".agentruns-note"), `re-attached to ${RUN} (started 3 min ago)`);
+  host.followedValue = "run_first";
+  host.changed();
+  await sleep(30);
+  assert.equal(text(".agentruns-note"), `following ${RUN} (Run again of run_first)`);
+});
+
+test("a run the server does not have shows the notebook's saved record and says so", async () => {
+  const host = fakeHost();
+  host.record = "**demo** succeeded\n\n# The answer";
+  fakeServer({});
+  view = new RunView(host, el);
+  view.attach(RUN);
+  await sleep(40);
+  assert.equal(text(".agentruns-chip"), "run not found");
+  assert.equal(el.querySelector(".agentruns-record h1").textContent, "The answer");
+  assert.match(text(".agentruns-notice"), /no run run_view.*record saved in the notebook/);
+});
+
+test("Run again posts retry_of with one Idempotency-Key until the server answers", async () => {
+  const host = fakeHost();
+  await shown(host, runObject({ status: "cancelled", metadata: { cell_id: "c1" } }));
+  let attempts = 0;
+  const requests = fakeServer({
+    [`GET /api/agentruns/runs/${RUN}`]: () => Response.json(runObject({ status: "cancelled", metadata: { cell_id: "c1" } })),
+    "POST /api/agentruns/runs": () => {
+      attempts += 1;
+      if (attempts === 1) throw new TypeError("network down");
+      return Response.json(runObject({ run_id: "run_new", status: "queued", retry_of: RUN }), { status: 201 });
+    },
+  });
+  el.querySelector(".agentruns-again").click();
+  await sleep(30);
+  assert.match(text(".agentruns-notice"), /Run again failed: cannot reach the server/);
+  el.querySelector(".agentruns-again").click();
+  await sleep(30);
+  const posts = requests.filter((request) => request.method === "POST");
+  assert.equal(posts.length, 2);
+  assert.equal(posts[0].headers["Idempotency-Key"], posts[1].headers["Idempotency-Key"]);
+  assert.equal(posts[0].headers["X-XSRFToken"], "tok");
+  assert.deepEqual(posts[1].body, { agent: "demo", input: { prompt: "hi" }, session: null, metadata: { cell_id: "c1" }, retry_of: RUN });
+  assert.equal(host.ranAgainWith.length, 1);
+  assert.equal(host.ranAgainWith[0][0].run_id, "run_new");
+  assert.equal(host.ranAgainWith[0][1], RUN);
+});
+
+test("a host whose run changes re-attaches the view", async () => {
+  const host = fakeHost();
+  await shown(host);
+  fakeServer({ "GET /api/agentruns/runs/run_other": () => Response.json(runObject({ run_id: "run_other", status: "succeeded" })) });
+  host.id = "run_other";
+  host.changed();
+  await sleep(40);
+  assert.equal(root().dataset.runId, "run_other");
+  assert.equal(root().dataset.status, "succeeded");
+});
+
+/** A model as anywidget hands it over, recording what is saved. */
+function fakeModel(traits) {
+  const handlers = new Map();
+  const model = {
+    traits: { ...traits },
+    saved: [],
+    get: (name) => model.traits[name],
+    set: (name, value) => {
+      model.traits[name] = value;
+      for (const handler of handlers.get(`change:${name}`) || []) handler();
+    },
+    save_changes: () => model.saved.push({ ...model.traits }),
+    on: (name, handler) => handlers.set(name, [...(handlers.get(name) || []), handler]),
+    off: (name, handler) => handlers.set(name, (handlers.get(name) || []).filter((h) => h !== handler)),
+  };
+  return model;
+}
+
+test("the kernel hears of last_seq at most twice a second, and of a new status at once", async () => {
+  const model = fakeModel({ run_id: RUN, last_seq: 0, status: "running" });
+  const sync = new ModelSync(model);
+  sync.save(RUN, 5, "running");
+  sync.save(RUN, 6, "running");
+  assert.equal(model.saved.length, 0);
+  sync.save(RUN, 7, "succeeded");
+  assert.deepEqual(model.saved.map((s) => [s.last_seq, s.status]), [[7, "succeeded"]]);
+  sync.save("run_older", 9, "failed", true);
+  assert.equal(model.saved.length, 1, "a view of the run before Run again writes nothing");
+  sync.dispose();
+});
+
+test("a widget model is a host: its run_id, reattached and followed drive the view", async () => {
+  const model = fakeModel({ run_id: RUN, base_url: "/", reattached: true, followed: "" });
+  const host = modelHost(model);
+  assert.equal(host.runId(), RUN);
+  assert.equal(host.reattached(), true);
+  let calls = 0;
+  const unsubscribe = host.subscribe(() => (calls += 1));
+  model.set("followed", "run_first");
+  model.set("run_id", "run_two");
+  assert.equal(calls, 2);
+  unsubscribe();
+  model.set("run_id", "run_three");
+  assert.equal(calls, 2);
+  host.ranAgain(runObject({ run_id: "run_four", status: "queued" }), "run_three");
+  assert.deepEqual([model.traits.run_id, model.traits.last_seq, model.traits.status], ["run_four", 0, "queued"]);
+  assert.equal(model.saved.length, 1);
+});
+
+test("durations, ages and event summaries read well", () => {
+  assert.equal(formatDuration(980), "1.0 s");
+  assert.equal(formatDuration(12_400), "12 s");
+  assert.equal(formatDuration(185_000), "3 min 5 s");
+  assert.equal(formatDuration(7_500_000), "2 h 5 min");
+  assert.equal(formatAgo(0, 3_000), "just now");
+  assert.equal(formatAgo(0, 185_000), "3 min ago");
+  assert.equal(eventSummary({ a: 1, b: "two" }), "a=1 · b=two");
+  assert.equal(eventSummary([1, 2]), "[1,2]");
+});
+
+test("the mime type names a run", () => {
+  assert.equal(MIME_TYPE, "application/vnd.jupyter.agentruns.run+json");
+});
