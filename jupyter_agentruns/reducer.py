@@ -69,10 +69,11 @@ def apply(snapshot: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
     elif kind == "progress":
         snapshot["progress"] = {"fraction": data.get("fraction"), "message": data.get("message")}
     elif kind == "usage":
-        snapshot["usage"] = {
-            "input_tokens": data.get("input_tokens"),
-            "output_tokens": data.get("output_tokens"),
-        }
+        usage = {"input_tokens": data.get("input_tokens"), "output_tokens": data.get("output_tokens")}
+        if data.get("estimated"):
+            # Counted by the agent, not reported by the model server: the view says so.
+            usage["estimated"] = True
+        snapshot["usage"] = usage
     return snapshot
 
 

@@ -21,6 +21,7 @@ from test_browser import (  # noqa: F401  (fixtures are found by name)
     page,
     pytestmark,
     run_cell,
+    runs_of,
     save,
     write_notebook,
 )
@@ -28,16 +29,7 @@ from test_browser import (  # noqa: F401  (fixtures are found by name)
 MIME = "application/vnd.jupyter.agentruns.run+json"
 DOCS = Path(__file__).parent.parent / "docs"
 
-# What Run's display will carry once the kernel side writes it: the widget
-# view, text/plain, and the run's mime data for the labextension's renderer.
-CELL = f"""\
-from IPython.display import display
-from jupyter_agentruns import submit
-run = submit("markdown_writer", {{"delay": 0.05}}, display=False)
-data, metadata = run._repr_mimebundle_()
-data["{MIME}"] = {{"run_id": run.run_id, "status": run.status, "last_seq": run.last_seq, "agent": "markdown_writer"}}
-display(data, metadata=metadata, raw=True)
-"""
+CELL = 'from jupyter_agentruns import submit\nrun = submit("markdown_writer", {"delay": 0.05})'
 
 
 @pytest.fixture(scope="module")
@@ -171,3 +163,59 @@ def test_model_output_cannot_run_script_or_restyle_the_page(lab, page):
     assert page.evaluate("() => window.agentrunsPwned") is None
     assert page.evaluate("() => getComputedStyle(document.body).display") != "none"
     assert view.is_visible()
+
+
+def test_a_refresh_before_the_first_save_finds_the_run_live_in_its_cell(lab, page):
+    write_notebook(lab.home / "unsaved.ipynb", ["x = 1", 'from jupyter_agentruns import submit\nrun = submit("demo", {"prompt": "unsaved", "chunks": 80, "delay": 0.05})'])
+    before = {run["run_id"] for run in runs_of(lab)}
+    open_notebook(page, lab, "unsaved.ipynb")
+    run_cell(page, 1)
+    running = rendered_run(page, "running")
+    run_id = running.get_attribute("data-run-id")
+    page.reload()  # never saved: the file on disk has no output for the cell
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(1)
+    restored = cell.locator(".agentruns-run")
+    restored.wait_for(timeout=60_000)
+    assert restored.get_attribute("data-run-id") == run_id
+    page.wait_for_function(
+        "() => document.querySelectorAll('.jp-Notebook .jp-Cell')[1].querySelector('.agentruns-run[data-status=succeeded]')",
+        timeout=60_000,
+    )
+    assert "Demo answer about unsaved" in restored.inner_text()
+    assert page.locator(".jp-Notebook .jp-Cell").nth(0).locator(".agentruns-run").count() == 0
+    assert {run["run_id"] for run in runs_of(lab)} - before == {run_id}
+
+
+def test_a_saved_notebook_reopened_after_a_server_restart_shows_its_answer_without_running_anything(tmp_path, page):
+    home = tmp_path / "home"
+    config = {"agents": TEST_AGENTS}
+    server = ServerProcess(home, tmp_path / "agentruns.sqlite3", config, app="jupyterlab").start(timeout=120)
+    try:
+        write_notebook(home / "record.ipynb", [CELL])
+        open_notebook(page, server, "record.ipynb")
+        run_cell(page, 0)
+        run_id = rendered_run(page, "succeeded").get_attribute("data-run-id")
+        page.wait_for_timeout(1000)  # the record reaches the output
+        save(page)
+        shut_down_kernels(server)
+    finally:
+        server.kill()
+    saved = nbformat.read(home / "record.ipynb", as_version=4).cells[0]
+    (output,) = saved.outputs
+    assert "Weather in Shanghai" in output["data"]["text/markdown"] and "**succeeded**" in output["data"]["text/markdown"]
+
+    # The same home and store, a new server process.
+    again = ServerProcess(home, tmp_path / "agentruns.sqlite3", config, app="jupyterlab").start(timeout=120)
+    try:
+        for url in (f"{again.url}lab/tree/record.ipynb", f"{again.url}notebooks/record.ipynb"):
+            page.goto(f"{url}?token={again.token}")
+            view = rendered_run(page, "succeeded", timeout=90_000)
+            assert view.get_attribute("data-run-id") == run_id
+            assert view.locator(".agentruns-markdown h2").inner_text() == "Weather in Shanghai"
+            assert "model not found" not in page.locator(".jp-Notebook").inner_text()
+        with again.client() as client:
+            assert [run["run_id"] for run in client.get("runs").json()["runs"]] == [run_id]
+        assert nbformat.read(home / "record.ipynb", as_version=4).cells[0].execution_count == saved.execution_count
+    finally:
+        again.kill()

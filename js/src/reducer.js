@@ -9,7 +9,7 @@ import { hasOwn, isPlainObject } from "./json.js";
  * @typedef {{id: string, role: string, text: string, done: boolean}} Message
  * @typedef {{call_id: string, name: string, args: any, status: string, result: any, error?: any}} Tool
  * @typedef {{fraction: number | null, message: string | null}} Progress
- * @typedef {{input_tokens: number | null, output_tokens: number | null, cost?: number | null}} Usage
+ * @typedef {{input_tokens: number | null, output_tokens: number | null, estimated?: boolean, cost?: number | null}} Usage
  * @typedef {{messages: Message[], tools: Tool[], progress: Progress | null, usage: Usage | null}} Snapshot
  * @typedef {{run_id?: string, seq?: number, type: string, ts?: string, data?: any}} Event
  */
@@ -115,10 +115,11 @@ export function applyEvent(snapshot, event) {
   } else if (type === "progress") {
     snapshot.progress = { fraction: get(data, "fraction"), message: get(data, "message") };
   } else if (type === "usage") {
-    snapshot.usage = {
-      input_tokens: get(data, "input_tokens"),
-      output_tokens: get(data, "output_tokens"),
-    };
+    /** @type {Usage} */
+    const usage = { input_tokens: get(data, "input_tokens"), output_tokens: get(data, "output_tokens") };
+    // Counted by the agent, not reported by the model server: the view says so.
+    if (truthy(get(data, "estimated", false))) usage.estimated = true;
+    snapshot.usage = usage;
   }
   return snapshot;
 }

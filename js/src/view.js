@@ -853,7 +853,10 @@ export class RunView {
     rendered.usage = usage;
     const box = this.usage;
     box.hidden = usage === null;
-    if (usage !== null) box.textContent = `tokens: ${usage.input_tokens ?? "?"} in · ${usage.output_tokens ?? "?"} out`;
+    if (usage === null) return;
+    const about = usage.estimated ? "≈ " : "";
+    box.textContent = `tokens: ${about}${usage.input_tokens ?? "?"} in · ${usage.output_tokens ?? "?"} out`;
+    if (usage.estimated) box.textContent += " (estimated: not reported by the model server)";
   }
 
   /** @param {RunState} state */
