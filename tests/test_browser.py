@@ -180,6 +180,7 @@ def test_refresh_and_kernel_restart_reattach_to_the_one_run(lab, page):
     wait_attr(page, 0, "data-status", "v === 'succeeded'")
     assert widget(page).get_attribute("data-run-id") == run_id
     wait_text(page, 0, expected)
+    wait_text(page, 0, f"re-attached to {run_id}")  # the cell says it found its run, not started one
     assert len(runs_of(lab)) == before + 1
     print(f"\nfirst events visible {streaming:.1f} s after Ctrl+Enter; whole test {time.monotonic() - started:.1f} s")
 
