@@ -63,7 +63,8 @@ def table(rows: list[Row]) -> str:
         ])  # fmt: skip
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     out = [
-        "| " + " | ".join(cell.ljust(w) for cell, w in zip(line, widths)) + " |" for line in lines
+        "| " + " | ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) + " |"
+        for line in lines
     ]
     out.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     notes = [f"- {row.label}: {row.note}" for row in rows if row.note]
@@ -77,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only", action="append", metavar="NAME",
-        help=f"run only these scenarios (repeat the option or separate by commas): {', '.join(SCENARIOS)}",
+        help="run only these scenarios (repeat the option or separate by commas): "
+             f"{', '.join(SCENARIOS)}",
     )  # fmt: skip
     parser.add_argument(
         "--repeat", type=int, help="repetitions of each measurement (default 3, 1 with --quick)"
@@ -110,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     repeat = args.repeat or (1 if args.quick else 3)
     info = machine()
     say(f"jupyter_agentruns bench ({'quick' if args.quick else 'full'}, {repeat} repetition(s)) on "
-        f"{info['cpus']} × {info['cpu']}, {info['ram_gb']} GB; load average {info['load_before'][0]:.2f}")  # fmt: skip
+        f"{info['cpus']} × {info['cpu']}, {info['ram_gb']} GB; "
+        f"load average {info['load_before'][0]:.2f}")  # fmt: skip
     bench = Bench(sizes, repeat, profiler)
     failed: list[str] = []
     started = time.monotonic()

@@ -30,7 +30,10 @@ def data() -> str:
 
 def frame(seq: int, ts: str, data: str) -> str:
     """What the engine sends for a stored event: the envelope, then the SSE frame around it."""
-    return f"id: {seq}\nevent: text.delta\ndata: {envelope(RUN_ID_JSON, seq, 'text.delta', ts, data)}\n\n"
+    return (
+        f"id: {seq}\nevent: text.delta\n"
+        f"data: {envelope(RUN_ID_JSON, seq, 'text.delta', ts, data)}\n\n"
+    )
 
 
 class SSEHandler(web.RequestHandler):

@@ -78,7 +78,10 @@ async def read_until(stream: Stream, marker: bytes) -> bytes:
 
 
 async def latencies(stream: Stream, out: array) -> int:
-    """Read to the end; append receive − emit (ns) of every text delta to ``out``; return their number."""
+    """Read to the end; append receive − emit (ns) of every text delta to ``out``.
+
+    Returns the number of text deltas read.
+    """
     reader = stream.reader
     pending = b""
     count = 0

@@ -1,4 +1,4 @@
-"""``--profile``: sample the server with py-spy while a scenario runs, and say where the time goes."""
+"""``--profile``: sample the server with py-spy while a scenario runs; say where the time goes."""
 
 from __future__ import annotations
 
@@ -33,7 +33,10 @@ PROJECT = ("jupyter_agentruns/", "bench/")
 
 
 def summarize(path: Path, top: int = 12) -> dict:
-    """Self shares per function, and inclusive shares of the project's own functions, from collapsed stacks."""
+    """Self shares per function, and inclusive shares of the project's own functions.
+
+    Both are read from py-spy's collapsed stacks.
+    """
     own: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
     total = 0
@@ -48,9 +51,10 @@ def summarize(path: Path, top: int = 12) -> dict:
         for name in set(frames):
             if any(f"({prefix}" in name for prefix in PROJECT):
                 inclusive[name] += samples
-    share = lambda counter: [
-        (name, round(100 * n / total, 1)) for name, n in counter.most_common(top)
-    ]
+
+    def share(counter: Counter[str]) -> list[tuple[str, float]]:
+        return [(name, round(100 * n / total, 1)) for name, n in counter.most_common(top)]
+
     return {"samples": total, "self": share(own), "inclusive": share(inclusive)}
 
 

@@ -11,6 +11,8 @@ import functools
 import json
 import sqlite3
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -262,7 +264,8 @@ class Bench:
             sizes = self.sizes
             server = self.server("big", sqlite_synchronous="NORMAL")
             say(
-                f"  making the {sizes.big_events:,}-event run (text deltas, {sizes.per_message:,} a message)…"
+                f"  making the {sizes.big_events:,}-event run "
+                f"(text deltas, {sizes.per_message:,} a message)…"
             )
             run_id, report, rss = self.run_with_rss(server, sizes.big_events)
             small_id, _ = self.flood(server, sizes.small_events, per_message=sizes.per_message)
@@ -277,8 +280,13 @@ class Bench:
             ))  # fmt: skip
         return self._big
 
-    def run_with_rss(self, server: EngineServer, events: int, before_go=None, per_message=None, **input):
-        """A big flood run, started once ``before_go(run_id)`` has run, with the server's RSS watched."""
+    def run_with_rss(
+        self, server: EngineServer, events: int, before_go=None, per_message=None, **input
+    ):
+        """A big flood run, with the server's RSS watched.
+
+        The run starts once ``before_go(run_id)`` has run.
+        """
         go = self.path("go")
         run_id, report_path = self.flood(
             server, events, per_message=per_message or self.sizes.per_message, go=str(go), **input
@@ -333,7 +341,8 @@ def format_row(row: Row) -> str:
 
 EVENTS_SCHEMA = """
 CREATE TABLE events (
-    run_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, ts TEXT NOT NULL, data TEXT NOT NULL,
+    run_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL,
+    ts TEXT NOT NULL, data TEXT NOT NULL,
     PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID
 """
@@ -474,10 +483,11 @@ def append_runs(bench: Bench) -> None:
 async def engine_latencies(
     bench: Bench, server: EngineServer, events: int, clients_count: int, cpu: dict | None = None
 ) -> tuple[array, list[int]]:
-    """Latencies (ns) of a run at ``rate`` ev/s to ``clients_count`` SSE clients, and each client's count.
+    """Latencies (ns) of a run at ``rate`` ev/s to ``clients_count`` SSE clients.
 
-    ``cpu`` accumulates the CPU seconds of the server and of the clients (this
-    process) and the wall time, from the first event to the last.
+    With them, each client's count of text deltas. ``cpu`` accumulates the CPU
+    seconds of the server and of the clients (this process) and the wall time,
+    from the first event to the last.
     """
     go = bench.path("go")
     run_id, _ = bench.flood(server, events, rate=bench.sizes.rate, go=str(go))
@@ -486,7 +496,9 @@ async def engine_latencies(
     before = cpu_seconds(server.pid), cpu_seconds(), time.monotonic()
     go.touch()
     outs = [array("q") for _ in streams]
-    counts = await asyncio.gather(*(clients.latencies(s, o) for s, o in zip(streams, outs)))
+    counts = await asyncio.gather(
+        *(clients.latencies(s, o) for s, o in zip(streams, outs, strict=True))
+    )
     if cpu is not None:
         cpu["server"] += cpu_seconds(server.pid) - before[0]
         cpu["clients"] += cpu_seconds() - before[1]
@@ -533,12 +545,16 @@ def latency(bench: Bench) -> None:
                     )
                 results[name].append(ms_percentiles(values))
             say(
-                f"  rep {rep + 1}/{bench.repeat}: bare p50/p99 {baseline[-1][0]:.2f}/{baseline[-1][1]:.2f} ms, "
+                f"  rep {rep + 1}/{bench.repeat}: bare p50/p99 "
+                f"{baseline[-1][0]:.2f}/{baseline[-1][1]:.2f} ms, "
                 + ", ".join(
                     f"{name} {r[-1][0]:.2f}/{r[-1][1]:.2f} ms" for name, r in results.items()
                 )
             )
-    note = f"{sizes.latency_events:,} deltas at {sizes.rate:,} ev/s; median of {bench.repeat} runs' percentiles"
+    note = (
+        f"{sizes.latency_events:,} deltas at {sizes.rate:,} ev/s; "
+        f"median of {bench.repeat} runs' percentiles"
+    )
     for name, values in results.items():
         targeted = name == "NORMAL"
         for index, (label, limit) in enumerate((("p50", 2.0), ("p99", 10.0))):
@@ -573,22 +589,26 @@ def fanout(bench: Bench) -> None:
                 results.append(ms_percentiles(values))
                 say(f"  {count} clients, rep {rep + 1}/{bench.repeat}: p50/p99/max "
                     f"{results[-1][0]:.1f}/{results[-1][1]:.1f}/{results[-1][2]:.1f} ms, "
-                    f"deltas per client {min(counts):,}–{max(counts):,} of {sizes.fanout_events:,}")  # fmt: skip
+                    f"deltas per client {min(counts):,}–{max(counts):,} "
+                    f"of {sizes.fanout_events:,}")  # fmt: skip
         limit = limits.get(count)
         p99 = median(r[1] for r in results)
         bench.add(Row(
             "fanout", f"fan-out p99, {count:,} clients", p99, "ms",
             target=f"≤ {limit:g} ms, all delivered" if limit else "",
             ok=(p99 <= limit and delivered) if limit else None,
-            note=f"{'all' if delivered else 'NOT all'} delivered; p50 {median(r[0] for r in results):.1f} ms, "
-                 f"worst {max(r[2] for r in results):.0f} ms; {sizes.fanout_events:,} deltas at {sizes.rate:,} ev/s; "
-                 f"CPU: server {cpu['server'] / cpu['wall']:.2f}, clients {cpu['clients'] / cpu['wall']:.2f} cores",
+            note=f"{'all' if delivered else 'NOT all'} delivered; "
+                 f"p50 {median(r[0] for r in results):.1f} ms, "
+                 f"worst {max(r[2] for r in results):.0f} ms; "
+                 f"{sizes.fanout_events:,} deltas at {sizes.rate:,} ev/s; "
+                 f"CPU: server {cpu['server'] / cpu['wall']:.2f}, "
+                 f"clients {cpu['clients'] / cpu['wall']:.2f} cores",
             samples=[r[1] for r in results], details={"p50": [r[0] for r in results], "cpu": cpu},
         ))  # fmt: skip
 
 
 def resume(bench: Bench) -> None:
-    """Time to the first replayed event after ``Last-Event-ID`` in the middle of a big vs a small run."""
+    """Time to the first event replayed after ``Last-Event-ID`` halfway into a big vs small run."""
     sizes = bench.sizes
     big = bench.big_runs()
     server: EngineServer = big["server"]
@@ -631,7 +651,8 @@ def resume(bench: Bench) -> None:
                 snapshot_bytes = len(response.content)
     value, base = median(get_times["big"]), median(get_times["small"])
     bench.add(Row(
-        "resume", f"GET runs/{{id}}, {sizes.big_events:,}-event run", value, "ms", base, value / base,
+        "resume", f"GET runs/{{id}}, {sizes.big_events:,}-event run",
+        value, "ms", base, value / base,
         note=f"the run object is {snapshot_bytes / 2**20:.0f} MB (its snapshot holds all the text)",
         samples=get_times["big"], baseline_samples=get_times["small"],
     ))  # fmt: skip
@@ -666,18 +687,20 @@ def replay(bench: Bench) -> None:
                 )
             )
             say(
-                f"  rep {rep + 1}/{bench.repeat}: bare {k(baseline[-1])} ev/s, engine {k(rates[-1])} ev/s"
+                f"  rep {rep + 1}/{bench.repeat}: "
+                f"bare {k(baseline[-1])} ev/s, engine {k(rates[-1])} ev/s"
             )
     value, base = median(rates), median(baseline)
     bench.add(Row(
         "replay", f"replay, {sizes.big_events:,}-event run", value, "ev/s", base, value / base,
         target="≥ 0.3× baseline", ok=value / base >= 0.3,
-        note="finished run from cursor 0 to its end, one client", samples=rates, baseline_samples=baseline,
+        note="finished run from cursor 0 to its end, one client",
+        samples=rates, baseline_samples=baseline,
     ))  # fmt: skip
 
 
 def stalled(bench: Bench) -> None:
-    """A client that stops reading while a run appends ``big_events``: the producer and server memory.
+    """A client that stops reading as a run appends ``big_events``: the producer and server memory.
 
     The run emits ``x.delta`` events (100-byte deltas the reducer ignores), so
     the server's memory is what streaming costs, not the run's own snapshot
@@ -719,7 +742,7 @@ def stalled(bench: Bench) -> None:
 
 
 def stalled_run(bench: Bench, stalled: bool) -> tuple[float, float]:
-    """One big x.delta run on a fresh server: its producer rate (ev/s) and the server's RSS growth (MB)."""
+    """One big x.delta run on a fresh server: producer rate (ev/s) and server RSS growth (MB)."""
     server = bench.new_server("stalled", sqlite_synchronous="NORMAL")
     held: list = []
     connect = functools.partial(hold_stalled_client, server, held) if stalled else None
@@ -807,8 +830,8 @@ def compaction(bench: Bench) -> None:
     if first_seq <= 1:
         bench.add(Row(
             "compaction", "compaction of the big run", None, "s",
-            note="SKIPPED: the engine does not compact (first_seq stayed 1 for a finished 2,000-event run "
-                 "with max_retained_events=100, event_retention_seconds=1)",
+            note="SKIPPED: the engine does not compact (first_seq stayed 1 for a finished "
+                 "2,000-event run with max_retained_events=100, event_retention_seconds=1)",
         ))  # fmt: skip
         return
     big = bench.big_runs()
@@ -839,8 +862,10 @@ def compaction(bench: Bench) -> None:
         server.http.close()
         server.stop()
     bench.add(Row(
-        "compaction", f"compaction of the finished {sizes.big_events:,}-event run", elapsed - ready, "s",
-        note=f"server ready to its events deleted (first_seq advanced after {advanced - ready:.1f} s; "
+        "compaction", f"compaction of the finished {sizes.big_events:,}-event run",
+        elapsed - ready, "s",
+        note="server ready to its events deleted "
+             f"(first_seq advanced after {advanced - ready:.1f} s; "
              f"the server took {ready:.1f} s to start, the first pass is due 0.25 s after start); "
              f"peak server RSS {peak:.0f} MB (about {idle_rss:.0f} MB once started)",
         details={"peak_rss_mb": peak, "rss_at_start_mb": idle_rss, "startup_s": ready,
@@ -870,7 +895,8 @@ def memory(bench: Bench) -> None:
         befores.append(rss.before / 2**20)
         peaks.append(rss.growth / 2**20)
         afters.append((after - rss.before) / 2**20)
-        say(f"  rep {rep + 1}/{bench.repeat}: before {befores[-1]:.0f} MB, peak +{peaks[-1]:.0f} MB, "
+        say(f"  rep {rep + 1}/{bench.repeat}: before {befores[-1]:.0f} MB, "
+            f"peak +{peaks[-1]:.0f} MB, "
             f"{settle:g} s after the end +{afters[-1]:.0f} MB")  # fmt: skip
     text_mb = events * 1000 / 2**20
     bench.add(Row(
@@ -885,6 +911,89 @@ def memory(bench: Bench) -> None:
         target="≤ +30 MB", ok=median(afters) <= 30,
         note="VmRSS once the run has been finished that long, minus VmRSS before it",
         samples=afters,
+    ))  # fmt: skip
+
+
+# Reads a big run again and again from another process until told to stop: a
+# GET of the run object, then a replay of all its events over SSE.
+BIG_READER = """
+import os, sys, http.client
+port, token, run_id, stop = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+headers = {"Authorization": "token " + token}
+reads = 0
+while not os.path.exists(stop):
+    for accept in ("application/json", "text/event-stream"):
+        conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=600)
+        path = "/api/agentruns/runs/" + run_id + ("/events" if accept != "application/json" else "")
+        conn.request("GET", path, headers={**headers, "Accept": accept})
+        response = conn.getresponse()
+        while response.read(1 << 20):
+            pass
+        conn.close()
+        reads += 1
+print(reads)
+"""
+
+
+def big_read(bench: Bench) -> None:
+    """A live stream's latency while another client reads a 100 MB run (GET, then a replay).
+
+    The big run is made first (``memory_events`` text deltas of 1 KB); then,
+    in each repetition, a run at ``rate`` ev/s is followed by one SSE client
+    alone (the baseline), and again while another process reads the big run
+    over and over.
+    """
+    sizes = bench.sizes
+    server = bench.new_server("bigread", sqlite_synchronous="NORMAL")
+    try:
+        big_id, _, _ = bench.run_with_rss(
+            server, sizes.memory_events, size=1000, per_message=sizes.memory_events
+        )
+        quiet, busy, reads = [], [], []
+        for rep in range(bench.repeat):
+            values, _ = asyncio.run(engine_latencies(bench, server, sizes.latency_events, 1))
+            quiet.append(ms_percentiles(values))
+            stop = bench.path("stop")
+            reader = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    BIG_READER,
+                    str(server.port),
+                    server.token,
+                    big_id,
+                    str(stop),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                time.sleep(0.5)  # the reader is in the middle of a read
+                values, counts = asyncio.run(
+                    engine_latencies(bench, server, sizes.latency_events, 1)
+                )
+            finally:
+                stop.touch()
+                out, _ = reader.communicate(timeout=600)
+            reads.append(int(out.strip() or 0))
+            busy.append(ms_percentiles(values))
+            say(
+                f"  rep {rep + 1}/{bench.repeat}: alone p99 {quiet[-1][1]:.2f} ms, "
+                f"beside {reads[-1]} reads of the big run p99 {busy[-1][1]:.2f} ms "
+                f"(worst {busy[-1][2]:.0f} ms)"
+            )
+    finally:
+        server.http.close()
+        server.stop()
+    p99, base = median(b[1] for b in busy), median(q[1] for q in quiet)
+    bench.add(Row(
+        "big-read", "live stream p99 beside reads of a 100 MB run", p99, "ms", base, p99 / base,
+        target="≤ 10 ms", ok=p99 <= 10,
+        note=f"{sizes.latency_events:,} deltas at {sizes.rate:,} ev/s to one SSE client while another "
+             f"process reads a {sizes.memory_events:,}-delta (1 KB each) run: GET runs/{{id}}, then a "
+             f"replay, again and again ({median(reads):.0f} reads per measurement); baseline: "
+             f"the same stream alone; worst {max(b[2] for b in busy):.0f} ms",
+        samples=[b[1] for b in busy], baseline_samples=[q[1] for q in quiet],
     ))  # fmt: skip
 
 
@@ -910,4 +1019,5 @@ SCENARIOS = {
     "idle": idle,
     "compaction": compaction,
     "memory": memory,
+    "big-read": big_read,
 }

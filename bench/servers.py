@@ -60,7 +60,10 @@ def reset_peak_rss(pid: int) -> None:
 
 
 class Subprocess:
-    """A server in a subprocess; it inherits the bench's open-files limit (``raise_open_files_limit``)."""
+    """A server in a subprocess.
+
+    It inherits the bench's open-files limit (``raise_open_files_limit``).
+    """
 
     process: subprocess.Popen | None = None
 

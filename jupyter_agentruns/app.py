@@ -24,9 +24,9 @@ class AgentRuns(ExtensionApp):
     name = "jupyter_agentruns"
     load_other_extensions = True
 
-    db_path = Unicode(help="The SQLite file holding runs and events (on a local disk: WAL needs one).").tag(
-        config=True
-    )
+    db_path = Unicode(
+        help="The SQLite file holding runs and events (on a local disk: WAL needs one)."
+    ).tag(config=True)
     owner_mode = Enum(
         ["auto", "shared", "per-user"],
         default_value="auto",
@@ -39,32 +39,41 @@ class AgentRuns(ExtensionApp):
     agents = Dict(
         key_trait=Unicode(), value_trait=Unicode(), help="Extra agents: name -> 'module:attr'."
     ).tag(config=True)
-    idempotency_ttl_seconds = Float(86400, help="How long Idempotency-Keys are remembered.").tag(config=True)
+    idempotency_ttl_seconds = Float(86400, help="How long Idempotency-Keys are remembered.").tag(
+        config=True
+    )
     event_retention_seconds = Float(
         86400, help="A finished run's events older than this are compacted into its snapshot."
     ).tag(config=True)
-    max_retained_events = Int(100000, help="Events kept per run; beyond, the oldest are compacted.").tag(
-        config=True
-    )
-    run_retention_seconds = Float(2592000, help="Finished runs older than this are deleted (then 410).").tag(
-        config=True
-    )
-    max_active_runs_per_user = Int(8, help="Active runs per owner; beyond it submit answers 429.").tag(
-        config=True
-    )
-    max_streams_per_user = Int(64, help="Open event streams per owner; beyond it 429.").tag(config=True)
-    heartbeat_interval = Float(15, help="Seconds between ': ping' comments on an idle stream.").tag(config=True)
-    write_timeout_seconds = Float(
-        30, help="A stream whose client reads nothing for this long is dropped (it resumes from its cursor)."
+    max_retained_events = Int(
+        100000, help="Events kept per run; beyond, the oldest are compacted."
     ).tag(config=True)
-    lease_seconds = Float(30, help="How long a run's executor lease lasts without renewal.").tag(config=True)
+    run_retention_seconds = Float(
+        2592000, help="Finished runs older than this are deleted (then 410)."
+    ).tag(config=True)
+    max_active_runs_per_user = Int(
+        8, help="Active runs per owner; beyond it submit answers 429."
+    ).tag(config=True)
+    max_streams_per_user = Int(64, help="Open event streams per owner; beyond it 429.").tag(
+        config=True
+    )
+    heartbeat_interval = Float(15, help="Seconds between ': ping' comments on an idle stream.").tag(
+        config=True
+    )
+    write_timeout_seconds = Float(
+        30,
+        help="A stream whose client reads nothing for this long is dropped (it resumes from its cursor).",
+    ).tag(config=True)
+    lease_seconds = Float(30, help="How long a run's executor lease lasts without renewal.").tag(
+        config=True
+    )
     max_body_bytes = Int(1048576, help="Request body limit (413 beyond).").tag(config=True)
-    max_event_bytes = Int(262144, help="One event's data limit; an agent exceeding it fails its run.").tag(
-        config=True
-    )
-    max_run_seconds = Float(86400, help="A run still going after this fails with deadline_exceeded.").tag(
-        config=True
-    )
+    max_event_bytes = Int(
+        262144, help="One event's data limit; an agent exceeding it fails its run."
+    ).tag(config=True)
+    max_run_seconds = Float(
+        86400, help="A run still going after this fails with deadline_exceeded."
+    ).tag(config=True)
     sqlite_synchronous = Enum(
         ["FULL", "NORMAL"],
         default_value="FULL",
@@ -79,14 +88,24 @@ class AgentRuns(ExtensionApp):
         # NaN slips through every comparison; handed to a timer it corrupts the event loop.
         value = proposal["value"]
         if not math.isfinite(value) or value <= 0:
-            raise TraitError(f"c.AgentRuns.{proposal['trait'].name} must be a positive number of seconds, not {value!r}")
+            raise TraitError(
+                f"c.AgentRuns.{proposal['trait'].name} must be a positive number of seconds, not {value!r}"
+            )
         return value
 
-    @validate("max_retained_events", "max_active_runs_per_user", "max_streams_per_user", "max_body_bytes", "max_event_bytes")
+    @validate(
+        "max_retained_events",
+        "max_active_runs_per_user",
+        "max_streams_per_user",
+        "max_body_bytes",
+        "max_event_bytes",
+    )
     def _positive_count(self, proposal):
         value = proposal["value"]
         if value < 1:
-            raise TraitError(f"c.AgentRuns.{proposal['trait'].name} must be at least 1, not {value!r}")
+            raise TraitError(
+                f"c.AgentRuns.{proposal['trait'].name} must be at least 1, not {value!r}"
+            )
         return value
 
     @default("db_path")
@@ -106,7 +125,11 @@ class AgentRuns(ExtensionApp):
         try:
             store = SQLiteStore(self.db_path, self.sqlite_synchronous)
             self.engine = Engine(
-                parent=self, store=store, agents=agents, agent_failures=failures, on_activity=self._record_activity
+                parent=self,
+                store=store,
+                agents=agents,
+                agent_failures=failures,
+                on_activity=self._record_activity,
             )
         except Exception as exc:
             # The server goes on (and stops cleanly); the API answers 503 saying why.

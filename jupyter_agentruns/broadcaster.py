@@ -233,7 +233,9 @@ class Subscriber:
             events = channel.window_after(self.cursor, limit, READ_MAX_BYTES)
         if events is None:
             events = await self._broadcaster.reader.run(
-                lambda conn: self._from_store(conn, min(limit, STORE_READ_CHUNK), remote=channel is None)
+                lambda conn: self._from_store(
+                    conn, min(limit, STORE_READ_CHUNK), remote=channel is None
+                )
             )
         if events:
             self.cursor = events[-1].seq
@@ -254,7 +256,10 @@ class Subscriber:
             if head["first_seq"] > cursor + 1:
                 raise CursorExpired(self.run_id)
         run_id_json = self._run_id_json
-        return [Event(seq, type, envelope(run_id_json, seq, type, ts, data)) for seq, type, ts, data in rows]
+        return [
+            Event(seq, type, envelope(run_id_json, seq, type, ts, data))
+            for seq, type, ts, data in rows
+        ]
 
     async def pull(self, limit: int, timeout: float, waiter: Waiter | None = None) -> list[Event]:
         """Like ``read``, but wait up to ``timeout`` seconds for at least one event.
@@ -287,7 +292,9 @@ def mark(broadcaster: Broadcaster, run_ids: list[str]) -> list[tuple[Signal, int
     return [(signal, signal.generation) for signal in signals.values()]
 
 
-async def wait_since(broadcaster: Broadcaster, marks: list[tuple[Signal, int]], timeout: float, waiter: Waiter) -> None:
+async def wait_since(
+    broadcaster: Broadcaster, marks: list[tuple[Signal, int]], timeout: float, waiter: Waiter
+) -> None:
     """Wait until a marked signal fires (at once if one fired since it was marked), ``timeout``, or a release."""
     if any(signal.generation != generation for signal, generation in marks):
         return

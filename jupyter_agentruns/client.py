@@ -57,7 +57,9 @@ def _server_from_info(info: dict[str, Any]) -> Server:
     scheme = "https" if info.get("secure") else "http"
     base_url = info.get("base_url") or "/"
     # The kernel runs on the server's machine: loopback reaches it whatever it listens on.
-    return Server(f"{scheme}://127.0.0.1:{info['port']}{base_url}", info.get("token") or "", base_url)
+    return Server(
+        f"{scheme}://127.0.0.1:{info['port']}{base_url}", info.get("token") or "", base_url
+    )
 
 
 def find_server(url: str | None = None, token: str | None = None) -> Server:
@@ -73,7 +75,9 @@ def find_server(url: str | None = None, token: str | None = None) -> Server:
         server = _server_from_info(parent[0])
     elif os.environ.get("JUPYTERHUB_SERVICE_URL") and os.environ.get("JUPYTERHUB_API_TOKEN"):
         hub_url = os.environ["JUPYTERHUB_SERVICE_URL"].rstrip("/") + "/"
-        server = Server(hub_url, os.environ["JUPYTERHUB_API_TOKEN"], urllib.parse.urlparse(hub_url).path)
+        server = Server(
+            hub_url, os.environ["JUPYTERHUB_API_TOKEN"], urllib.parse.urlparse(hub_url).path
+        )
     elif len(servers) == 1:
         server = _server_from_info(servers[0])
     else:
@@ -99,7 +103,9 @@ class Client:
         self.server = server
         self.api = server.url + "api/agentruns/"
         self.timeout = timeout
-        self._ssl = ssl._create_unverified_context() if self.api.startswith("https://127.0.0.1") else None
+        self._ssl = (
+            ssl._create_unverified_context() if self.api.startswith("https://127.0.0.1") else None
+        )
 
     def request(
         self,
@@ -125,7 +131,9 @@ class Client:
         for name, value in (headers or {}).items():
             request.add_header(name, value)
         try:
-            with urllib.request.urlopen(request, timeout=timeout or self.timeout, context=self._ssl) as response:
+            with urllib.request.urlopen(
+                request, timeout=timeout or self.timeout, context=self._ssl
+            ) as response:
                 raw = response.read()
                 if accept != "application/json":
                     return response.status, dict(response.headers), raw.decode("utf-8")
@@ -139,9 +147,13 @@ class Client:
                 code, message = "http_error", raw.decode(errors="replace")[:500]
             raise AgentRunsError(error.code, code, message) from None
         except urllib.error.URLError as error:
-            raise ServerNotFound(f"Cannot reach the Jupyter server at {self.server.url}: {error.reason}") from None
+            raise ServerNotFound(
+                f"Cannot reach the Jupyter server at {self.server.url}: {error.reason}"
+            ) from None
 
-    def submit(self, body: dict[str, Any], key: str, *, key_with_run: bool = False) -> tuple[dict[str, Any], bool]:
+    def submit(
+        self, body: dict[str, Any], key: str, *, key_with_run: bool = False
+    ) -> tuple[dict[str, Any], bool]:
         """Submit a run; returns ``(run, replayed)``.
 
         ``key_with_run``: the server remembers the key as long as the run exists.
@@ -163,7 +175,9 @@ class Client:
         """The newest run of ``run``'s chain of Run again (``run`` itself when it was never run again)."""
         seen = {run["run_id"]}
         while True:
-            retries = self.request("GET", "runs", params={"retry_of": run["run_id"], "limit": 1})[2]["runs"]
+            retries = self.request("GET", "runs", params={"retry_of": run["run_id"], "limit": 1})[
+                2
+            ]["runs"]
             if not retries or retries[0]["run_id"] in seen:
                 return run
             run = retries[0]
@@ -179,7 +193,9 @@ class Client:
         """Long-poll the run's events until it is terminal; returns the run."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            remaining = 25.0 if deadline is None else max(0.0, min(25.0, deadline - time.monotonic()))
+            remaining = (
+                25.0 if deadline is None else max(0.0, min(25.0, deadline - time.monotonic()))
+            )
             body = self.request(
                 "GET",
                 f"runs/{run_id}/events",
@@ -201,7 +217,9 @@ def cell_context() -> tuple[str | None, str | None]:
         from IPython import get_ipython
 
         shell = get_ipython()
-        parent = shell.kernel.get_parent() if shell is not None and hasattr(shell, "kernel") else None
+        parent = (
+            shell.kernel.get_parent() if shell is not None and hasattr(shell, "kernel") else None
+        )
         cell_id = (parent or {}).get("metadata", {}).get("cellId")
     except Exception:
         cell_id = None
@@ -217,5 +235,7 @@ def default_key(notebook: str | None, cell_id: str | None, body: dict[str, Any])
     """
     if not notebook or not cell_id:
         return "py-" + uuid.uuid4().hex
-    canonical = json.dumps({"notebook": notebook, "cell": cell_id, **body}, sort_keys=True, separators=(",", ":"))
+    canonical = json.dumps(
+        {"notebook": notebook, "cell": cell_id, **body}, sort_keys=True, separators=(",", ":")
+    )
     return "nb-" + hashlib.sha256(canonical.encode()).hexdigest()

@@ -30,11 +30,17 @@ from .writer import Writer
 DELETE_CHUNK = 5000
 
 
-def compaction_target(row: dict[str, Any], now: float, retention_seconds: float, max_events: int) -> int | None:
+def compaction_target(
+    row: dict[str, Any], now: float, retention_seconds: float, max_events: int
+) -> int | None:
     """The ``first_seq`` a run should have now, or None when it has nothing to compact."""
     target = row["first_seq"]
     finished_ts = row.get("finished_ts")
-    if is_terminal(row["status"]) and finished_ts is not None and now - finished_ts >= retention_seconds:
+    if (
+        is_terminal(row["status"])
+        and finished_ts is not None
+        and now - finished_ts >= retention_seconds
+    ):
         target = row["last_seq"]  # keep only the terminal event
     if row["last_seq"] - row["first_seq"] + 1 > max_events:
         target = max(target, row["last_seq"] - max_events + 1)
@@ -54,7 +60,9 @@ class Compactor:
         self._writer = writer
         self._reader = reader
         self._broadcaster = broadcaster
-        self._settings = settings  # event_retention_seconds, max_retained_events, run_retention_seconds
+        self._settings = (
+            settings  # event_retention_seconds, max_retained_events, run_retention_seconds
+        )
         self._on_deleted = on_deleted
         self._lock = asyncio.Lock()  # one compaction at a time
 
@@ -72,7 +80,9 @@ class Compactor:
             for run_id in candidates:
                 if await self._compact(run_id):
                     compacted += 1
-            expired = await self._reader.run(lambda conn: conn.expired_runs(now - settings.run_retention_seconds))
+            expired = await self._reader.run(
+                lambda conn: conn.expired_runs(now - settings.run_retention_seconds)
+            )
             for run_id, owner in expired:
                 await self.bury(run_id, owner)
             return {"compacted": compacted, "deleted": len(expired)}
@@ -128,13 +138,17 @@ class Compactor:
         if channel is not None:
             channel.first_seq = target
         # Readers already ignore what is below first_seq; the rows go in small bites.
-        while await self._writer.run(lambda conn: conn.delete_events_before(run_id, target, DELETE_CHUNK)):
+        while await self._writer.run(
+            lambda conn: conn.delete_events_before(run_id, target, DELETE_CHUNK)
+        ):
             await asyncio.sleep(0)
         return True
 
     async def bury(self, run_id: str, owner: str) -> None:
         """Delete a run past its retention, in chunks, leaving its tombstone."""
-        while await self._writer.run(lambda conn: conn.delete_events_before(run_id, 2**62, DELETE_CHUNK)):
+        while await self._writer.run(
+            lambda conn: conn.delete_events_before(run_id, 2**62, DELETE_CHUNK)
+        ):
             await asyncio.sleep(0)
         await self._writer.run(lambda conn: conn.bury(run_id, owner, time.time()))
         self._on_deleted(run_id)

@@ -54,5 +54,7 @@ def parse_page_cursor(raw: str) -> tuple[str, str]:
         text = ""
     created_at, _, run_id = text.partition("|")
     if not (raw.isascii() and _TIMESTAMP.match(created_at) and _RUN_ID.match(run_id)):
-        raise invalid_request(f"before={raw!r} is not a cursor: pass the `next` of the previous page.")
+        raise invalid_request(
+            f"before={raw!r} is not a cursor: pass the `next` of the previous page."
+        )
     return created_at, run_id

@@ -31,11 +31,13 @@ from .events import Append
 from .executor import Executor
 from .idempotency import fingerprint
 from .reader import Reader
+from .record import run_markdown
 from .store import Store, StoreConnection, reduce_stored
 from .timeutil import now_iso
 from .writer import Writer
 
 SNAPSHOT_CACHE_BYTES = 64 * 1024 * 1024
+LIST_PAGE_BYTES = 16 * 1024 * 1024
 RUN_FIELDS = (
     "run_id", "agent", "status", "session", "metadata", "input", "retry_of",
     "created_at", "started_at", "finished_at", "last_seq", "first_seq",
@@ -134,7 +136,10 @@ class Engine(LoggingConfigurable):
                 on_deleted=self.forget_snapshot,
             )
         await self.sweep()
-        self._background = [loop.create_task(self._maintain()), loop.create_task(self._compact_periodically())]
+        self._background = [
+            loop.create_task(self._maintain()),
+            loop.create_task(self._compact_periodically()),
+        ]
 
     async def stop(self) -> None:
         """End live runs ``interrupted`` (``server_shutdown``), commit, close the store."""
@@ -199,7 +204,9 @@ class Engine(LoggingConfigurable):
                 self.log.exception("agentruns: retention pass failed")
             else:
                 if counts["deleted"]:
-                    self.log.info("agentruns: deleted %d run(s) past run_retention_seconds", counts["deleted"])
+                    self.log.info(
+                        "agentruns: deleted %d run(s) past run_retention_seconds", counts["deleted"]
+                    )
 
     async def renew_leases(self) -> None:
         """Renew this server's leases, and take the cancels other servers recorded for its runs."""
@@ -215,7 +222,9 @@ class Engine(LoggingConfigurable):
         for run_id, request in await self.writer.run(renew):
             execution = self.live.get(run_id)
             if execution is not None:
-                await self.executor.cancel(execution, request.get("reason"), request.get("requested_at"))
+                await self.executor.cancel(
+                    execution, request.get("reason"), request.get("requested_at")
+                )
         self.activity_changed()
 
     async def sweep(self) -> int:
@@ -268,7 +277,8 @@ class Engine(LoggingConfigurable):
             return ApiError(
                 404,
                 "unknown_agent",
-                f"The agent {name!r} failed to load ({failure}); the server log says more, GET agents lists the others.",
+                f"The agent {name!r} failed to load ({failure}); the server log says more, "
+                "GET agents lists the others.",
             )
         return ApiError(404, "unknown_agent", f"No agent named {name!r}; GET agents lists them.")
 
@@ -289,7 +299,11 @@ class Engine(LoggingConfigurable):
             problem = ApiError(400, "invalid_input", reason) if reason else None
         fp = request.fingerprint
         settings = self.settings
-        ttl, max_active, lease = settings.idempotency_ttl_seconds, settings.max_active_runs_per_user, settings.lease_seconds
+        ttl, max_active, lease = (
+            settings.idempotency_ttl_seconds,
+            settings.max_active_runs_per_user,
+            settings.lease_seconds,
+        )
         now = time.time()
 
         def create(conn: StoreConnection) -> tuple[dict[str, Any], bool]:
@@ -351,7 +365,9 @@ class Engine(LoggingConfigurable):
         """The caller's run's owner, status and seqs, or 404/410."""
         return await self.reader.run(lambda conn: self._owned(conn, owner, run_id, full=False))
 
-    def _owned(self, conn: StoreConnection, owner: str, run_id: str, *, full: bool) -> dict[str, Any]:
+    def _owned(
+        self, conn: StoreConnection, owner: str, run_id: str, *, full: bool
+    ) -> dict[str, Any]:
         row = conn.get_run(run_id) if full else conn.get_run_head(run_id)
         if row is None:
             tombstone = conn.get_tombstone(run_id)
@@ -368,7 +384,22 @@ class Engine(LoggingConfigurable):
 
     async def get_run(self, owner: str, run_id: str) -> dict[str, Any]:
         """The caller's run object, read (and its snapshot brought up to date) off the event loop."""
-        return await self.reader.run(lambda conn: self.run_object(conn, self._owned(conn, owner, run_id, full=True)))
+        return await self.reader.run(
+            lambda conn: self.run_object(conn, self._owned(conn, owner, run_id, full=True))
+        )
+
+    async def run_answer(self, owner: str, run_id: str, markdown: bool = False) -> bytes:
+        """What ``GET runs/{id}`` answers, JSON (or the Markdown record), made off the event loop.
+
+        A run's snapshot can hold 100 MB of text: reading, decoding and
+        encoding it all happen on a reader thread.
+        """
+
+        def answer(conn: StoreConnection) -> bytes:
+            run = self.run_object(conn, self._owned(conn, owner, run_id, full=True))
+            return (run_markdown(run) if markdown else jsonio.dumps(run)).encode("utf-8")
+
+        return await self.reader.run(answer)
 
     async def list_runs(
         self,
@@ -379,22 +410,44 @@ class Engine(LoggingConfigurable):
         limit: int,
         before: str | None,
         retry_of: str | None = None,
-    ) -> tuple[list[dict[str, Any]], str | None]:
-        """One page of the owner's runs, newest first, and the ``before`` of the next page (or None)."""
+    ) -> bytes:
+        """One page of the owner's runs, newest first, with the ``before`` of the next page: JSON.
+
+        Made off the event loop, and bounded: a page stops early once it holds
+        ``LIST_PAGE_BYTES`` of snapshot text (its ``next`` goes on from there).
+        """
         after = parse_page_cursor(before) if before else None
 
-        def page(conn: StoreConnection) -> tuple[list[dict[str, Any]], str | None]:
+        def page(conn: StoreConnection) -> bytes:
             rows = conn.list_runs(
-                owner, status=status, session=session, limit=limit + 1, before=after, retry_of=retry_of
+                owner,
+                status=status,
+                session=session,
+                limit=limit + 1,
+                before=after,
+                retry_of=retry_of,
             )
-            more = len(rows) > limit
-            rows = rows[:limit]
-            next_page = page_cursor(rows[-1]["created_at"], rows[-1]["run_id"]) if more else None
-            return [self.run_object(conn, row) for row in rows], next_page
+            runs: list[dict[str, Any]] = []
+            size = 0
+            for row in rows[:limit]:
+                full = conn.get_run(row["run_id"])
+                if full is None:
+                    continue  # deleted since the list was read
+                runs.append(self.run_object(conn, full))
+                # A page ends early once its snapshots hold enough text: its
+                # next page goes on from there.
+                size += approximate_size(runs[-1]["snapshot"])
+                if size >= LIST_PAGE_BYTES:
+                    break
+            more = len(rows) > len(runs) and bool(runs)
+            next_page = page_cursor(runs[-1]["created_at"], runs[-1]["run_id"]) if more else None
+            return jsonio.dumps({"runs": runs, "next": next_page}).encode("utf-8")
 
         return await self.reader.run(page)
 
-    async def cancel(self, owner: str, run_id: str, reason: str | None) -> tuple[dict[str, Any], bool]:
+    async def cancel(
+        self, owner: str, run_id: str, reason: str | None
+    ) -> tuple[dict[str, Any], bool]:
         """Cancel a run; returns ``(run, started)``, started False when it was already ending."""
         await self.start()
         await self.owned_head(owner, run_id)
@@ -497,16 +550,29 @@ def approximate_size(snapshot: dict) -> int:
 def request_cancel(conn: StoreConnection, run_id: str, reason: str | None) -> bool:
     """Record a cancel for the server executing ``run_id``; False when there is nothing to start."""
     row = conn.get_run(run_id)
-    if row is None or row["status"] not in lifecycle.CANCELLABLE or row["cancel_request"] is not None:
+    if (
+        row is None
+        or row["status"] not in lifecycle.CANCELLABLE
+        or row["cancel_request"] is not None
+    ):
         return False
     conn.record_cancel_request(run_id, {"reason": reason, "requested_at": now_iso()})
     return True
 
 
-def end_stored(conn: StoreConnection, row: dict[str, Any], transition: lifecycle.Transition) -> None:
+def end_stored(
+    conn: StoreConnection, row: dict[str, Any], transition: lifecycle.Transition
+) -> None:
     """Commit a terminal transition for a run no executor holds, in the caller's transaction."""
     seq = row["last_seq"] + 1
-    snapshot = reduce_stored(conn, row["run_id"], reducer.Snapshot(row["snapshot"]), row["snapshot_seq"], row["last_seq"])
+    snapshot = reduce_stored(
+        conn, row["run_id"], reducer.Snapshot(row["snapshot"]), row["snapshot_seq"], row["last_seq"]
+    )
     ts = transition.fields.get("finished_at") or now_iso()
-    conn.append_events([(row["run_id"], seq, transition.type, ts, jsonio.dumps(transition.data, compact=True))])
-    conn.update_run(row["run_id"], {**transition.fields, "last_seq": seq, "snapshot": snapshot, "snapshot_seq": seq})
+    conn.append_events(
+        [(row["run_id"], seq, transition.type, ts, jsonio.dumps(transition.data, compact=True))]
+    )
+    conn.update_run(
+        row["run_id"],
+        {**transition.fields, "last_seq": seq, "snapshot": snapshot, "snapshot_seq": seq},
+    )

@@ -53,4 +53,7 @@ def error_object(exc: BaseException) -> dict[str, str]:
     """
     message = _PATH.sub("<path>", str(exc))[:2000]
     error_type = getattr(exc, "error_type", None)
-    return {"type": error_type if isinstance(error_type, str) else type(exc).__name__, "message": message}
+    return {
+        "type": error_type if isinstance(error_type, str) else type(exc).__name__,
+        "message": message,
+    }

@@ -68,7 +68,9 @@ class Stop(enum.Enum):
 class Execution:
     """One running run, as the executor sees it."""
 
-    def __init__(self, row: dict[str, Any], writer: Writer, broadcaster: Broadcaster, max_event_bytes: int):
+    def __init__(
+        self, row: dict[str, Any], writer: Writer, broadcaster: Broadcaster, max_event_bytes: int
+    ):
         self.run_id: str = row["run_id"]
         self.row = row
         self.seq: int = row["last_seq"]
@@ -77,7 +79,9 @@ class Execution:
         self.closed = False  # its terminal event is queued: it takes no more events
         self.stop: Stop | None = None
         self.cancel: dict[str, Any] | None = None  # {requested_at, reason, stage} once Stop.CANCEL
-        self.fatal: BaseException | None = None  # what makes the run fail whatever the agent does next
+        self.fatal: BaseException | None = (
+            None  # what makes the run fail whatever the agent does next
+        )
         self.started = False
         self.task: asyncio.Future | None = None
         self.stopping = asyncio.Event()  # set with self.stop
@@ -95,7 +99,10 @@ class Execution:
 
     def stage(self) -> dict[str, Any]:
         """What the run had done last, for a cancellation."""
-        return {"seq": self.seq, "step": reducer.describe_step(self.snapshot.structure(), self.last_type)}
+        return {
+            "seq": self.seq,
+            "step": reducer.describe_step(self.snapshot.structure(), self.last_type),
+        }
 
     async def emit(self, type: str, data: dict[str, Any]) -> int:
         """Append an event: wait for queue space (backpressure), then number and queue it."""
@@ -132,7 +139,9 @@ class Execution:
         if self._writer.full:
             await self._writer.wait_for_space()
 
-    def append(self, type: str, data: dict[str, Any], data_json: str, fields: dict[str, Any] | None = None) -> int:
+    def append(
+        self, type: str, data: dict[str, Any], data_json: str, fields: dict[str, Any] | None = None
+    ) -> int:
         """Number the event and hand it to the writer; synchronous, so nothing interleaves."""
         if self.closed or self._writer.closed:
             raise RunClosed(f"run {self.run_id} has ended")
@@ -144,7 +153,13 @@ class Execution:
             # so a long text is never joined or encoded whole.
             fields = {**(fields or {}), "snapshot": self.snapshot, "snapshot_seq": seq}
         item = Append(
-            self.run_id, seq, type, ts, data_json, fields or None, envelope(self._run_id_json, seq, type, ts, data_json)
+            self.run_id,
+            seq,
+            type,
+            ts,
+            data_json,
+            fields or None,
+            envelope(self._run_id_json, seq, type, ts, data_json),
         )
         self._writer.append(item)
         self.bytes += len(data_json)
@@ -215,7 +230,9 @@ class RunContext:
 
     async def emit(self, type: str, data: dict[str, Any] | None = None) -> int:
         """Append one event of a documented type (or ``x.<name>``); returns its seq."""
-        if type not in AGENT_EVENT_TYPES and not (type.startswith("x.") and CUSTOM_NAME.match(type[2:])):
+        if type not in AGENT_EVENT_TYPES and not (
+            type.startswith("x.") and CUSTOM_NAME.match(type[2:])
+        ):
             raise ValueError(f"agents cannot emit events of type {type!r}")
         return await self._execution.emit(type, data or {})
 
@@ -249,10 +266,14 @@ class RunContext:
         """Record that a tool call starts; returns its ``call_id``."""
         self._calls += 1
         call_id = f"c{self._calls}"
-        await self._execution.emit("tool.started", {"call_id": call_id, "name": name, "args": args or {}})
+        await self._execution.emit(
+            "tool.started", {"call_id": call_id, "name": name, "args": args or {}}
+        )
         return call_id
 
-    async def tool_completed(self, call_id: str, result: Any = None, *, ok: bool = True, error: Any = None) -> int:
+    async def tool_completed(
+        self, call_id: str, result: Any = None, *, ok: bool = True, error: Any = None
+    ) -> int:
         data: dict[str, Any] = {"call_id": call_id, "ok": ok}
         if ok:
             data["result"] = result
@@ -271,7 +292,9 @@ class RunContext:
 
     async def usage(self, input_tokens: int, output_tokens: int) -> int:
         """Token totals so far (each usage event replaces the last)."""
-        return await self._execution.emit("usage", {"input_tokens": input_tokens, "output_tokens": output_tokens})
+        return await self._execution.emit(
+            "usage", {"input_tokens": input_tokens, "output_tokens": output_tokens}
+        )
 
     async def durable(self) -> None:
         """Wait until every event emitted so far is committed to the store.
@@ -363,7 +386,12 @@ class Executor:
                 await self._finish(execution)
                 return
             started = lifecycle.started()
-            execution.append(started.type, started.data, execution.encode(started.type, started.data), started.fields)
+            execution.append(
+                started.type,
+                started.data,
+                execution.encode(started.type, started.data),
+                started.fields,
+            )
             agent = execution.task = asyncio.ensure_future(self._call_agent(execution, spec))
             # The end may be decided by something else (a cancel, an oversized
             # event): retrieve the agent's exception anyway, or asyncio logs
@@ -371,7 +399,9 @@ class Executor:
             agent.add_done_callback(_retrieve)
             stopping = asyncio.ensure_future(execution.stopping.wait())
             done, _ = await asyncio.wait(
-                {agent, stopping}, timeout=self._max_run_seconds, return_when=asyncio.FIRST_COMPLETED
+                {agent, stopping},
+                timeout=self._max_run_seconds,
+                return_when=asyncio.FIRST_COMPLETED,
             )
             stopping.cancel()
             if agent not in done:
@@ -426,7 +456,10 @@ class Executor:
             except (TypeError, ValueError) as exc:  # an output that is not JSON, or too large
                 if transition.type != "run.succeeded":
                     raise
-                error = {"type": "invalid_output", "message": f"the agent's output cannot be stored: {exc}"}
+                error = {
+                    "type": "invalid_output",
+                    "message": f"the agent's output cannot be stored: {exc}",
+                }
                 await execution.commit(lifecycle.failed(error))
         await self._forget(execution)
 
@@ -450,9 +483,13 @@ class Executor:
                 error["type"] = "event_too_large"
             return lifecycle.failed(error)
         if task is None or not task.done() or task.cancelled():
-            return lifecycle.failed({"type": "cancelled", "message": "the agent stopped without an answer"})
+            return lifecycle.failed(
+                {"type": "cancelled", "message": "the agent stopped without an answer"}
+            )
         if task.exception() is not None:
-            self._log.warning("agentruns: run %s failed", execution.run_id, exc_info=task.exception())
+            self._log.warning(
+                "agentruns: run %s failed", execution.run_id, exc_info=task.exception()
+            )
             return lifecycle.failed(error_object(task.exception()))
         return lifecycle.succeeded(task.result())
 
@@ -469,7 +506,9 @@ class Executor:
             # pages; a big run would otherwise leave the server that much larger.
             asyncio.get_running_loop().call_soon(release_memory)
 
-    async def cancel(self, execution: Execution, reason: str | None, requested_at: str | None = None) -> bool:
+    async def cancel(
+        self, execution: Execution, reason: str | None, requested_at: str | None = None
+    ) -> bool:
         """Start cancelling a run; False when it was already ending or cancelling.
 
         ``requested_at``: when the cancel was asked of another server sharing the store.
@@ -481,8 +520,15 @@ class Executor:
             return False
         # Decide and append with no await in between: whatever the run does
         # next comes after its cancel_requested event.
-        transition = lifecycle.cancel_requested(reason, requested_at or now_iso(), execution.stage())
-        execution.append(transition.type, transition.data, execution.encode(transition.type, transition.data), transition.fields)
+        transition = lifecycle.cancel_requested(
+            reason, requested_at or now_iso(), execution.stage()
+        )
+        execution.append(
+            transition.type,
+            transition.data,
+            execution.encode(transition.type, transition.data),
+            transition.fields,
+        )
         execution.cancel = transition.fields["cancel"]
         execution.request_stop(Stop.CANCEL)
         if not execution.started:

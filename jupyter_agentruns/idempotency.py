@@ -18,7 +18,13 @@ def fingerprint(
 ) -> str:
     """SHA-256 of the compact, key-sorted JSON of what a submit asks for."""
     canonical = json.dumps(
-        {"agent": agent, "input": input, "session": session, "metadata": metadata, "retry_of": retry_of},
+        {
+            "agent": agent,
+            "input": input,
+            "session": session,
+            "metadata": metadata,
+            "retry_of": retry_of,
+        },
         sort_keys=True,
         separators=(",", ":"),
     )

@@ -45,7 +45,9 @@ def check(value: Any, path: str = "") -> None:
         if isinstance(item, float):
             if not math.isfinite(item):
                 name = "NaN" if math.isnan(item) else ("Infinity" if item > 0 else "-Infinity")
-                raise UnsafeJson(where, f"is {name}, which is not a JSON number: send a finite number or null")
+                raise UnsafeJson(
+                    where, f"is {name}, which is not a JSON number: send a finite number or null"
+                )
         elif isinstance(item, str):
             if _LONE_SURROGATE.search(item):
                 raise UnsafeJson(where, "holds a lone UTF-16 surrogate, which is not text")

@@ -5,7 +5,7 @@ event and the change commit in one transaction). This module decides both:
 each function returns a ``Transition`` (event type, event data, run columns
 to set) and the executor, the lease sweep and cancel commit it as they can.
 A new status is added here, in the reducer twins and in their shared vectors
-(``tests/vectors/statuses.json``), nowhere else.
+(``tests/vectors/lifecycle/statuses.json``), nowhere else.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from .timeutil import now_iso
 class RunStatus(str, enum.Enum):
     QUEUED = "queued"
     RUNNING = "running"
+    WAITING = "waiting"  # for a person's answer (see Asking a person)
     CANCELLING = "cancelling"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -32,8 +33,10 @@ class RunStatus(str, enum.Enum):
 
 
 # The statuses of a run that is not over: they count against limits and keep a server busy.
-ACTIVE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.CANCELLING})
-TERMINAL = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.INTERRUPTED})
+ACTIVE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.CANCELLING})
+TERMINAL = frozenset(
+    {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.INTERRUPTED}
+)
 # Plain strings, for SQL parameters and comparisons with stored rows.
 ACTIVE_STATUSES = tuple(sorted(status.value for status in ACTIVE))
 TERMINAL_STATUSES = tuple(sorted(status.value for status in TERMINAL))
@@ -47,7 +50,7 @@ TERMINAL_EVENTS = {
     "run.interrupted": RunStatus.INTERRUPTED.value,
 }
 # A cancel can start while the run has not ended or begun to end.
-CANCELLABLE = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
+CANCELLABLE = (RunStatus.QUEUED.value, RunStatus.RUNNING.value, RunStatus.WAITING.value)
 
 
 def is_active(status: str) -> bool:
@@ -72,12 +75,18 @@ class Transition:
 
 
 def started() -> Transition:
-    return Transition("run.started", {}, {"status": RunStatus.RUNNING.value, "started_at": now_iso()})
+    return Transition(
+        "run.started", {}, {"status": RunStatus.RUNNING.value, "started_at": now_iso()}
+    )
 
 
 def cancel_requested(reason: str | None, requested_at: str, stage: dict[str, Any]) -> Transition:
     cancel = {"requested_at": requested_at, "reason": reason, "stage": stage}
-    return Transition("run.cancel_requested", {"reason": reason}, {"status": RunStatus.CANCELLING.value, "cancel": cancel})
+    return Transition(
+        "run.cancel_requested",
+        {"reason": reason},
+        {"status": RunStatus.CANCELLING.value, "cancel": cancel},
+    )
 
 
 def succeeded(output: Any) -> Transition:
@@ -105,5 +114,9 @@ def as_pending_cancel(run: dict[str, Any], request: dict[str, Any]) -> dict[str,
     """A run object as it will be once the server executing it takes a recorded cancel request."""
     if not is_active(run["status"]):
         return run
-    cancel = {"requested_at": request.get("requested_at"), "reason": request.get("reason"), "stage": None}
+    cancel = {
+        "requested_at": request.get("requested_at"),
+        "reason": request.get("reason"),
+        "stage": None,
+    }
     return {**run, "status": RunStatus.CANCELLING.value, "cancel": cancel}

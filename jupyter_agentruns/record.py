@@ -26,12 +26,18 @@ def run_markdown(run: dict[str, Any]) -> str:
     lines = [_headline(run), ""]
     tools = run["snapshot"].get("tools") or []
     for tool in tools[:TOOLS_SHOWN]:
-        lines.append(f"- tool `{_code(tool['name'])}` {_args(tool.get('args'))} → {_tool_outcome(tool)}")
+        lines.append(
+            f"- tool `{_code(tool['name'])}` {_args(tool.get('args'))} → {_tool_outcome(tool)}"
+        )
     if len(tools) > TOOLS_SHOWN:
         lines.append(f"- … and {len(tools) - TOOLS_SHOWN} more tool calls")
     if tools:
         lines.append("")
-    answer = "".join(m["text"] for m in run["snapshot"].get("messages") or [] if m.get("role", "assistant") == "assistant")
+    answer = "".join(
+        m["text"]
+        for m in run["snapshot"].get("messages") or []
+        if m.get("role", "assistant") == "assistant"
+    )
     if answer.strip():
         if len(answer) > ANSWER_LIMIT:
             cut = answer.rfind("\n", 0, ANSWER_LIMIT)
@@ -61,7 +67,9 @@ def _headline(run: dict[str, Any]) -> str:
         parts.append(_seconds(seconds))
     usage = run["snapshot"].get("usage")
     if usage:
-        parts.append(f"{usage.get('input_tokens', '?')} tokens in, {usage.get('output_tokens', '?')} out")
+        parts.append(
+            f"{usage.get('input_tokens', '?')} tokens in, {usage.get('output_tokens', '?')} out"
+        )
     return " · ".join(parts)
 
 

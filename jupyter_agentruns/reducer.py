@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
+
 def empty_snapshot() -> dict[str, Any]:
     """The snapshot of a run with no events."""
     return {"messages": [], "tools": [], "progress": None, "usage": None}
@@ -35,7 +36,12 @@ def apply(snapshot: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
     data = event.get("data") or {}
     if kind == "message.started":
         snapshot["messages"].append(
-            {"id": data["message_id"], "role": data.get("role", "assistant"), "text": "", "done": False}
+            {
+                "id": data["message_id"],
+                "role": data.get("role", "assistant"),
+                "text": "",
+                "done": False,
+            }
         )
     elif kind == "text.delta":
         message = _find(snapshot["messages"], "id", data["message_id"])
@@ -69,7 +75,10 @@ def apply(snapshot: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
     elif kind == "progress":
         snapshot["progress"] = {"fraction": data.get("fraction"), "message": data.get("message")}
     elif kind == "usage":
-        usage = {"input_tokens": data.get("input_tokens"), "output_tokens": data.get("output_tokens")}
+        usage = {
+            "input_tokens": data.get("input_tokens"),
+            "output_tokens": data.get("output_tokens"),
+        }
         if data.get("estimated"):
             # Counted by the agent, not reported by the model server: the view says so.
             usage["estimated"] = True
@@ -94,7 +103,9 @@ class Snapshot:
         self._snapshot = copy.deepcopy(base) if base is not None else empty_snapshot()
         # message index -> [chunks..., pieces not yet in a chunk], and the pieces' length
         self._pending: dict[int, list[str]] = {}
-        self._loose: dict[int, tuple[int, int]] = {}  # message index -> (first loose piece, their chars)
+        self._loose: dict[
+            int, tuple[int, int]
+        ] = {}  # message index -> (first loose piece, their chars)
 
     @classmethod
     def wrap(cls, snapshot: dict[str, Any]) -> Snapshot:
@@ -115,7 +126,10 @@ class Snapshot:
             if messages[index]["id"] == data["message_id"]:
                 break
         else:
-            apply(self._snapshot, {"type": "message.started", "data": {"message_id": data["message_id"]}})
+            apply(
+                self._snapshot,
+                {"type": "message.started", "data": {"message_id": data["message_id"]}},
+            )
             index = len(messages) - 1
         pending = self._pending.setdefault(index, [])
         start, chars = self._loose.get(index, (len(pending), 0))

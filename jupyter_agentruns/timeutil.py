@@ -14,6 +14,8 @@ def now_iso() -> str:
     global _last
     millis = time.time_ns() // 1_000_000
     if millis != _last[0]:
-        stamp = datetime.fromtimestamp(millis / 1000, timezone.utc).isoformat(timespec="milliseconds")
+        stamp = datetime.fromtimestamp(millis / 1000, timezone.utc).isoformat(
+            timespec="milliseconds"
+        )
         _last = (millis, stamp.replace("+00:00", "Z"))
     return _last[1]

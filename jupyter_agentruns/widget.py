@@ -22,7 +22,15 @@ import anywidget
 import traitlets
 
 from . import jsonio
-from .client import TERMINAL, AgentRunsError, Client, ServerNotFound, cell_context, default_key, find_server
+from .client import (
+    TERMINAL,
+    AgentRunsError,
+    Client,
+    ServerNotFound,
+    cell_context,
+    default_key,
+    find_server,
+)
 from .record import run_markdown
 
 MIME_TYPE = "application/vnd.jupyter.agentruns.run+json"
@@ -61,12 +69,15 @@ class Run(anywidget.AnyWidget):
     last_seq = traitlets.Int(0).tag(sync=True)
     status = traitlets.Unicode("").tag(sync=True)
     base_url = traitlets.Unicode("/").tag(sync=True)
-    reattached = traitlets.Bool(False, help="This cell found an existing run instead of starting one.").tag(sync=True)
+    reattached = traitlets.Bool(
+        False, help="This cell found an existing run instead of starting one."
+    ).tag(sync=True)
     followed = traitlets.Unicode(
         "", help="The run this cell's key found, when the widget shows a newer Run again of it."
     ).tag(sync=True)
     record = traitlets.Unicode(
-        "", help="The run's static record (Markdown): what a view shows where it cannot reach the server."
+        "",
+        help="The run's static record (Markdown): what a view shows where it cannot reach the server.",
     ).tag(sync=True)
 
     def __init__(self, run: dict[str, Any], client: Client, **kwargs: Any):
@@ -114,7 +125,12 @@ class Run(anywidget.AnyWidget):
         data, metadata = self._repr_mimebundle_()
         data = {
             **data,
-            MIME_TYPE: {"run_id": self.run_id, "status": self.status, "last_seq": self.last_seq, "agent": self._run["agent"]},
+            MIME_TYPE: {
+                "run_id": self.run_id,
+                "status": self.status,
+                "last_seq": self.last_seq,
+                "agent": self._run["agent"],
+            },
             "text/markdown": self.record,
             "text/plain": f"Run(run_id={self.run_id!r}, status={self.status!r})",
         }
@@ -250,7 +266,12 @@ def attach(run_id: str, *, url: str | None = None, token: str | None = None) -> 
 
 
 def runs(
-    *, status: str | None = None, session: str | None = None, limit: int = 50, url: str | None = None, token: str | None = None
+    *,
+    status: str | None = None,
+    session: str | None = None,
+    limit: int = 50,
+    url: str | None = None,
+    token: str | None = None,
 ) -> list[dict[str, Any]]:
     """Your runs on the server, newest first (run objects)."""
     return _client(url, token).list_runs(status=status, session=session, limit=limit)["runs"]

@@ -34,6 +34,7 @@ MAX_PENDING_EVENTS = 20000
 MAX_PENDING_BYTES = 16 * 1024 * 1024
 RETRY_FIRST_SECONDS = 0.05
 RETRY_MAX_SECONDS = 2.0
+CLOSE_TIMEOUT_SECONDS = 30.0
 
 
 class Op:
@@ -66,8 +67,9 @@ class Writer:
         self._log = log
         self._loop = loop
         self._on_commit = on_commit
-        self._max_events = max_pending_events
-        self._max_bytes = max_pending_bytes
+        # The queue's bounds (public: a test fills the queue by lowering one).
+        self.max_pending_events = max_pending_events
+        self.max_pending_bytes = max_pending_bytes
         self._queue: deque = deque()
         self._cond = threading.Condition()
         self._stopping = False
@@ -91,7 +93,10 @@ class Writer:
 
     @property
     def full(self) -> bool:
-        return self.pending_events >= self._max_events or self.pending_bytes >= self._max_bytes
+        return (
+            self.pending_events >= self.max_pending_events
+            or self.pending_bytes >= self.max_pending_bytes
+        )
 
     async def wait_for_space(self) -> None:
         while self.full:
@@ -124,7 +129,9 @@ class Writer:
             with self._cond:
                 self._cond.notify()
 
-    def _committed(self, appended: dict[str, list[Append]], refused: dict[str, list[Append]], results) -> None:
+    def _committed(
+        self, appended: dict[str, list[Append]], refused: dict[str, list[Append]], results
+    ) -> None:
         try:
             for items in (*appended.values(), *refused.values()):
                 self.pending_events -= len(items)
@@ -141,12 +148,25 @@ class Writer:
             if not self.full:
                 self._space.set()
 
-    def close(self) -> None:
-        """Commit what is queued, then stop the thread and close its connection."""
+    def close(self, timeout: float = CLOSE_TIMEOUT_SECONDS) -> None:
+        """Commit what is queued, then stop the thread and close its connection.
+
+        A store that stays locked (another process holding its write lock)
+        would keep the batch retrying forever: a stopping server waits
+        ``timeout`` seconds for it, then says so and goes.
+        """
         with self._cond:
             self._stopping = True
             self._cond.notify()
-        self._thread.join()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._log.error(
+                "agentruns: the store stayed busy for %g s at shutdown: %d queued event(s) were not "
+                "committed (their runs end interrupted at the next start)",
+                timeout,
+                self.pending_events,
+            )
+            return
         self._conn.close()
 
     # Writer thread ---------------------------------------------------------
@@ -172,7 +192,9 @@ class Writer:
                 # Locked by another process, disk full, I/O error: nothing
                 # is dropped; producers wait (the queue is bounded) until
                 # the same batch commits.
-                self._log.warning("agentruns: store write failed (%s); retrying in %.2f s", exc, delay)
+                self._log.warning(
+                    "agentruns: store write failed (%s); retrying in %.2f s", exc, delay
+                )
                 time.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_SECONDS)
                 continue
@@ -197,7 +219,9 @@ class Writer:
     @staticmethod
     def _append(conn: StoreConnection, runs: dict[str, list[Append]]) -> None:
         """The events of ``runs`` and the run state they imply."""
-        conn.append_events([(i.run_id, i.seq, i.type, i.ts, i.data) for items in runs.values() for i in items])
+        conn.append_events(
+            [(i.run_id, i.seq, i.type, i.ts, i.data) for items in runs.values() for i in items]
+        )
         plain = []
         for run_id, items in runs.items():
             fields: dict[str, Any] = {}
@@ -245,7 +269,9 @@ class Writer:
                         # Another server ended this run after this server's
                         # lease on it expired: its events are refused, the
                         # others in the batch still commit.
-                        self._log.error("agentruns: events of %s were refused: another server ended it", run_id)
+                        self._log.error(
+                            "agentruns: events of %s were refused: another server ended it", run_id
+                        )
                         self._refused.add(run_id)
                         refused.setdefault(run_id, []).extend(items)
                     else:

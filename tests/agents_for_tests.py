@@ -60,7 +60,9 @@ async def durable_count(run, input):
     await run.durable()
     db = sqlite3.connect(os.environ["AGENTRUNS_TEST_DB"])
     try:
-        stored = db.execute("SELECT count(*) FROM events WHERE run_id = ?", [run.run_id]).fetchone()[0]
+        stored = db.execute(
+            "SELECT count(*) FROM events WHERE run_id = ?", [run.run_id]
+        ).fetchone()[0]
     finally:
         db.close()
     return {"stored": stored, "emitted": input["n"] + 2}
@@ -117,7 +119,8 @@ Three sources agree on a **mild, wet** week:
 | Tue | 17 | 21 |
 
 ```python
-forecast = {"mon": (18, 22), "tue": (17, 21), "wed": (19, 25)}  # a line long enough to scroll sideways rather than wrap
+forecast = {"mon": (18, 22), "tue": (17, 21), "wed": (19, 25)}  # a line long enough \
+to scroll sideways rather than wrap
 ```
 
 Source: [the open data portal](https://example.org/weather).
@@ -125,7 +128,10 @@ Source: [the open data portal](https://example.org/weather).
 
 
 async def markdown_writer(run, input):
-    """A run with a bit of everything the view shows: a tool, progress, a custom event, Markdown, usage."""
+    """A run with a bit of everything the view shows.
+
+    A tool, progress, a custom event, Markdown and usage.
+    """
     delay = input.get("delay", 0.02)
     await run.progress(0.0, "looking up")
     async with run.tool("forecast", {"city": "Shanghai", "days": 3}) as call:
@@ -146,7 +152,8 @@ async def markdown_writer(run, input):
 HOSTILE_ANSWER = (
     "Fine text, then <img src=x onerror=\"window.agentrunsPwned = 'img'\">"
     "<script>window.agentrunsPwned = 'script'</script>"
-    " and [a link](javascript:window.agentrunsPwned='link') and <style>body { display: none }</style>."
+    " and [a link](javascript:window.agentrunsPwned='link')"
+    " and <style>body { display: none }</style>."
 )
 
 
@@ -158,5 +165,20 @@ async def hostile_writer(run, input):
 
 TEST_AGENTS = {
     name: f"agents_for_tests:{name}"
-    for name in ("counter", "crashes", "huge_event", "bad_output", "reserved_type", "sleeper", "durable_count", "tool_user", "stubborn", "sleepy", "big_text", "nan_output", "markdown_writer", "hostile_writer")
+    for name in (
+        "counter",
+        "crashes",
+        "huge_event",
+        "bad_output",
+        "reserved_type",
+        "sleeper",
+        "durable_count",
+        "tool_user",
+        "stubborn",
+        "sleepy",
+        "big_text",
+        "nan_output",
+        "markdown_writer",
+        "hostile_writer",
+    )
 }

@@ -93,6 +93,38 @@ async def wait_run(api, run_id, *, timeout=30, headers=None):
         await asyncio.sleep(0.02)
 
 
+async def wait_seq(api, run_id, seq, *, timeout=30, headers=None):
+    """Wait until the run has committed event ``seq``; returns its last_seq.
+
+    It long-polls the events endpoint rather than sleeping.
+    """
+    deadline = asyncio.get_running_loop().time() + timeout
+    after = 0
+    while True:
+        response = await api.get(
+            f"runs/{run_id}/events",
+            params={"after": after, "limit": 1000, "wait": 1},
+            headers=headers,
+        )
+        response.raise_for_status()
+        body = response.json()
+        if body["last_seq"] >= seq:
+            return body["last_seq"]
+        if body["done"] or asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"run {run_id} reached seq {body['last_seq']}, not {seq}")
+        if body["events"]:
+            after = body["events"][-1]["seq"]
+
+
+async def wait_for(predicate, *, timeout=10, what="a condition"):
+    """Wait until ``predicate()`` holds, looking at each turn of the event loop's clock."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
 async def all_events(api, run_id, after=0, headers=None):
     """Every event after ``after`` through the JSON long-poll, until done."""
     events = []
@@ -121,7 +153,9 @@ async def sse_frames(api, run_id, *, after=None, last_event_id=None, limit=None,
         request_headers["Last-Event-ID"] = str(last_event_id)
     params = {} if after is None else {"after": after}
     frames = []
-    async with api.stream("GET", f"runs/{run_id}/events", params=params, headers=request_headers) as response:
+    async with api.stream(
+        "GET", f"runs/{run_id}/events", params=params, headers=request_headers
+    ) as response:
         if response.status_code != 200:
             await response.aread()
             return response, frames

@@ -251,7 +251,8 @@ def tool_calls(
                 fragment = {"index": index, "function": {"arguments": parts[step]}}
                 if name_in_every_fragment:
                     fragment = {"index": index, "id": f"call_fake_{index}", "type": "function",
-                                "function": {"name": calls[index][0], "arguments": parts[step]}}  # fmt: skip
+                                "function": {"name": calls[index][0],
+                                             "arguments": parts[step]}}  # fmt: skip
                 chunks.append(chunk({"tool_calls": [fragment]}))
     chunks.append(chunk(finish_reason="tool_calls"))
     if usage is not None:

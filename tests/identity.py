@@ -1,4 +1,7 @@
-"""A test IdentityProvider with several users: the token authenticates, ``X-Test-User`` names the user."""
+"""A test IdentityProvider with several users.
+
+The token authenticates; ``X-Test-User`` names the user.
+"""
 
 from __future__ import annotations
 

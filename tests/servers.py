@@ -23,7 +23,9 @@ def free_port() -> int:
 class ServerProcess:
     """``jupyter server`` with the extension, its own config and runtime dirs, a given database."""
 
-    def __init__(self, home: Path, db_path: Path, agentruns: dict | None = None, app: str = "jupyter_server"):
+    def __init__(
+        self, home: Path, db_path: Path, agentruns: dict | None = None, app: str = "jupyter_server"
+    ):
         self.home = home
         self.db_path = db_path
         self.port = free_port()
@@ -44,7 +46,9 @@ class ServerProcess:
             "JUPYTER_DATA_DIR": str(home / "data"),
             "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
             "IPYTHONDIR": str(home / "ipython"),
-            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
+            "PYTHONPATH": os.pathsep.join(
+                [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
+            ),
         }
         if app == "jupyterlab":
             settings = home / "lab-settings"
@@ -67,16 +71,23 @@ class ServerProcess:
         return f"{self.url}api/agentruns/"
 
     def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.api_url, headers={"Authorization": f"token {self.token}"}, timeout=30)
+        return httpx.Client(
+            base_url=self.api_url, headers={"Authorization": f"token {self.token}"}, timeout=30
+        )
 
     def start(self, timeout: float = 60, ready_status: int = 200) -> ServerProcess:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [
-                sys.executable, "-m", self.app,
-                f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
-                "--ServerApp.ip=127.0.0.1", "--ServerApp.open_browser=False",
-                "--ServerApp.allow_root=True", f"--IdentityProvider.token={self.token}",
+                sys.executable,
+                "-m",
+                self.app,
+                f"--ServerApp.port={self.port}",
+                "--ServerApp.port_retries=0",
+                "--ServerApp.ip=127.0.0.1",
+                "--ServerApp.open_browser=False",
+                "--ServerApp.allow_root=True",
+                f"--IdentityProvider.token={self.token}",
                 f"--ServerApp.root_dir={self.home}",
             ],  # fmt: skip
             env=self.env,
@@ -88,7 +99,9 @@ class ServerProcess:
         with self.client() as client:
             while True:
                 if self.process.poll() is not None:
-                    raise RuntimeError(f"server exited with {self.process.returncode}: {self.log_tail()}")
+                    raise RuntimeError(
+                        f"server exited with {self.process.returncode}: {self.log_tail()}"
+                    )
                 try:
                     if client.get("agents", timeout=2).status_code == ready_status:
                         return self

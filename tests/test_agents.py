@@ -9,7 +9,6 @@ from agents_for_tests import TEST_AGENTS
 from conftest import all_events, submit, wait_run
 
 
-
 @pytest.fixture
 def agentruns_config():
     return {"agents": TEST_AGENTS, "max_event_bytes": 4096}
@@ -73,7 +72,10 @@ async def test_an_oversized_event_logs_no_unretrieved_task_exception(api, caplog
 async def test_agents_cannot_forge_lifecycle_events(api):
     run = await run_agent(api, "reserved_type")
     assert run["status"] == "failed" and run["error"]["type"] == "ValueError"
-    assert [e["type"] for e in await all_events(api, run["run_id"])] == ["run.started", "run.failed"]
+    assert [e["type"] for e in await all_events(api, run["run_id"])] == [
+        "run.started",
+        "run.failed",
+    ]
 
 
 async def test_durable_waits_until_every_emitted_event_is_in_the_database(api, engine, monkeypatch):
@@ -86,7 +88,10 @@ async def test_tool_context_records_success_failure_and_custom_events(api):
     run = await run_agent(api, "tool_user")
     assert run["status"] == "succeeded"
     tools = run["snapshot"]["tools"]
-    assert [(t["name"], t["status"]) for t in tools] == [("lookup", "completed"), ("broken", "failed")]
+    assert [(t["name"], t["status"]) for t in tools] == [
+        ("lookup", "completed"),
+        ("broken", "failed"),
+    ]
     assert tools[0]["result"] == {"found": True}
     assert tools[1]["error"]["type"] == "KeyError"
     events = await all_events(api, run["run_id"])

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import submit
 from jupyter_agentruns import _jupyter_server_extension_points
 from jupyter_agentruns.app import AgentRuns
+
+from conftest import submit
 from servers import ServerProcess
 
 ROOT = Path(__file__).parent.parent
@@ -53,7 +54,9 @@ def test_the_default_database_is_in_the_jupyter_data_dir(monkeypatch, tmp_path):
 
 
 def test_the_shipped_config_enables_the_extension():
-    config = json.loads((ROOT / "jupyter-config/jupyter_server_config.d/jupyter_agentruns.json").read_text())
+    config = json.loads(
+        (ROOT / "jupyter-config/jupyter_server_config.d/jupyter_agentruns.json").read_text()
+    )
     assert config == {"ServerApp": {"jpserver_extensions": {"jupyter_agentruns": True}}}
 
 
@@ -64,7 +67,8 @@ def test_the_readme_documents_every_setting():
 
 
 @pytest.mark.parametrize(
-    "agentruns_config", [{"agents": {"broken": "no_such_module:agent", "typo": "agents_for_tests:no_such_attr"}}]
+    "agentruns_config",
+    [{"agents": {"broken": "no_such_module:agent", "typo": "agents_for_tests:no_such_attr"}}],
 )
 async def test_an_agent_that_cannot_be_loaded_costs_only_itself(api):
     agents = [a["name"] for a in (await api.get("agents")).json()["agents"]]
@@ -78,18 +82,32 @@ async def test_an_agent_that_cannot_be_loaded_costs_only_itself(api):
 
 @pytest.mark.timeout(90)
 def test_the_server_log_has_the_extensions_lines_in_the_servers_format(tmp_path):
-    server = ServerProcess(tmp_path / "home", tmp_path / "agentruns.sqlite3", {"agents": {"broken": "no_such_module:agent"}})
+    server = ServerProcess(
+        tmp_path / "home",
+        tmp_path / "agentruns.sqlite3",
+        {"agents": {"broken": "no_such_module:agent"}},
+    )
     server.start()
     try:
         log = server.log_tail(500)
     finally:
         server.kill()
-    assert re.search(r"\[I [\d-]+ [\d:.]+ AgentRuns\] agentruns: store SQLite .*agentruns\.sqlite3, owner mode shared, agents: demo", log)
-    assert re.search(r"\[E [\d-]+ [\d:.]+ AgentRuns\] agentruns: cannot load the agent 'broken' from no_such_module:agent: ModuleNotFoundError", log)
+    assert re.search(
+        r"\[I [\d-]+ [\d:.]+ AgentRuns\] agentruns: store SQLite .*agentruns\.sqlite3, "
+        r"owner mode shared, agents: demo",
+        log,
+    )
+    assert re.search(
+        r"\[E [\d-]+ [\d:.]+ AgentRuns\] agentruns: cannot load the agent 'broken' "
+        r"from no_such_module:agent: ModuleNotFoundError",
+        log,
+    )
 
 
 @pytest.mark.timeout(90)
-def test_a_store_that_cannot_be_opened_answers_503_and_the_server_stops_on_the_first_sigterm(tmp_path):
+def test_a_store_that_cannot_be_opened_answers_503_and_the_server_stops_on_the_first_sigterm(
+    tmp_path,
+):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     server = ServerProcess(tmp_path / "home", blocker / "agentruns.sqlite3").start(ready_status=503)

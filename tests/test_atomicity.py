@@ -4,7 +4,7 @@ import asyncio
 import json
 import sqlite3
 
-from conftest import demo_input, submit, wait_run
+from conftest import demo_input, submit, wait_run, wait_seq
 
 TERMINAL_EVENT = {
     "succeeded": "run.succeeded",
@@ -19,7 +19,9 @@ def check_consistency(db_path, stop, problems, checks):
     try:
         while not stop.is_set():
             db.execute("BEGIN")
-            runs = db.execute("SELECT run_id, status, last_seq, output, error, cancel FROM runs").fetchall()
+            runs = db.execute(
+                "SELECT run_id, status, last_seq, output, error, cancel FROM runs"
+            ).fetchall()
             for run_id, status, last_seq, output, error, cancel in runs:
                 count, top = db.execute(
                     "SELECT count(*), coalesce(max(seq), 0) FROM events WHERE run_id = ?", [run_id]
@@ -46,7 +48,9 @@ def check_consistency(db_path, stop, problems, checks):
         db.close()
 
 
-async def test_no_reader_ever_sees_a_status_without_its_event_or_a_terminal_without_output(api, engine):
+async def test_no_reader_ever_sees_a_status_without_its_event_or_a_terminal_without_output(
+    api, engine
+):
     import threading
 
     stop, problems, checks = threading.Event(), [], []
@@ -56,10 +60,12 @@ async def test_no_reader_ever_sees_a_status_without_its_event_or_a_terminal_with
     try:
         run_ids = []
         for index in range(8):
-            response = await submit(api, input=demo_input(chunks=150, delay=0.001, fail=index % 3 == 1))
+            response = await submit(
+                api, input=demo_input(chunks=150, delay=0.001, fail=index % 3 == 1)
+            )
             run_ids.append(response.json()["run_id"])
-        await asyncio.sleep(0.05)
         for run_id in run_ids[::4]:
+            await wait_seq(api, run_id, 3)
             await api.post(f"runs/{run_id}/cancel")
         runs = [await wait_run(api, run_id) for run_id in run_ids]
     finally:
@@ -74,7 +80,9 @@ async def test_the_api_never_shows_a_terminal_status_before_its_terminal_event(a
     run_id = (await submit(api, input=demo_input(chunks=100, delay=0.001))).json()["run_id"]
     while True:
         run = (await api.get(f"runs/{run_id}")).json()
-        body = (await api.get(f"runs/{run_id}/events", params={"after": max(0, run["last_seq"] - 1)})).json()
+        body = (
+            await api.get(f"runs/{run_id}/events", params={"after": max(0, run["last_seq"] - 1)})
+        ).json()
         if run["status"] == "succeeded":
             assert body["events"][-1]["type"] == "run.succeeded"
             assert body["events"][-1]["data"]["output"] == run["output"] is not None

@@ -12,9 +12,17 @@ from jupyter_agentruns.handlers.runs import submit_request
 
 # Text, sometimes with lone surrogates in it (which JSON's \u escapes can carry).
 TEXT = st.text(alphabet=st.characters() | st.characters(categories=["Cs"]), max_size=20)
-SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True) | TEXT
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | TEXT
+)
 VALUES = st.recursive(
-    SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4), max_leaves=30
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+    max_leaves=30,
 )
 FIELDS = st.fixed_dictionaries(
     {},
@@ -62,7 +70,10 @@ def test_any_json_shaped_body_is_accepted_clean_or_refused_with_400(body):
 
 
 @settings(max_examples=400)
-@given(st.binary(max_size=200) | st.text(alphabet='{}[]":,0123456789.eE+-NaInfinityu\\ ').map(str.encode))
+@given(
+    st.binary(max_size=200)
+    | st.text(alphabet='{}[]":,0123456789.eE+-NaInfinityu\\ ').map(str.encode)
+)
 def test_any_bytes_are_accepted_clean_or_refused_with_400(raw):
     accepted_or_400(raw)
 

@@ -1,4 +1,7 @@
-"""End to end in a real Chromium against a real JupyterLab: the widget survives refreshes and restarts."""
+"""End to end in a real Chromium against a real JupyterLab.
+
+The widget survives refreshes and restarts.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from jupyter_agentruns.agents.demo import answer_words
+
 from servers import ServerProcess
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -47,7 +51,9 @@ def jp_server_cleanup():
 def write_notebook(path: Path, sources: list[str]) -> None:
     nb = new_notebook(
         cells=[new_code_cell(source) for source in sources],
-        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
     )
     nbformat.write(nb, path)
 
@@ -55,9 +61,12 @@ def write_notebook(path: Path, sources: list[str]) -> None:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     home = tmp_path_factory.mktemp("lab")
-    server = ServerProcess(home, home / "agentruns.sqlite3", {"heartbeat_interval": 2, "max_active_runs_per_user": 20}, app="jupyterlab").start(
-        timeout=120
-    )
+    server = ServerProcess(
+        home,
+        home / "agentruns.sqlite3",
+        {"heartbeat_interval": 2, "max_active_runs_per_user": 20},
+        app="jupyterlab",
+    ).start(timeout=120)
     yield server
     server.kill()
 
@@ -93,7 +102,8 @@ def open_notebook(page, lab: ServerProcess, name: str) -> None:
 def wait_idle(page, timeout=90_000) -> None:
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=timeout)
     page.wait_for_function(
-        "() => (document.querySelector('#jp-main-statusbar') || {}).textContent?.includes('| Idle')",
+        "() => (document.querySelector('#jp-main-statusbar') || {})"
+        ".textContent?.includes('| Idle')",
         timeout=timeout,
     )
 
@@ -136,7 +146,8 @@ def wait_text(page, index: int, text: str, timeout=60_000) -> None:
 def save(page) -> None:
     page.keyboard.press("Control+s")
     page.wait_for_function(
-        "() => !document.querySelector('.jp-mod-current .jp-mod-dirty, .lm-TabBar-tab.jp-mod-current.jp-mod-dirty')",
+        "() => !document.querySelector("
+        "'.jp-mod-current .jp-mod-dirty, .lm-TabBar-tab.jp-mod-current.jp-mod-dirty')",
         timeout=30_000,
     )
 
@@ -150,7 +161,10 @@ def test_refresh_and_kernel_restart_reattach_to_the_one_run(lab, page):
     prompt = "refresh me"
     write_notebook(
         lab.home / "reattach.ipynb",
-        [f'from jupyter_agentruns import submit\nrun = submit("demo", {{"prompt": "{prompt}", "chunks": 60, "delay": 0.08}})'],
+        [
+            "from jupyter_agentruns import submit\n"
+            f'run = submit("demo", {{"prompt": "{prompt}", "chunks": 60, "delay": 0.08}})'
+        ],
     )
     expected = "".join(answer_words(prompt, 60))
     before = len(runs_of(lab))
@@ -180,15 +194,23 @@ def test_refresh_and_kernel_restart_reattach_to_the_one_run(lab, page):
     wait_attr(page, 0, "data-status", "v === 'succeeded'")
     assert widget(page).get_attribute("data-run-id") == run_id
     wait_text(page, 0, expected)
-    wait_text(page, 0, f"re-attached to {run_id}")  # the cell says it found its run, not started one
+    wait_text(
+        page, 0, f"re-attached to {run_id}"
+    )  # the cell says it found its run, not started one
     assert len(runs_of(lab)) == before + 1
-    print(f"\nfirst events visible {streaming:.1f} s after Ctrl+Enter; whole test {time.monotonic() - started:.1f} s")
+    print(
+        f"\nfirst events visible {streaming:.1f} s after Ctrl+Enter; "
+        f"whole test {time.monotonic() - started:.1f} s"
+    )
 
 
 def test_cancel_then_run_again_from_the_widget(lab, page):
     write_notebook(
         lab.home / "cancel.ipynb",
-        ['from jupyter_agentruns import submit\nrun = submit("demo", {"prompt": "cancel me", "chunks": 400, "delay": 0.1})'],
+        [
+            "from jupyter_agentruns import submit\n"
+            'run = submit("demo", {"prompt": "cancel me", "chunks": 400, "delay": 0.1})'
+        ],
     )
     open_notebook(page, lab, "cancel.ipynb")
     run_cell(page, 0)
@@ -211,7 +233,8 @@ def test_cancel_then_run_again_from_the_widget(lab, page):
 
 def test_ten_live_widgets_share_one_connection_and_the_notebook_still_saves(lab, page):
     cells = [
-        f'from jupyter_agentruns import submit\nrun = submit("demo", {{"prompt": "widget {i}", "chunks": 150, "delay": 0.1}})'
+        "from jupyter_agentruns import submit\n"
+        f'run = submit("demo", {{"prompt": "widget {i}", "chunks": 150, "delay": 0.1}})'
         for i in range(10)
     ]
     write_notebook(lab.home / "ten.ipynb", cells)
@@ -245,4 +268,7 @@ def test_ten_live_widgets_share_one_connection_and_the_notebook_still_saves(lab,
     with lab.client() as client:
         for run_id in ids:
             client.post(f"runs/{run_id}/cancel")
-    print(f"\nsaved with 10 live widgets in {save_seconds:.2f} s; {len(streams)} stream requests in all")
+    print(
+        f"\nsaved with 10 live widgets in {save_seconds:.2f} s; "
+        f"{len(streams)} stream requests in all"
+    )

@@ -6,14 +6,14 @@ import pytest
 
 import agents_for_tests
 from agents_for_tests import TEST_AGENTS
-from conftest import all_events, demo_input, sse_frames, submit, wait_run
+from conftest import all_events, demo_input, sse_frames, submit, wait_for, wait_run, wait_seq
 
 SLOW = demo_input(delay=0.05, chunks=200)
 
 
 async def test_cancel_is_202_then_the_run_ends_cancelled_with_reason_and_stage(api):
     run_id = (await submit(api, input=SLOW)).json()["run_id"]
-    await asyncio.sleep(0.3)
+    await wait_seq(api, run_id, 10)
     response = await api.post(f"runs/{run_id}/cancel", json={"reason": "changed my mind"})
     assert response.status_code == 202
     assert response.json()["status"] in ("cancelling", "cancelled")
@@ -93,7 +93,7 @@ async def test_cancelling_an_unknown_run_is_404(api):
 @pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS}])
 async def test_cancel_runs_the_agents_finally_blocks(api):
     run_id = (await submit(api, agent="sleeper", input={})).json()["run_id"]
-    await asyncio.sleep(0.2)
+    await wait_seq(api, run_id, 2)  # run.started, tool.started
     await api.post(f"runs/{run_id}/cancel")
     run = await wait_run(api, run_id)
     assert run["status"] == "cancelled"
@@ -104,10 +104,11 @@ async def test_cancel_runs_the_agents_finally_blocks(api):
 @pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS}])
 async def test_cancel_stops_a_plain_function_agent_at_its_next_event(api):
     run_id = (await submit(api, agent="counter", input={"n": 1000, "sleep": 0.01})).json()["run_id"]
-    await asyncio.sleep(0.3)
+    await wait_seq(api, run_id, 10)
     await api.post(f"runs/{run_id}/cancel")
     run = await wait_run(api, run_id)
     assert run["status"] == "cancelled"
+    # Then nothing more: the thread's next emit raised.
     await asyncio.sleep(0.2)
     emitted = agents_for_tests.thread_emits[run_id]
     await asyncio.sleep(0.2)
@@ -121,22 +122,25 @@ async def test_cancel_while_the_store_queue_is_full_keeps_the_log_in_order(api, 
 
     await engine.start()
     writer = engine.writer
-    writer.pending_events += writer._max_events  # the queue looks full: emits must wait
+    limit = writer.max_pending_events
+    writer.max_pending_events = 0  # the queue is full: emits wait for space
     try:
         run, _ = await engine.submit("~shared", SubmitRequest("demo", demo_input(chunks=5)), None)
-        await asyncio.sleep(0.05)
-        cancel = asyncio.ensure_future(api.post(f"runs/{run['run_id']}/cancel", json={"reason": "full"}))
+        await wait_for(lambda: engine.live[run["run_id"]].started, what="the run to wait for space")
+        cancel = asyncio.ensure_future(
+            api.post(f"runs/{run['run_id']}/cancel", json={"reason": "full"})
+        )
+        # Nothing can be observed while the queue is full: give the cancel time to wait too.
         await asyncio.sleep(0.2)
     finally:
-        writer.pending_events -= writer._max_events
-        writer._space.set()
+        writer.max_pending_events = limit  # the next commit (lease upkeep) lets both go
     response = await cancel
     assert response.status_code == 202
     finished = await wait_run(api, run["run_id"])
     assert finished["status"] == "cancelled"
     types = [e["type"] for e in await all_events(api, run["run_id"])]
     assert types[-2:] == ["run.cancel_requested", "run.cancelled"] or types[-1] == "run.cancelled"
-    assert "run.started" not in types[types.index("run.cancel_requested"):]
+    assert "run.started" not in types[types.index("run.cancel_requested") :]
     assert types.count("run.cancel_requested") == 1
 
 
@@ -146,15 +150,20 @@ async def test_an_agent_that_ignores_cancellation_still_ends_cancelled(api, monk
 
     monkeypatch.setattr(executor, "CANCEL_GRACE_SECONDS", 0.5)
     run_id = (await submit(api, agent="stubborn", input={})).json()["run_id"]
-    await asyncio.sleep(0.2)
+    await wait_seq(api, run_id, 3)  # run.started, message.started, text.delta
     assert (await api.post(f"runs/{run_id}/cancel")).status_code == 202
     run = await wait_run(api, run_id, timeout=10)
     assert run["status"] == "cancelled"
 
 
-@pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS, "max_active_runs_per_user": 40}])
+@pytest.mark.parametrize(
+    "agentruns_config", [{"agents": TEST_AGENTS, "max_active_runs_per_user": 40}]
+)
 async def test_cancelled_plain_functions_that_never_return_do_not_starve_new_ones(api):
-    blocked = [(await submit(api, agent="sleepy", input={"seconds": 60})).json()["run_id"] for _ in range(20)]
+    blocked = [
+        (await submit(api, agent="sleepy", input={"seconds": 60})).json()["run_id"]
+        for _ in range(20)
+    ]
     for run_id in blocked:
         await api.post(f"runs/{run_id}/cancel")
     for run_id in blocked:

@@ -37,7 +37,12 @@ async def test_the_readme_agent_runs_as_documented(api):
     run = await wait_run(api, response.json()["run_id"])
     assert run["status"] == "succeeded" and run["output"] == {"counted": 3}
     assert run["snapshot"]["tools"][0]["result"] == [1, 2, 3]
-    assert run["snapshot"]["messages"][0] == {"id": "m1", "role": "assistant", "text": "1 2 3 ", "done": True}
+    assert run["snapshot"]["messages"][0] == {
+        "id": "m1",
+        "role": "assistant",
+        "text": "1 2 3 ",
+        "done": True,
+    }
     types = [e["type"] for e in await all_events(api, run["run_id"])]
     assert types[:4] == ["run.started", "tool.started", "tool.completed", "message.started"]
     bad = await submit(api, agent="counter", input={"to": 0})

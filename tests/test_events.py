@@ -7,7 +7,16 @@ import sqlite3
 import pytest
 
 from agents_for_tests import TEST_AGENTS
-from conftest import all_events, demo_input, parse_sse, sse_frames, submit, wait_run
+from conftest import (
+    all_events,
+    demo_input,
+    parse_sse,
+    sse_frames,
+    submit,
+    wait_for,
+    wait_run,
+    wait_seq,
+)
 
 ENVELOPE_KEYS = {"run_id", "seq", "type", "ts", "data"}
 TERMINAL_TYPES = {"run.succeeded", "run.failed", "run.cancelled", "run.interrupted"}
@@ -35,7 +44,9 @@ async def test_events_are_contiguous_envelopes_with_one_terminal_event_last(api)
 
 async def test_sse_headers_and_retry_line_come_first(api):
     run = await finished_run(api, chunks=3)
-    async with api.stream("GET", f"runs/{run['run_id']}/events", headers={"Accept": "text/event-stream"}) as response:
+    async with api.stream(
+        "GET", f"runs/{run['run_id']}/events", headers={"Accept": "text/event-stream"}
+    ) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         assert response.headers["cache-control"] == "no-cache"
@@ -71,7 +82,9 @@ async def test_json_resume_at_every_cursor_with_small_pages(api):
     for cursor in range(last + 1):
         seqs, after = [], cursor
         while True:
-            body = (await api.get(f"runs/{run['run_id']}/events", params={"after": after, "limit": 3})).json()
+            body = (
+                await api.get(f"runs/{run['run_id']}/events", params={"after": after, "limit": 3})
+            ).json()
             seqs += [e["seq"] for e in body["events"]]
             assert body["last_seq"] == last and body["status"] == "succeeded"
             if body["done"]:
@@ -94,7 +107,9 @@ async def test_cursor_beyond_last_seq_is_409_cursor_ahead(api):
     run = await finished_run(api, chunks=3)
     for accept in ("text/event-stream", "application/json"):
         response = await api.get(
-            f"runs/{run['run_id']}/events", params={"after": run["last_seq"] + 1}, headers={"Accept": accept}
+            f"runs/{run['run_id']}/events",
+            params={"after": run["last_seq"] + 1},
+            headers={"Accept": accept},
         )
         assert response.status_code == 409
         assert response.json()["error"] == "cursor_ahead"
@@ -109,7 +124,10 @@ async def test_cursor_that_is_not_a_non_negative_integer_is_400(api, cursor):
         assert response.json()["error"] == "invalid_cursor"
 
 
-@pytest.mark.parametrize("params", [{"limit": 0}, {"limit": 1001}, {"limit": "x"}, {"wait": 31}, {"wait": -1}, {"wait": "soon"}])
+@pytest.mark.parametrize(
+    "params",
+    [{"limit": 0}, {"limit": 1001}, {"limit": "x"}, {"wait": 31}, {"wait": -1}, {"wait": "soon"}],
+)
 async def test_long_poll_bounds_are_checked(api, params):
     run = await finished_run(api, chunks=3)
     response = await api.get(f"runs/{run['run_id']}/events", params=params)
@@ -118,7 +136,9 @@ async def test_long_poll_bounds_are_checked(api, params):
 
 
 async def test_events_of_an_unknown_run_are_404(api):
-    response = await api.get("runs/run_doesnotexist/events", headers={"Accept": "text/event-stream"})
+    response = await api.get(
+        "runs/run_doesnotexist/events", headers={"Accept": "text/event-stream"}
+    )
     assert response.status_code == 404
     assert response.json()["error"] == "run_not_found"
 
@@ -194,7 +214,11 @@ async def test_snapshot_text_equals_the_concatenated_deltas_during_and_after_the
         await asyncio.sleep(0.1)
         run = (await api.get(f"runs/{run_id}")).json()
         events = (await api.get(f"runs/{run_id}/events", params={"limit": 1000})).json()["events"]
-        deltas = "".join(e["data"]["delta"] for e in events if e["type"] == "text.delta" and e["seq"] <= run["last_seq"])
+        deltas = "".join(
+            e["data"]["delta"]
+            for e in events
+            if e["type"] == "text.delta" and e["seq"] <= run["last_seq"]
+        )
         text = "".join(m["text"] for m in run["snapshot"]["messages"])
         assert text == deltas
     run = await wait_run(api, run_id)
@@ -215,19 +239,29 @@ async def test_long_poll_waits_for_the_next_event(api):
 
 async def test_an_empty_last_event_id_counts_as_absent(api):
     run = await finished_run(api, chunks=3)
-    response = await api.get(f"runs/{run['run_id']}/events", params={"after": "x"}, headers={"Last-Event-ID": ""})
+    response = await api.get(
+        f"runs/{run['run_id']}/events", params={"after": "x"}, headers={"Last-Event-ID": ""}
+    )
     assert response.status_code == 400 and response.json()["error"] == "invalid_cursor"
-    body = (await api.get(f"runs/{run['run_id']}/events", params={"after": 2}, headers={"Last-Event-ID": ""})).json()
+    body = (
+        await api.get(
+            f"runs/{run['run_id']}/events", params={"after": 2}, headers={"Last-Event-ID": ""}
+        )
+    ).json()
     assert body["events"][0]["seq"] == 3
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS}])
-async def test_a_stream_of_a_run_deleted_while_it_is_read_ends_and_its_reconnect_is_404(api, engine):
+async def test_a_stream_of_a_run_deleted_while_it_is_read_ends_and_its_reconnect_is_404(
+    api, engine
+):
     run_id = (await submit(api, agent="big_text", input={"n": 8000, "size": 2000})).json()["run_id"]
     run = await wait_run(api, run_id)
     received = []
-    async with api.stream("GET", f"runs/{run_id}/events", headers={"Accept": "text/event-stream"}) as response:
+    async with api.stream(
+        "GET", f"runs/{run_id}/events", headers={"Accept": "text/event-stream"}
+    ) as response:
         lines = response.aiter_lines()
         async for frame in parse_sse(lines):
             if "id" in frame:
@@ -241,22 +275,21 @@ async def test_a_stream_of_a_run_deleted_while_it_is_read_ends_and_its_reconnect
     assert received == list(range(1, len(received) + 1)) and len(received) < run["last_seq"]
     assert engine.open_streams["~shared"] == 0
     reconnect = await api.get(
-        f"runs/{run_id}/events", headers={"Accept": "text/event-stream", "Last-Event-ID": str(received[-1])}
+        f"runs/{run_id}/events",
+        headers={"Accept": "text/event-stream", "Last-Event-ID": str(received[-1])},
     )
     assert reconnect.status_code == 404 and reconnect.json()["error"] == "run_not_found"
 
 
 @pytest.mark.parametrize("agentruns_config", [{"max_streams_per_user": 2, "agents": TEST_AGENTS}])
-async def test_waiting_long_polls_count_against_max_streams_per_user(api):
+async def test_waiting_long_polls_count_against_max_streams_per_user(api, engine):
     run_id = (await submit(api, agent="sleeper", input={})).json()["run_id"]
-    first = 0
-    while first < 2:  # run.started, tool.started: then it sleeps for a minute
-        first = (await api.get(f"runs/{run_id}/events", params={"after": 0})).json()["last_seq"]
+    first = await wait_seq(api, run_id, 2)  # run.started, tool.started: then it sleeps a minute
     polls = [
         asyncio.ensure_future(api.get(f"runs/{run_id}/events", params={"after": first, "wait": 3}))
         for _ in range(2)
     ]
-    await asyncio.sleep(0.5)
+    await wait_for(lambda: engine.open_streams["~shared"] == 2, what="two waiting long-polls")
     third = await api.get(f"runs/{run_id}/events", params={"after": first, "wait": 3})
     assert third.status_code == 429 and third.json()["error"] == "too_many_streams"
     # One that does not wait holds nothing.
@@ -265,12 +298,16 @@ async def test_waiting_long_polls_count_against_max_streams_per_user(api):
     await api.post(f"runs/{run_id}/cancel")
 
 
-@pytest.mark.parametrize("agentruns_config", [{"max_streams_per_user": 2, "heartbeat_interval": 30}])
+@pytest.mark.parametrize(
+    "agentruns_config", [{"max_streams_per_user": 2, "heartbeat_interval": 30}]
+)
 async def test_a_client_that_disconnects_frees_its_stream_slot_at_once(api, engine):
     run_id = (await submit(api, input=demo_input(delay=5, chunks=2, tools=False))).json()["run_id"]
     for _ in range(10):  # a page reloading in a loop
         for path, params in ((f"runs/{run_id}/events", {}), ("streams", {"runs": f"{run_id}:0"})):
-            async with api.stream("GET", path, params=params, headers={"Accept": "text/event-stream"}) as response:
+            async with api.stream(
+                "GET", path, params=params, headers={"Accept": "text/event-stream"}
+            ) as response:
                 assert response.status_code == 200, await response.aread()
                 async for line in response.aiter_lines():
                     if line.startswith("retry:"):

@@ -33,7 +33,9 @@ class CuttingProxy:
 
     async def _handle(self, client_reader, client_writer):
         self.connections += 1
-        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        upstream_reader, upstream_writer = await asyncio.open_connection(
+            "127.0.0.1", self.target_port
+        )
 
         async def forward_request():
             try:
@@ -73,13 +75,18 @@ class CuttingProxy:
 
 
 async def follow_through(url, token, run_id):
-    """Reconnect with Last-Event-ID until the terminal event; returns every seq received, in order."""
+    """Reconnect with Last-Event-ID until the terminal event.
+
+    Returns every seq received, in order.
+    """
     received, cursor = [], 0
     async with httpx.AsyncClient(headers={"Authorization": f"token {token}"}, timeout=10) as client:
         for _ in range(500):
             headers = {"Accept": "text/event-stream", "Last-Event-ID": str(cursor)}
             try:
-                async with client.stream("GET", f"{url}runs/{run_id}/events", headers=headers) as response:
+                async with client.stream(
+                    "GET", f"{url}runs/{run_id}/events", headers=headers
+                ) as response:
                     if response.status_code == 204:
                         return received
                     async for line in response.aiter_lines():
@@ -97,7 +104,9 @@ async def follow_through(url, token, run_id):
 async def test_a_connection_cut_after_every_number_of_events_loses_and_repeats_nothing(
     api, token, jp_http_port, jp_base_url
 ):
-    finished = await wait_run(api, (await submit(api, input=demo_input(chunks=24))).json()["run_id"])
+    finished = await wait_run(
+        api, (await submit(api, input=demo_input(chunks=24))).json()["run_id"]
+    )
     assert finished["last_seq"] >= 30
     live = (await submit(api, input=demo_input(chunks=60, delay=0.01))).json()["run_id"]
     for run_id, cuts in ((finished["run_id"], range(1, 31)), (live, (1, 2, 7))):
@@ -105,7 +114,9 @@ async def test_a_connection_cut_after_every_number_of_events_loses_and_repeats_n
             proxy = CuttingProxy(jp_http_port, cut_after)
             port = await proxy.start()
             try:
-                seqs = await follow_through(f"http://127.0.0.1:{port}{jp_base_url}api/agentruns/", token, run_id)
+                seqs = await follow_through(
+                    f"http://127.0.0.1:{port}{jp_base_url}api/agentruns/", token, run_id
+                )
             finally:
                 await proxy.stop()
             run = await wait_run(api, run_id)
@@ -118,7 +129,9 @@ def server_factory(tmp_path):
     started = []
 
     def start(**agentruns):
-        server = ServerProcess(tmp_path / f"home{len(started)}", tmp_path / "agentruns.sqlite3", agentruns).start()
+        server = ServerProcess(
+            tmp_path / f"home{len(started)}", tmp_path / "agentruns.sqlite3", agentruns
+        ).start()
         started.append(server)
         return server
 
@@ -132,9 +145,15 @@ def received_before_kill(server, run_id, seconds):
     lines = []
     deadline = time.monotonic() + seconds
     try:
-        with server.client() as client, client.stream(
-            "GET", f"runs/{run_id}/events", headers={"Accept": "text/event-stream"}, timeout=seconds + 5
-        ) as response:
+        with (
+            server.client() as client,
+            client.stream(
+                "GET",
+                f"runs/{run_id}/events",
+                headers={"Accept": "text/event-stream"},
+                timeout=seconds + 5,
+            ) as response,
+        ):
             for line in response.iter_lines():
                 if line.startswith("data: "):
                     lines.append(line[6:])
@@ -146,9 +165,12 @@ def received_before_kill(server, run_id, seconds):
 
 
 def stored_lines(server, run_id):
-    with server.client() as client, client.stream(
-        "GET", f"runs/{run_id}/events", headers={"Accept": "text/event-stream"}
-    ) as response:
+    with (
+        server.client() as client,
+        client.stream(
+            "GET", f"runs/{run_id}/events", headers={"Accept": "text/event-stream"}
+        ) as response,
+    ):
         return [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
 
 
@@ -159,14 +181,22 @@ def test_a_server_killed_at_random_moments_keeps_everything_any_client_received(
     for _ in range(5):
         server = server_factory(lease_seconds=1)
         with server.client() as client:
-            run_id = client.post("runs", json={"agent": "demo", "input": {"prompt": "crash", "chunks": 5000, "delay": 0.002}}).json()["run_id"]
+            run_id = client.post(
+                "runs",
+                json={
+                    "agent": "demo",
+                    "input": {"prompt": "crash", "chunks": 5000, "delay": 0.002},
+                },
+            ).json()["run_id"]
         seen[run_id] = received_before_kill(server, run_id, rng.uniform(0.2, 1.5))
         server.kill()
 
     final = server_factory(lease_seconds=1)
     with final.client() as client:
         deadline = time.monotonic() + 60
-        while any(client.get(f"runs/{run_id}").json()["status"] not in ("interrupted",) for run_id in seen):
+        while any(
+            client.get(f"runs/{run_id}").json()["status"] not in ("interrupted",) for run_id in seen
+        ):
             assert time.monotonic() < deadline, "runs left unfinished after the crashes"
             time.sleep(0.2)
         for run_id, received in seen.items():
@@ -187,15 +217,23 @@ def rss_kb(pid):
 
 
 @pytest.mark.timeout(240)
-def test_a_client_that_stops_reading_is_dropped_and_neither_slows_the_run_nor_grows_memory(server_factory):
+def test_a_client_that_stops_reading_is_dropped_and_neither_slows_the_run_nor_grows_memory(
+    server_factory,
+):
     server = server_factory(write_timeout_seconds=2, sqlite_synchronous="NORMAL")
     with server.client() as client:
-        warm = client.post("runs", json={"agent": "demo", "input": {"prompt": "w", "chunks": 2000, "delay": 0}}).json()
+        warm = client.post(
+            "runs", json={"agent": "demo", "input": {"prompt": "w", "chunks": 2000, "delay": 0}}
+        ).json()
         while client.get(f"runs/{warm['run_id']}").json()["status"] != "succeeded":
             time.sleep(0.1)
         before = rss_kb(server.process.pid)
         run_id = client.post(
-            "runs", json={"agent": "demo", "input": {"prompt": "x" * 200, "chunks": 100000, "delay": 0, "tools": False}}
+            "runs",
+            json={
+                "agent": "demo",
+                "input": {"prompt": "x" * 200, "chunks": 100000, "delay": 0, "tools": False},
+            },
         ).json()["run_id"]
 
         stalled = socket.create_connection(("127.0.0.1", server.port))
@@ -207,7 +245,9 @@ def test_a_client_that_stops_reading_is_dropped_and_neither_slows_the_run_nor_gr
         # A normal client reads the whole run meanwhile.
         seqs, cursor, peak = [], 0, before
         while True:
-            body = client.get(f"runs/{run_id}/events", params={"after": cursor, "limit": 1000, "wait": 5}).json()
+            body = client.get(
+                f"runs/{run_id}/events", params={"after": cursor, "limit": 1000, "wait": 5}
+            ).json()
             seqs.extend(e["seq"] for e in body["events"])
             if body["events"]:
                 cursor = body["events"][-1]["seq"]

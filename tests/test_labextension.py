@@ -1,4 +1,7 @@
-"""The JupyterLab extension in a real Chromium: run outputs render through its renderer, kernel or not."""
+"""The JupyterLab extension in a real Chromium.
+
+Run outputs render through its renderer, kernel or not.
+"""
 
 # The browser fixtures come from test_browser, and pytest passes them by name.
 # ruff: noqa: F811
@@ -11,6 +14,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+
 from agents_for_tests import TEST_AGENTS
 from servers import ServerProcess
 from test_browser import (  # noqa: F401  (fixtures are found by name)
@@ -35,7 +39,9 @@ CELL = 'from jupyter_agentruns import submit\nrun = submit("markdown_writer", {"
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     home = tmp_path_factory.mktemp("labext")
-    server = ServerProcess(home, home / "agentruns.sqlite3", {"agents": TEST_AGENTS}, app="jupyterlab").start(timeout=120)
+    server = ServerProcess(
+        home, home / "agentruns.sqlite3", {"agents": TEST_AGENTS}, app="jupyterlab"
+    ).start(timeout=120)
     yield server
     server.kill()
 
@@ -62,7 +68,9 @@ def shut_down_kernels(lab: ServerProcess) -> None:
 def test_labextension_is_installed(lab):
     with lab.client() as client:
         page_config = client.get(lab.url + "lab", params={"token": lab.token}).text
-    assert "jupyter-agentruns" in page_config, "the prebuilt extension is not in JupyterLab's page config"
+    assert "jupyter-agentruns" in page_config, (
+        "the prebuilt extension is not in JupyterLab's page config"
+    )
 
 
 def test_run_output_renders_through_the_labextension_with_or_without_its_kernel(lab, page):
@@ -81,7 +89,10 @@ def test_run_output_renders_through_the_labextension_with_or_without_its_kernel(
     assert answer.locator("table td").first.inner_text() == "Mon"
     assert answer.locator("pre code").count() == 1
     link = answer.locator("a")
-    assert link.get_attribute("target") == "_blank" and link.get_attribute("rel") == "noopener noreferrer"
+    assert (
+        link.get_attribute("target") == "_blank"
+        and link.get_attribute("rel") == "noopener noreferrer"
+    )
     assert view.locator(".agentruns-run-id").inner_text() == run_id
     assert view.locator(".agentruns-event-type").inner_text() == "x.chart"
     DOCS.mkdir(exist_ok=True)
@@ -110,7 +121,11 @@ def test_run_output_renders_through_the_labextension_with_or_without_its_kernel(
 
 def finished_run(lab: ServerProcess, agent: str) -> dict:
     with lab.client() as client:
-        run = client.post("runs", json={"agent": agent, "input": {"delay": 0}}, headers={"Idempotency-Key": f"{agent}-{time.time()}"}).json()
+        run = client.post(
+            "runs",
+            json={"agent": agent, "input": {"delay": 0}},
+            headers={"Idempotency-Key": f"{agent}-{time.time()}"},
+        ).json()
         for _ in range(100):
             run = client.get(f"runs/{run['run_id']}").json()
             if run["status"] == "succeeded":
@@ -120,19 +135,30 @@ def finished_run(lab: ServerProcess, agent: str) -> dict:
 
 
 def write_saved_output(path: Path, run: dict) -> None:
-    """A notebook whose one cell kept the output of ``run`` from an earlier session, as saved then."""
+    """A notebook whose one cell kept ``run``'s output from an earlier session, as saved then."""
     nb = nbformat.v4.new_notebook(
         cells=[nbformat.v4.new_code_cell("# ran earlier")],
-        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
     )
     nb.cells[0].outputs = [
         nbformat.v4.new_output(
             "display_data",
             data={
-                MIME: {"run_id": run["run_id"], "status": "running", "last_seq": 2, "agent": run["agent"]},
+                MIME: {
+                    "run_id": run["run_id"],
+                    "status": "running",
+                    "last_seq": 2,
+                    "agent": run["agent"],
+                },
                 "text/markdown": f"**{run['agent']}** running",
                 "text/plain": f"Run(run_id='{run['run_id']}', status='running')",
-                "application/vnd.jupyter.widget-view+json": {"model_id": "gone", "version_major": 2, "version_minor": 1},
+                "application/vnd.jupyter.widget-view+json": {
+                    "model_id": "gone",
+                    "version_major": 2,
+                    "version_minor": 1,
+                },
             },
         )
     ]
@@ -166,7 +192,14 @@ def test_model_output_cannot_run_script_or_restyle_the_page(lab, page):
 
 
 def test_a_refresh_before_the_first_save_finds_the_run_live_in_its_cell(lab, page):
-    write_notebook(lab.home / "unsaved.ipynb", ["x = 1", 'from jupyter_agentruns import submit\nrun = submit("demo", {"prompt": "unsaved", "chunks": 80, "delay": 0.05})'])
+    write_notebook(
+        lab.home / "unsaved.ipynb",
+        [
+            "x = 1",
+            "from jupyter_agentruns import submit\n"
+            'run = submit("demo", {"prompt": "unsaved", "chunks": 80, "delay": 0.05})',
+        ],
+    )
     before = {run["run_id"] for run in runs_of(lab)}
     open_notebook(page, lab, "unsaved.ipynb")
     run_cell(page, 1)
@@ -179,7 +212,8 @@ def test_a_refresh_before_the_first_save_finds_the_run_live_in_its_cell(lab, pag
     restored.wait_for(timeout=60_000)
     assert restored.get_attribute("data-run-id") == run_id
     page.wait_for_function(
-        "() => document.querySelectorAll('.jp-Notebook .jp-Cell')[1].querySelector('.agentruns-run[data-status=succeeded]')",
+        "() => document.querySelectorAll('.jp-Notebook .jp-Cell')[1]"
+        ".querySelector('.agentruns-run[data-status=succeeded]')",
         timeout=60_000,
     )
     assert "Demo answer about unsaved" in restored.inner_text()
@@ -187,10 +221,14 @@ def test_a_refresh_before_the_first_save_finds_the_run_live_in_its_cell(lab, pag
     assert {run["run_id"] for run in runs_of(lab)} - before == {run_id}
 
 
-def test_a_saved_notebook_reopened_after_a_server_restart_shows_its_answer_without_running_anything(tmp_path, page):
+def test_a_saved_notebook_reopened_after_a_server_restart_shows_its_answer_without_running_anything(
+    tmp_path, page
+):
     home = tmp_path / "home"
     config = {"agents": TEST_AGENTS}
-    server = ServerProcess(home, tmp_path / "agentruns.sqlite3", config, app="jupyterlab").start(timeout=120)
+    server = ServerProcess(home, tmp_path / "agentruns.sqlite3", config, app="jupyterlab").start(
+        timeout=120
+    )
     try:
         write_notebook(home / "record.ipynb", [CELL])
         open_notebook(page, server, "record.ipynb")
@@ -203,10 +241,15 @@ def test_a_saved_notebook_reopened_after_a_server_restart_shows_its_answer_witho
         server.kill()
     saved = nbformat.read(home / "record.ipynb", as_version=4).cells[0]
     (output,) = saved.outputs
-    assert "Weather in Shanghai" in output["data"]["text/markdown"] and "**succeeded**" in output["data"]["text/markdown"]
+    assert (
+        "Weather in Shanghai" in output["data"]["text/markdown"]
+        and "**succeeded**" in output["data"]["text/markdown"]
+    )
 
     # The same home and store, a new server process.
-    again = ServerProcess(home, tmp_path / "agentruns.sqlite3", config, app="jupyterlab").start(timeout=120)
+    again = ServerProcess(home, tmp_path / "agentruns.sqlite3", config, app="jupyterlab").start(
+        timeout=120
+    )
     try:
         for url in (f"{again.url}lab/tree/record.ipynb", f"{again.url}notebooks/record.ipynb"):
             page.goto(f"{url}?token={again.token}")
@@ -216,6 +259,9 @@ def test_a_saved_notebook_reopened_after_a_server_restart_shows_its_answer_witho
             assert "model not found" not in page.locator(".jp-Notebook").inner_text()
         with again.client() as client:
             assert [run["run_id"] for run in client.get("runs").json()["runs"]] == [run_id]
-        assert nbformat.read(home / "record.ipynb", as_version=4).cells[0].execution_count == saved.execution_count
+        assert (
+            nbformat.read(home / "record.ipynb", as_version=4).cells[0].execution_count
+            == saved.execution_count
+        )
     finally:
         again.kill()

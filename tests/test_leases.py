@@ -1,4 +1,7 @@
-"""Leases: only runs whose server really stopped are interrupted; a locked database loses nothing."""
+"""Leases: only runs whose server really stopped are interrupted.
+
+A locked database loses nothing.
+"""
 
 import asyncio
 import sqlite3
@@ -7,8 +10,9 @@ import time
 
 import pytest
 
-from conftest import all_events, demo_input, submit, wait_run
 from jupyter_agentruns.store import sqlite as store
+
+from conftest import all_events, demo_input, submit, wait_for, wait_run, wait_seq
 
 
 def insert_foreign_run(db_path, run_id, lease_expires):
@@ -21,7 +25,8 @@ def insert_foreign_run(db_path, run_id, lease_expires):
         [run_id, lease_expires],
     )
     db.execute(
-        "INSERT INTO events (run_id, seq, type, ts, data) VALUES (?, 1, 'run.started', '2026-01-01T00:00:00.000Z', '{}')",
+        "INSERT INTO events (run_id, seq, type, ts, data) "
+        "VALUES (?, 1, 'run.started', '2026-01-01T00:00:00.000Z', '{}')",
         [run_id],
     )
     db.commit()
@@ -52,7 +57,9 @@ async def test_an_expired_lease_that_is_renewed_in_time_is_never_interrupted(api
     run = await wait_run(api, "run_other", timeout=5)  # the periodic sweep ends it
     assert run["status"] == "interrupted" and run["last_seq"] == 2
     events = await all_events(api, "run_other")
-    assert events[-1]["type"] == "run.interrupted" and events[-1]["data"] == {"reason": "lease_expired"}
+    assert events[-1]["type"] == "run.interrupted" and events[-1]["data"] == {
+        "reason": "lease_expired"
+    }
 
 
 @pytest.fixture
@@ -64,7 +71,7 @@ def agentruns_config(monkeypatch):
 
 async def test_a_database_locked_by_another_process_delays_but_loses_nothing(api, engine, caplog):
     run_id = (await submit(api, input=demo_input(chunks=200, delay=0.005))).json()["run_id"]
-    await asyncio.sleep(0.1)
+    await wait_seq(api, run_id, 5)
     locked, release = threading.Event(), threading.Event()
 
     def hold_lock():
@@ -93,22 +100,23 @@ async def test_a_database_locked_by_another_process_delays_but_loses_nothing(api
 async def test_a_run_whose_seqs_another_server_took_stops_and_the_others_go_on(api, engine, caplog):
     taken = (await submit(api, input=demo_input(chunks=500, delay=0.01))).json()["run_id"]
     other = (await submit(api, input=demo_input(chunks=100, delay=0.01))).json()["run_id"]
-    await asyncio.sleep(0.3)
-    db = sqlite3.connect(engine.settings.db_path)
-    (last,) = db.execute("SELECT last_seq FROM runs WHERE run_id = ?", [taken]).fetchone()
-    db.executemany(
-        "INSERT INTO events (run_id, seq, type, ts, data) VALUES (?, ?, 'x.other', '2026-01-01T00:00:00.000Z', '{}')",
-        [(taken, seq) for seq in range(last + 1, last + 2001)],
-    )
-    db.commit()
-    db.close()
+    await wait_seq(api, taken, 10)
+    # Another server takes the run's next seqs, in one transaction against our writer.
+    db = sqlite3.connect(engine.settings.db_path, isolation_level=None)
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        (last,) = db.execute("SELECT last_seq FROM runs WHERE run_id = ?", [taken]).fetchone()
+        db.executemany(
+            "INSERT INTO events (run_id, seq, type, ts, data) "
+            "VALUES (?, ?, 'x.other', '2026-01-01T00:00:00.000Z', '{}')",
+            [(taken, seq) for seq in range(last + 1, last + 2001)],
+        )
+        db.execute("COMMIT")
+    finally:
+        db.close()
     finished = await wait_run(api, other)
     assert finished["status"] == "succeeded"
     events = await all_events(api, other)
     assert [e["seq"] for e in events] == list(range(1, finished["last_seq"] + 1))
-    for _ in range(50):
-        if taken not in engine.executor.live:
-            break
-        await asyncio.sleep(0.1)
-    assert taken not in engine.executor.live
+    await wait_for(lambda: taken not in engine.live, what="the refused run to stop")
     assert "were refused" in caplog.text

@@ -19,7 +19,12 @@ class Kernel:
         self.http = http
         session = http.post(
             server.url + "api/sessions",
-            json={"path": path, "type": "notebook", "name": path.rsplit("/", 1)[-1], "kernel": {"name": "python3"}},
+            json={
+                "path": path,
+                "type": "notebook",
+                "name": path.rsplit("/", 1)[-1],
+                "kernel": {"name": "python3"},
+            },
         ).json()
         self.kernel_id = session["kernel"]["id"]
         self.connect()
@@ -42,8 +47,17 @@ class Kernel:
         self.connect()
 
     def run_cell(self, code, cell_id):
-        """Execute ``code`` as the notebook cell ``cell_id``; returns (stdout, display outputs, error)."""
-        content = {"code": code, "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False}
+        """Execute ``code`` as the notebook cell ``cell_id``.
+
+        Returns (stdout, display outputs, error).
+        """
+        content = {
+            "code": code,
+            "silent": False,
+            "store_history": True,
+            "user_expressions": {},
+            "allow_stdin": False,
+        }
         message = self.client.session.msg("execute_request", content, metadata={"cellId": cell_id})
         self.client.shell_channel.send(message)
         stdout, displays, error = "", [], None
@@ -76,7 +90,9 @@ def agentruns_config():
 
 @pytest.fixture
 def lab(tmp_path, agentruns_config):
-    server = ServerProcess(tmp_path / "home", tmp_path / "agentruns.sqlite3", agentruns_config).start()
+    server = ServerProcess(
+        tmp_path / "home", tmp_path / "agentruns.sqlite3", agentruns_config
+    ).start()
     (server.home / "work").mkdir(exist_ok=True)
     http = server.client()
     kernel = Kernel(server, http)
@@ -134,7 +150,10 @@ def test_the_output_carries_a_run_reference_and_a_record_brought_up_to_date_at_t
     updates = [data for _, data in kernel.updates if MIME in data]
     assert updates and updates[-1][MIME]["status"] == "succeeded"
     assert "Demo answer about weather in Shanghai" in updates[-1]["text/markdown"]
-    assert updates[-1]["text/markdown"] == http.get(f"runs/{run_id}", headers={"Accept": "text/markdown"}).text
+    assert (
+        updates[-1]["text/markdown"]
+        == http.get(f"runs/{run_id}", headers={"Accept": "text/markdown"}).text
+    )
     assert http.get(f"runs/{run_id}").json()["metadata"] == {"cell_id": "cell-1"}
 
 
@@ -152,7 +171,9 @@ def test_a_cell_finds_its_run_after_the_key_ttl_and_follows_its_newest_run_again
     body = {name: original[name] for name in ("agent", "input", "session", "metadata")}
     retry = http.post("runs", json={**body, "retry_of": run_id}).json()
     kernel.restart()
-    after, _, error = kernel.run_cell(CELL + "print(run.reattached, repr(run.followed))\n", "cell-1")
+    after, _, error = kernel.run_cell(
+        CELL + "print(run.reattached, repr(run.followed))\n", "cell-1"
+    )
     assert error is None, error
     assert after.split(" ")[0] == retry["run_id"]
     assert after.splitlines()[-1] == f"True {run_id!r}"
@@ -163,7 +184,9 @@ def test_another_cell_or_new_true_starts_another_run(lab):
     server, http, kernel = lab
     first, _, _ = kernel.run_cell(CELL, "cell-1")
     other, _, _ = kernel.run_cell(CELL, "cell-2")
-    forced, _, error = kernel.run_cell(CELL.replace('"delay": 0}', '"delay": 0}, new=True'), "cell-1")
+    forced, _, error = kernel.run_cell(
+        CELL.replace('"delay": 0}', '"delay": 0}, new=True'), "cell-1"
+    )
     assert error is None, error
     ids = {first.split(" ")[0], other.split(" ")[0], forced.split(" ")[0]}
     assert len(ids) == 3
@@ -172,7 +195,10 @@ def test_another_cell_or_new_true_starts_another_run(lab):
 
 def test_submit_as_the_last_expression_shows_one_widget(lab):
     server, http, kernel = lab
-    code = 'from jupyter_agentruns import submit\nsubmit("demo", {"prompt": "p", "chunks": 2, "delay": 0})'
+    code = (
+        "from jupyter_agentruns import submit\n"
+        'submit("demo", {"prompt": "p", "chunks": 2, "delay": 0})'
+    )
     _, displays, error = kernel.run_cell(code, "cell-9")
     assert error is None, error
     views = widget_views(displays)
@@ -211,14 +237,19 @@ def test_outside_a_notebook_an_explicit_url_and_token_work(lab, tmp_path):
     server, http, kernel = lab
     code = (
         "from jupyter_agentruns import submit\n"
-        f"run = submit('demo', {{'prompt': 'p', 'chunks': 4, 'delay': 0}}, url={server.url!r}, token={server.token!r})\n"
+        "run = submit('demo', {'prompt': 'p', 'chunks': 4, 'delay': 0}, "
+        f"url={server.url!r}, token={server.token!r})\n"
         "print(run.wait(30).status, run.output['text'])\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=server.env)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=server.env
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "succeeded Demo answer about p."
     # Plain Python has no cell to derive a key from: each submit is a new run.
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=server.env)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=server.env
+    )
     assert len(http.get("runs").json()["runs"]) == 2
 
 
@@ -230,7 +261,9 @@ def test_outside_a_notebook_an_explicit_url_and_token_work(lab, tmp_path):
         ({"prompt": "p"}, {"score": float("-inf")}, "metadata.score"),
     ],
 )
-def test_submit_refuses_nan_and_infinity_before_sending_naming_where(input, metadata, where, monkeypatch):
+def test_submit_refuses_nan_and_infinity_before_sending_naming_where(
+    input, metadata, where, monkeypatch
+):
     from jupyter_agentruns import widget
 
     def no_network(*args, **kwargs):
@@ -250,27 +283,48 @@ def test_an_executed_and_exported_notebook_shows_the_answer_in_markdown_and_html
     server, http, kernel = lab
     notebook = nbformat.v4.new_notebook()
     # No print: what the export shows of the run comes from the displayed record.
-    code = 'from jupyter_agentruns import submit\nrun = submit("demo", {"prompt": "weather in Shanghai", "chunks": 8, "delay": 0})\nrun.wait(60);'
+    code = (
+        "from jupyter_agentruns import submit\n"
+        'run = submit("demo", {"prompt": "weather in Shanghai", "chunks": 8, "delay": 0})\n'
+        "run.wait(60);"
+    )
     notebook.cells.append(nbformat.v4.new_code_cell(code))
     path = tmp_path / "exported.ipynb"
     nbformat.write(notebook, path)
     env = {**server.env, "AGENTRUNS_URL": server.url, "AGENTRUNS_TOKEN": server.token}
     nbconvert = [sys.executable, "-m", "jupyter", "nbconvert", "--to"]
-    result = subprocess.run([*nbconvert, "notebook", "--execute", "--output", "executed", str(path)], capture_output=True, text=True, timeout=120, env=env)
+    result = subprocess.run(
+        [*nbconvert, "notebook", "--execute", "--output", "executed", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     executed = nbformat.read(tmp_path / "executed.ipynb", as_version=4)
     (output,) = executed.cells[0].outputs
     assert "Demo answer about weather in Shanghai" in output["data"]["text/markdown"]
     assert "**succeeded**" in output["data"]["text/markdown"]
     # The widget's saved state carries the record too, for a view that cannot reach the server.
-    assert any("Demo answer about" in str(model["state"].get("record", "")) for model in executed.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"].values())
+    assert any(
+        "Demo answer about" in str(model["state"].get("record", ""))
+        for model in executed.metadata.widgets["application/vnd.jupyter.widget-state+json"][
+            "state"
+        ].values()
+    )
     # As JupyterLab saves it (no widget state by default), and as nbconvert executed it.
     plain = nbformat.read(tmp_path / "executed.ipynb", as_version=4)
     del plain.metadata["widgets"]
     nbformat.write(plain, tmp_path / "saved.ipynb")
     for source in ("saved.ipynb", "executed.ipynb"):
         for to, suffix in (("markdown", ".md"), ("html", ".html")):
-            result = subprocess.run([*nbconvert, to, str(tmp_path / source)], capture_output=True, text=True, timeout=120, env=env)
+            result = subprocess.run(
+                [*nbconvert, to, str(tmp_path / source)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=env,
+            )
             assert result.returncode == 0, result.stderr
             exported = (tmp_path / source).with_suffix(suffix).read_text()
             assert "Demo answer about weather in Shanghai" in exported, (source, to)

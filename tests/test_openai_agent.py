@@ -11,6 +11,11 @@ from pathlib import Path
 from typing import Annotated
 
 import pytest
+
+from jupyter_agentruns.agents import openai_chat
+from jupyter_agentruns.agents.openai_chat import describe_tool, tool
+from jupyter_agentruns.errors import error_object
+
 import tools_for_tests
 from conftest import all_events, submit, wait_run
 from fake_openai import (
@@ -27,10 +32,6 @@ from fake_openai import (
     tool_calls,
 )
 from tools_for_tests import TEST_TOOLS
-
-from jupyter_agentruns.agents import openai_chat
-from jupyter_agentruns.agents.openai_chat import describe_tool, tool
-from jupyter_agentruns.errors import error_object
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 KEY_ENV = "AGENTRUNS_TEST_OPENAI_KEY"
@@ -255,8 +256,8 @@ async def test_submit_rejects_unknown_tools_and_needs_exactly_one_of_prompt_and_
         assert response.status_code == 400 and response.json()["error"] == "invalid_input", label
         problems[label] = response.json()["message"]
     assert (
-        "input/tools/1: 'rm_rf' is not one of ['add', 'broken', 'committed_tool_calls', 'get_weather']"
-        in problems["unknown tool"]
+        "input/tools/1: 'rm_rf' is not one of "
+        "['add', 'broken', 'committed_tool_calls', 'get_weather']" in problems["unknown tool"]
     )
     assert "'prompt' is a required property" in problems["neither"]
     assert problems["both"].startswith("input/prompt: ")
@@ -292,7 +293,9 @@ async def test_usage_the_server_does_not_report_nor_can_count_is_said_once_and_l
     assert of_type(events, "usage") == [] and run["output"]["usage"] is None
 
 
-async def test_usage_the_server_does_not_report_is_counted_by_its_tokenizer_as_an_estimate(api, fake):
+async def test_usage_the_server_does_not_report_is_counted_by_its_tokenizer_as_an_estimate(
+    api, fake
+):
     fake.tokenizer = lambda text: len(text.split())
     fake.reply(tool_calls(("add", '{"a": 1, "b": 2}'), usage=None), answer("It is 3", usage=None))
     run, events = await run_to_end(api, {"prompt": "Add 1 and 2"})
@@ -318,7 +321,9 @@ async def test_usage_the_server_does_not_report_is_counted_by_its_tokenizer_as_a
 # Tools ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name_in_every_fragment", [False, True], ids=["name-once", "name-repeated"])
+@pytest.mark.parametrize(
+    "name_in_every_fragment", [False, True], ids=["name-once", "name-repeated"]
+)
 async def test_tool_calls_split_across_chunks_run_a_sync_and_an_async_tool(
     api, fake, name_in_every_fragment
 ):
@@ -349,8 +354,8 @@ async def test_tool_calls_split_across_chunks_run_a_sync_and_an_async_tool(
     assert name == "add" and details["thread"] != "MainThread"  # a sync tool runs in a thread
     types = [event["type"] for event in events]
     assert types == ["run.started", "usage", "tool.started", "tool.completed", "tool.started",
-                     "tool.completed", "message.started", "text.delta", "message.completed", "usage",
-                     "run.succeeded"]  # fmt: skip
+                     "tool.completed", "message.started", "text.delta", "message.completed",
+                     "usage", "run.succeeded"]  # fmt: skip
     assert of_type(events, "usage") == [
         {"input_tokens": 10, "output_tokens": 4},
         {"input_tokens": 40, "output_tokens": 16},
@@ -420,7 +425,7 @@ async def test_a_failing_or_unknown_tool_completes_not_ok_and_the_model_reads_th
     assert tools_for_tests.calls == []  # add never ran with bad arguments
 
 
-async def test_a_tool_call_is_durable_before_the_tool_runs_and_its_result_before_the_next_model_call(
+async def test_a_tool_call_is_durable_before_it_runs_and_its_result_before_the_next_model_call(
     api, fake, engine, monkeypatch
 ):
     monkeypatch.setenv("AGENTRUNS_TEST_DB", engine.settings.db_path)
@@ -475,11 +480,15 @@ async def test_a_tool_choice_naming_a_tool_forces_the_first_call_only(api, fake)
 
 
 async def test_a_tool_choice_the_run_does_not_offer_fails_it_before_any_model_call(api, fake):
-    run, _ = await run_to_end(api, {"prompt": "2 + 2?", "tools": ["get_weather"], "tool_choice": "add"})
+    run, _ = await run_to_end(
+        api, {"prompt": "2 + 2?", "tools": ["get_weather"], "tool_choice": "add"}
+    )
     assert run["status"] == "failed"
     assert run["error"] == {
         "type": "invalid_input",
-        "message": "tool_choice names 'add', a tool this run does not offer (its tools: get_weather)",
+        "message": (
+            "tool_choice names 'add', a tool this run does not offer (its tools: get_weather)"
+        ),
     }
     response = await submit(api, agent="openai", input={"prompt": "hi", "tool_choice": "rm_rf"})
     assert response.status_code == 400 and "tool_choice" in response.json()["message"]
@@ -576,7 +585,9 @@ async def test_a_refused_key_fails_upstream_auth_and_the_key_appears_nowhere(api
     ],
     ids=["all-but-one", "tail", "fragment", "bearer"],
 )
-async def test_no_part_of_the_key_or_a_bearer_token_appears_in_an_upstream_error(api, fake, caplog, echo):
+async def test_no_part_of_the_key_or_a_bearer_token_appears_in_an_upstream_error(
+    api, fake, caplog, echo
+):
     fake.reply(Status(400, error_body(f"Invalid request; your key {echo} is not allowed here")))
     run, events = await run_to_end(api, {"prompt": "hi"})
 
@@ -589,7 +600,9 @@ async def test_no_part_of_the_key_or_a_bearer_token_appears_in_an_upstream_error
 
 
 @pytest.mark.parametrize("retry_after", ["nan", "inf", "-inf"])
-async def test_a_retry_after_that_is_not_a_number_of_seconds_waits_the_backoff(api, fake, retry_after):
+async def test_a_retry_after_that_is_not_a_number_of_seconds_waits_the_backoff(
+    api, fake, retry_after
+):
     # A NaN handed to asyncio.sleep corrupts the server's timers: every other run would stall.
     fake.reply(
         Status(503, error_body("busy", type="server_error"), {"Retry-After": retry_after}),
@@ -683,7 +696,8 @@ def refused_message(index: int, message: dict, meant: str | None, problem: dict 
 
 
 NULL_CONTENT = {"role": "assistant", "content": None, "tool_calls": [
-    {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]}  # fmt: skip
+    {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}},
+]}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -698,15 +712,42 @@ NULL_CONTENT = {"role": "assistant", "content": None, "tool_calls": [
             "reported an error: The model is overloaded",
         ),
         (
-            Status(422, {"detail": [{"type": "missing", "loc": ["body", "messages"],
-                                     "msg": "Field required", "input": {"model": "x"}}]}),
+            Status(
+                422,
+                {
+                    "detail": [
+                        {
+                            "type": "missing",
+                            "loc": ["body", "messages"],
+                            "msg": "Field required",
+                            "input": {"model": "x"},
+                        }
+                    ]
+                },
+            ),
             "answered 422: invalid request (1 validation error): messages: Field required",
         ),
         (
-            Status(400, llama_cpp_validation_error(*refused_message(1, NULL_CONTENT, "Assistant", {
-                "type": "string_type", "loc": "content", "msg": "Input should be a valid string"}))),
-            ("answered 400: invalid request (7 validation errors): "
-             "messages.1.ChatCompletionRequestAssistantMessage.content: Input should be a valid string"),
+            Status(
+                400,
+                llama_cpp_validation_error(
+                    *refused_message(
+                        1,
+                        NULL_CONTENT,
+                        "Assistant",
+                        {
+                            "type": "string_type",
+                            "loc": "content",
+                            "msg": "Input should be a valid string",
+                        },
+                    )
+                ),
+            ),
+            (
+                "answered 400: invalid request (7 validation errors): "
+                "messages.1.ChatCompletionRequestAssistantMessage.content: "
+                "Input should be a valid string"
+            ),
         ),
     ],
     ids=["unknown-model", "error-mid-stream", "fastapi-detail", "validation-text-past-the-cut"],
@@ -732,7 +773,8 @@ async def test_other_upstream_errors_fail_upstream_error_with_the_servers_words(
             llama_cpp_validation_error(*refused_message(1, NULL_CONTENT, "Assistant", {
                 "type": "string_type", "loc": "content", "msg": "Input should be a valid string"})),
             ("invalid request (7 validation errors): "
-             "messages.1.ChatCompletionRequestAssistantMessage.content: Input should be a valid string"),
+             "messages.1.ChatCompletionRequestAssistantMessage.content: "
+             "Input should be a valid string"),
         ),
         (
             llama_cpp_validation_error(
@@ -858,7 +900,8 @@ async def test_the_example_get_weather_is_a_tool_for_the_openai_agent(api, fake)
     [offered] = fake.requests[0]["body"]["tools"]
     assert offered["function"]["description"] == "The current weather in a city."
     assert offered["function"]["parameters"]["properties"]["unit"] == {
-        "enum": ["celsius", "fahrenheit"], "description": "the temperature's unit", "default": "celsius"
+        "enum": ["celsius", "fahrenheit"], "description": "the temperature's unit",
+        "default": "celsius",
     }  # fmt: skip
 
 

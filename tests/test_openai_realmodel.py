@@ -29,6 +29,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from conftest import all_events, submit, wait_run
 
 pytestmark = [pytest.mark.realmodel, pytest.mark.timeout(120)]

@@ -37,7 +37,10 @@ FUZZ_SECONDS = 60
 
 
 def route_template(route: str) -> str:
-    """A tornado route as an OpenAPI path: ``api/agentruns/runs/(?P<run_id>[^/]+)`` to ``/runs/{run_id}``."""
+    """A tornado route as an OpenAPI path.
+
+    ``api/agentruns/runs/(?P<run_id>[^/]+)`` becomes ``/runs/{run_id}``.
+    """
     assert route.startswith(PREFIX + "/"), route
     template = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", route[len(PREFIX) :]).replace(r"\.", ".")
     assert not set(template) & set("()[]*+?|^$\\"), f"cannot read {route!r} as a path template"
@@ -162,7 +165,8 @@ async def test_the_document_needs_credentials_like_the_rest_of_the_api(api_url):
 
 
 def fuzz_config(base_url: str, token: str) -> schemathesis.Config:
-    # Without max-time the engine runs each phase once, max-examples per operation; fuzz() adds a deadline.
+    # Without max-time the engine runs each phase once, max-examples per operation;
+    # fuzz() adds a deadline.
     return schemathesis.Config.from_dict(
         {
             "base-url": base_url,
@@ -213,12 +217,11 @@ def fuzz_config(base_url: str, token: str) -> schemathesis.Config:
                     "headers": {"Accept": "application/json"},
                 },
                 {
-                    # `before` is opaque: only the server's own `next` is a cursor, a forged one is 400.
+                    # `before` is opaque: only the server's own `next` is a cursor,
+                    # a forged one is 400.
                     "include-operation-id": "listRuns",
                     "checks": {
-                        "positive_data_acceptance": {
-                            "expected-statuses": ["2xx", "400", "403"]
-                        }
+                        "positive_data_acceptance": {"expected-statuses": ["2xx", "400", "403"]}
                     },
                 },
                 {
@@ -236,7 +239,10 @@ def fuzz_config(base_url: str, token: str) -> schemathesis.Config:
 
 
 def tornado_argument(value: str) -> str:
-    """A query argument as tornado hands it to a handler: control characters blanked, then stripped."""
+    """A query argument as tornado hands it to a handler.
+
+    Control characters are blanked, then the value is stripped.
+    """
     return re.sub(r"[\x00-\x08\x0e-\x1f]", " ", value).strip()
 
 
@@ -311,7 +317,9 @@ async def test_the_server_keeps_to_the_document_under_fuzzing(api_url, token):
     assert not unique, f"{len(unique)} failure(s) ({'; '.join(summary)}):\n\n" + "\n\n".join(unique)
 
 
-@pytest.mark.parametrize("before", [str(2**63), "MjAyNi0wMS0wMVQwMDowMDowMC4wMDBafHg", "\x81", "%%%"])
+@pytest.mark.parametrize(
+    "before", [str(2**63), "MjAyNi0wMS0wMVQwMDowMDowMC4wMDBafHg", "\x81", "%%%"]
+)
 async def test_a_before_cursor_the_server_did_not_make_is_a_400(api, before):
     response = await api.get("runs", params={"before": before})
     assert response.status_code == 400

@@ -2,19 +2,23 @@
 
 import pytest
 
-from conftest import demo_input, submit, wait_run
 from jupyter_agentruns.record import ANSWER_LIMIT, run_markdown
+
+from conftest import demo_input, submit, wait_run
 
 
 def run_object(**changes):
     run = {
-        "run_id": "run_abc", "agent": "demo", "status": "succeeded", "session": None, "metadata": {},
-        "input": {}, "retry_of": None, "created_at": "2026-11-30T10:00:00.000Z",
+        "run_id": "run_abc", "agent": "demo", "status": "succeeded", "session": None,
+        "metadata": {}, "input": {}, "retry_of": None, "created_at": "2026-11-30T10:00:00.000Z",
         "started_at": "2026-11-30T10:00:00.000Z", "finished_at": "2026-11-30T10:00:12.500Z",
         "last_seq": 9, "first_seq": 1, "output": None, "error": None, "cancel": None,
         "snapshot": {
-            "messages": [{"id": "m1", "role": "assistant", "text": "## Weather\n\n| city | °C |\n|---|---|\n| Shanghai | 21 |\n", "done": True}],
-            "tools": [{"call_id": "c1", "name": "get_weather", "args": {"city": "Shanghai"}, "status": "completed", "result": {"c": 21}}],
+            "messages": [{"id": "m1", "role": "assistant",
+                          "text": "## Weather\n\n| city | °C |\n|---|---|\n| Shanghai | 21 |\n",
+                          "done": True}],
+            "tools": [{"call_id": "c1", "name": "get_weather", "args": {"city": "Shanghai"},
+                       "status": "completed", "result": {"c": 21}}],
             "progress": None, "usage": {"input_tokens": 12, "output_tokens": 40},
         },
     }  # fmt: skip
@@ -31,7 +35,9 @@ def test_a_finished_run_shows_agent_status_tools_answer_usage_and_id():
 
 
 def test_a_failure_a_cancel_an_interruption_and_a_live_run_say_so():
-    failed = run_markdown(run_object(status="failed", error={"type": "upstream_timeout", "message": "no answer"}))
+    failed = run_markdown(
+        run_object(status="failed", error={"type": "upstream_timeout", "message": "no answer"})
+    )
     assert "> **Failed** (upstream_timeout): no answer" in failed
     cancelled = run_markdown(run_object(status="cancelled", cancel={"reason": "changed my mind"}))
     assert "> **Cancelled**: changed my mind" in cancelled
@@ -42,20 +48,48 @@ def test_a_failure_a_cancel_an_interruption_and_a_live_run_say_so():
 
 def test_a_huge_answer_is_cut_with_a_note_naming_the_run():
     text = "word " * 100_000
-    record = run_markdown(run_object(snapshot={"messages": [{"id": "m1", "text": text, "done": True}], "tools": [], "progress": None, "usage": None}))
+    record = run_markdown(
+        run_object(
+            snapshot={
+                "messages": [{"id": "m1", "text": text, "done": True}],
+                "tools": [],
+                "progress": None,
+                "usage": None,
+            }
+        )
+    )
     assert len(record) < ANSWER_LIMIT + 1000
-    assert "the answer goes on" in record and "500,000 characters" in record and "`run_abc`" in record
+    assert (
+        "the answer goes on" in record and "500,000 characters" in record and "`run_abc`" in record
+    )
 
 
 def test_html_in_a_model_answer_stays_text_but_code_keeps_its_brackets():
-    answer = 'See <img src=x onerror="alert(1)"> and `a<b`\n```html\n<b>bold</b>\n```\n<script>alert(2)</script>'
-    record = run_markdown(run_object(snapshot={"messages": [{"id": "m1", "text": answer, "done": True}], "tools": [], "progress": None, "usage": None}))
+    answer = (
+        'See <img src=x onerror="alert(1)"> and `a<b`\n'
+        "```html\n<b>bold</b>\n```\n<script>alert(2)</script>"
+    )
+    record = run_markdown(
+        run_object(
+            snapshot={
+                "messages": [{"id": "m1", "text": answer, "done": True}],
+                "tools": [],
+                "progress": None,
+                "usage": None,
+            }
+        )
+    )
     assert "<img" not in record and "<script" not in record
     assert "&lt;img" in record and "`a<b`" in record and "<b>bold</b>" in record
 
 
 def test_an_agent_that_streams_no_text_shows_its_output():
-    record = run_markdown(run_object(output={"answer": 42}, snapshot={"messages": [], "tools": [], "progress": None, "usage": None}))
+    record = run_markdown(
+        run_object(
+            output={"answer": 42},
+            snapshot={"messages": [], "tools": [], "progress": None, "usage": None},
+        )
+    )
     assert '{"answer": 42}' in record
 
 

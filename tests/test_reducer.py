@@ -36,14 +36,19 @@ def test_reduce_does_not_mutate_the_snapshot_it_starts_from():
 
 def test_describe_step_names_the_last_tool():
     snapshot = empty_snapshot()
-    apply(snapshot, {"type": "tool.started", "data": {"call_id": "c1", "name": "get_weather", "args": {}}})
+    apply(
+        snapshot,
+        {"type": "tool.started", "data": {"call_id": "c1", "name": "get_weather", "args": {}}},
+    )
     assert describe_step(snapshot, "tool.started") == "tool get_weather running"
     apply(snapshot, {"type": "tool.completed", "data": {"call_id": "c1", "ok": True, "result": 1}})
     assert describe_step(snapshot, "tool.completed") == "tool get_weather completed"
 
 
 def test_describe_step_for_a_streaming_message_and_a_fresh_run():
-    snapshot = reduce([{"type": "message.started", "data": {"message_id": "m1", "role": "assistant"}}])
+    snapshot = reduce(
+        [{"type": "message.started", "data": {"message_id": "m1", "role": "assistant"}}]
+    )
     assert describe_step(snapshot, "text.delta") == "message m1 streaming"
     assert describe_step(empty_snapshot(), "run.started") == "started"
     assert describe_step(empty_snapshot(), None) == "not started"
@@ -81,3 +86,16 @@ def test_the_builders_streamed_json_is_the_snapshot_at_every_step(path, monkeypa
         builder.apply(event)
         assert json.loads("".join(builder.json_chunks())) == reduce(events[:count])
     assert builder.to_dict() == reduce(events)
+
+
+def test_the_lifecycle_statuses_are_the_shared_ones():
+    # js/src/status.js is held to the same file.
+    from jupyter_agentruns import lifecycle
+
+    shared = json.loads(
+        (Path(__file__).parent / "vectors" / "lifecycle" / "statuses.json").read_text()
+    )
+    assert list(lifecycle.ALL_STATUSES) == shared["statuses"]
+    assert sorted(lifecycle.ACTIVE_STATUSES) == shared["active"]
+    assert sorted(lifecycle.TERMINAL_STATUSES) == shared["terminal"]
+    assert lifecycle.TERMINAL_EVENTS == shared["terminal_events"]

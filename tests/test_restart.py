@@ -38,7 +38,9 @@ def wait_status(client, run_id, statuses, timeout=30):
 def read_events(client, run_id, count):
     """The first ``count`` event frames of a live SSE stream, as raw data lines."""
     received = []
-    with client.stream("GET", f"runs/{run_id}/events", headers={"Accept": "text/event-stream"}) as response:
+    with client.stream(
+        "GET", f"runs/{run_id}/events", headers={"Accept": "text/event-stream"}
+    ) as response:
         for line in response.iter_lines():
             if line.startswith("data: "):
                 received.append(line[6:])
@@ -56,13 +58,19 @@ SLOW = {"prompt": "slow", "chunks": 1000, "delay": 0.02}
 
 
 @pytest.mark.timeout(180)
-def test_after_a_kill_and_restart_finished_runs_are_intact_and_unfinished_ones_end_interrupted(servers):
+def test_after_a_kill_and_restart_finished_runs_are_intact_and_unfinished_ones_end_interrupted(
+    servers,
+):
     first = servers("a", lease_seconds=1.5)
     with first.client() as client:
-        fast = client.post("runs", json={"agent": "demo", "input": {"prompt": "p", "chunks": 5, "delay": 0}}).json()
+        fast = client.post(
+            "runs", json={"agent": "demo", "input": {"prompt": "p", "chunks": 5, "delay": 0}}
+        ).json()
         fast = wait_status(client, fast["run_id"], TERMINAL)
         fast_events = all_raw_events(client, fast["run_id"])
-        slow = client.post("runs", json={"agent": "demo", "input": SLOW}, headers={"Idempotency-Key": "slow"}).json()
+        slow = client.post(
+            "runs", json={"agent": "demo", "input": SLOW}, headers={"Idempotency-Key": "slow"}
+        ).json()
         received = read_events(client, slow["run_id"], 15)
     first.kill()
 
@@ -98,9 +106,12 @@ def test_a_clean_stop_ends_live_runs_interrupted_with_server_shutdown(servers, t
         read_events(client, slow["run_id"], 5)
     server.terminate()
     db = sqlite3.connect(tmp_path / "agentruns.sqlite3")
-    status, last_seq = db.execute("SELECT status, last_seq FROM runs WHERE run_id = ?", [slow["run_id"]]).fetchone()
+    status, last_seq = db.execute(
+        "SELECT status, last_seq FROM runs WHERE run_id = ?", [slow["run_id"]]
+    ).fetchone()
     seq, type, data = db.execute(
-        "SELECT seq, type, data FROM events WHERE run_id = ? ORDER BY seq DESC LIMIT 1", [slow["run_id"]]
+        "SELECT seq, type, data FROM events WHERE run_id = ? ORDER BY seq DESC LIMIT 1",
+        [slow["run_id"]],
     ).fetchone()
     db.close()
     assert status == "interrupted"
@@ -112,7 +123,9 @@ def test_two_live_servers_on_one_database_never_interrupt_each_others_runs(serve
     a = servers("a", lease_seconds=1)
     b = servers("b", lease_seconds=1)
     with a.client() as client_a, b.client() as client_b:
-        run = client_a.post("runs", json={"agent": "demo", "input": {"prompt": "p", "chunks": 60, "delay": 0.05}}).json()
+        run = client_a.post(
+            "runs", json={"agent": "demo", "input": {"prompt": "p", "chunks": 60, "delay": 0.05}}
+        ).json()
         # B sweeps for expired leases three times a second while A executes for ~3 s.
         seen_by_b = wait_status(client_b, run["run_id"], TERMINAL, timeout=60)
         assert seen_by_b["status"] == "succeeded"
@@ -132,7 +145,10 @@ def test_a_cancel_sent_to_another_server_on_the_same_database_takes_effect(serve
         assert response.status_code == 202
         # B answers with the run as it will be, though A has not taken the cancel yet.
         assert response.json()["status"] == "cancelling"
-        assert response.json()["cancel"]["reason"] == "from b" and response.json()["cancel"]["requested_at"]
+        assert (
+            response.json()["cancel"]["reason"] == "from b"
+            and response.json()["cancel"]["requested_at"]
+        )
         assert client_b.post(f"runs/{run['run_id']}/cancel").status_code == 200
         finished = wait_status(client_b, run["run_id"], TERMINAL, timeout=30)
         assert finished["status"] == "cancelled"

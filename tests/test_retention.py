@@ -4,9 +4,10 @@ import asyncio
 
 import pytest
 
-from conftest import demo_input, parse_sse, sse_frames, submit, wait_run
 from jupyter_agentruns.compaction import compaction_target
 from jupyter_agentruns.reducer import apply, reduce
+
+from conftest import demo_input, parse_sse, sse_frames, submit, wait_run
 
 PER_USER = {"identity_provider_class": "identity.HeaderIdentityProvider"}
 
@@ -16,14 +17,28 @@ def row(status="succeeded", first=1, last=100, finished_ts=0.0):
 
 
 def test_compaction_target_keeps_the_terminal_event_of_an_old_run():
-    assert compaction_target(row(finished_ts=0), now=1000, retention_seconds=10, max_events=1000) == 100
-    assert compaction_target(row(finished_ts=995), now=1000, retention_seconds=10, max_events=1000) is None
-    assert compaction_target(row(first=100), now=1000, retention_seconds=10, max_events=1000) is None
+    assert (
+        compaction_target(row(finished_ts=0), now=1000, retention_seconds=10, max_events=1000)
+        == 100
+    )
+    assert (
+        compaction_target(row(finished_ts=995), now=1000, retention_seconds=10, max_events=1000)
+        is None
+    )
+    assert (
+        compaction_target(row(first=100), now=1000, retention_seconds=10, max_events=1000) is None
+    )
 
 
 def test_compaction_target_caps_the_events_kept_per_run_even_while_it_runs():
-    assert compaction_target(row("running", last=1500), now=0, retention_seconds=10, max_events=1000) == 501
-    assert compaction_target(row("running", last=1000), now=0, retention_seconds=10, max_events=1000) is None
+    assert (
+        compaction_target(row("running", last=1500), now=0, retention_seconds=10, max_events=1000)
+        == 501
+    )
+    assert (
+        compaction_target(row("running", last=1000), now=0, retention_seconds=10, max_events=1000)
+        is None
+    )
 
 
 async def compacted_run(api, engine, **input):
@@ -45,7 +60,9 @@ async def test_an_old_finished_run_keeps_its_snapshot_and_terminal_event_only(ap
     import sqlite3
 
     db = sqlite3.connect(engine.settings.db_path)
-    kept = db.execute("SELECT seq, type FROM events WHERE run_id = ?", [before["run_id"]]).fetchall()
+    kept = db.execute(
+        "SELECT seq, type FROM events WHERE run_id = ?", [before["run_id"]]
+    ).fetchall()
     db.close()
     assert kept == [(before["last_seq"], "run.succeeded")]
 
@@ -73,7 +90,9 @@ async def test_an_expired_cursor_gets_the_snapshot_field_over_json(api, engine):
     body = (await api.get(f"runs/{after['run_id']}/events", params={"after": 3})).json()
     assert body["snapshot"] == after
     assert body["events"] == [] and body["done"] is True
-    body = (await api.get(f"runs/{after['run_id']}/events", params={"after": after["last_seq"] - 1})).json()
+    body = (
+        await api.get(f"runs/{after['run_id']}/events", params={"after": after["last_seq"] - 1})
+    ).json()
     assert "snapshot" not in body and [e["type"] for e in body["events"]] == ["run.succeeded"]
 
 
@@ -83,7 +102,9 @@ async def test_a_live_run_over_its_event_budget_is_compacted_while_a_slow_client
     cursor, state, seen_snapshot, seqs = 0, None, False, []
     while True:
         await asyncio.sleep(0.1)  # a slow reader: compaction overtakes it
-        body = (await api.get(f"runs/{run_id}/events", params={"after": cursor, "limit": 10})).json()
+        body = (
+            await api.get(f"runs/{run_id}/events", params={"after": cursor, "limit": 10})
+        ).json()
         if "snapshot" in body:
             seen_snapshot = True
             state = body["snapshot"]["snapshot"]
@@ -108,13 +129,20 @@ async def test_the_page_stream_sends_a_snapshot_frame_for_an_expired_cursor(api,
     fresh = (await submit(api, input=demo_input(chunks=10))).json()["run_id"]
     frames = []
     async with api.stream(
-        "GET", "streams", params={"runs": f"{old['run_id']}:2,{fresh}:0"}, headers={"Accept": "text/event-stream"}
+        "GET",
+        "streams",
+        params={"runs": f"{old['run_id']}:2,{fresh}:0"},
+        headers={"Accept": "text/event-stream"},
     ) as response:
         async for frame in parse_sse(response.aiter_lines()):
             frames.append(frame)
     snapshots = [f["data"] for f in frames if f.get("event") == "snapshot"]
     assert snapshots == [old]
-    fresh_seqs = [f["data"]["seq"] for f in frames if f.get("event") not in (None, "snapshot") and f["data"]["run_id"] == fresh]
+    fresh_seqs = [
+        f["data"]["seq"]
+        for f in frames
+        if f.get("event") not in (None, "snapshot") and f["data"]["run_id"] == fresh
+    ]
     assert fresh_seqs == list(range(1, fresh_seqs[-1] + 1))
 
 

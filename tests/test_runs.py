@@ -27,7 +27,10 @@ async def test_unknown_run_is_404_run_not_found(api):
 
 
 async def test_list_is_newest_first_and_paginates(api):
-    ids = [(await submit(api, input=demo_input(chunks=1, tools=False))).json()["run_id"] for _ in range(5)]
+    ids = [
+        (await submit(api, input=demo_input(chunks=1, tools=False))).json()["run_id"]
+        for _ in range(5)
+    ]
     for run_id in ids:
         await wait_run(api, run_id)
     page = (await api.get("runs", params={"limit": 2})).json()
@@ -49,7 +52,9 @@ async def test_list_filters_by_status_and_session(api):
     assert [r["run_id"] for r in runs] == [b.json()["run_id"]]
 
 
-@pytest.mark.parametrize("params", [{"limit": 0}, {"limit": 501}, {"limit": "ten"}, {"before": "x"}, {"status": "done"}])
+@pytest.mark.parametrize(
+    "params", [{"limit": 0}, {"limit": 501}, {"limit": "ten"}, {"before": "x"}, {"status": "done"}]
+)
 async def test_list_rejects_bad_parameters(api, params):
     response = await api.get("runs", params=params)
     assert response.status_code == 400
@@ -91,7 +96,12 @@ async def test_a_wrong_method_is_a_json_405(api):
 
 async def test_unauthenticated_requests_are_a_json_403(api_url):
     async with httpx.AsyncClient(base_url=api_url) as anonymous:
-        for method, path in (("GET", "agents"), ("GET", "runs"), ("POST", "runs"), ("GET", "nothing")):
+        for method, path in (
+            ("GET", "agents"),
+            ("GET", "runs"),
+            ("POST", "runs"),
+            ("GET", "nothing"),
+        ):
             response = await anonymous.request(method, path)
             assert response.status_code == 403, (method, path)
             assert response.json()["error"] == "forbidden"
@@ -126,7 +136,9 @@ async def test_a_delete_body_over_max_body_bytes_is_413_and_deletes_nothing(api)
 async def test_runs_of_a_notebook_are_listed_by_its_path_under_the_root(api, jp_root_dir):
     session = str(jp_root_dir / "work" / "analysis.ipynb")
     (jp_root_dir / "work").mkdir()
-    mine = await submit(api, input=demo_input(chunks=1), session=session, metadata={"cell_id": "c1"})
+    mine = await submit(
+        api, input=demo_input(chunks=1), session=session, metadata={"cell_id": "c1"}
+    )
     await submit(api, input=demo_input(chunks=1), session=str(jp_root_dir / "other.ipynb"))
     listed = (await api.get("runs", params={"notebook": "work/analysis.ipynb"})).json()["runs"]
     assert [r["run_id"] for r in listed] == [mine.json()["run_id"]]
@@ -138,6 +150,30 @@ async def test_runs_of_a_notebook_are_listed_by_its_path_under_the_root(api, jp_
 
 async def test_the_retries_of_a_run_are_listed_newest_first(api):
     first = await finished(api)
-    retries = [(await submit(api, input=demo_input(chunks=1), retry_of=first["run_id"])).json()["run_id"] for _ in range(2)]
+    retries = [
+        (await submit(api, input=demo_input(chunks=1), retry_of=first["run_id"])).json()["run_id"]
+        for _ in range(2)
+    ]
     listed = (await api.get("runs", params={"retry_of": first["run_id"]})).json()["runs"]
     assert [r["run_id"] for r in listed] == retries[::-1]
+
+
+async def test_a_page_of_runs_ends_early_once_it_holds_enough_text(api, monkeypatch):
+    from jupyter_agentruns import engine
+
+    ids = []
+    for _ in range(5):
+        response = await submit(api, input=demo_input(chunks=200, tools=False))
+        ids.append((await wait_run(api, response.json()["run_id"]))["run_id"])
+    monkeypatch.setattr(engine, "LIST_PAGE_BYTES", 1500)  # about two of these runs' texts
+    seen, pages, before = [], 0, None
+    while True:
+        params = {"limit": 50, **({"before": before} if before else {})}
+        page = (await api.get("runs", params=params)).json()
+        assert 1 <= len(page["runs"]) < 5
+        seen += [run["run_id"] for run in page["runs"]]
+        pages += 1
+        if page["next"] is None:
+            break
+        before = page["next"]
+    assert seen == ids[::-1] and pages >= 2

@@ -19,7 +19,13 @@ def test_a_new_store_is_migrated_to_the_latest_schema_in_wal_mode(tmp_path):
     assert db.conn.execute("PRAGMA user_version").fetchone()[0] == len(store.MIGRATIONS)
     assert db.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert db.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
-    assert set(db.db.table_names()) >= {"runs", "events", "idempotency_keys", "snapshots", "tombstones"}
+    assert set(db.db.table_names()) >= {
+        "runs",
+        "events",
+        "idempotency_keys",
+        "snapshots",
+        "tombstones",
+    }
     sql = db.conn.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()[0]
     assert "WITHOUT ROWID" in sql and "PRIMARY KEY (run_id, seq)" in sql
 
@@ -58,7 +64,8 @@ def test_an_older_database_is_migrated_with_its_data(tmp_path, monkeypatch):
     monkeypatch.setattr(store, "MIGRATIONS", store.MIGRATIONS[:3])
     old = connect(path)
     old.conn.execute(
-        "INSERT INTO runs (run_id, owner, agent, status, created_at, last_seq, first_seq, snapshot, snapshot_seq) "
+        "INSERT INTO runs (run_id, owner, agent, status, created_at, last_seq, first_seq, "
+        "snapshot, snapshot_seq) "
         "VALUES ('run_old', 'me', 'demo', 'succeeded', 't', 7, 7, ?, 7)",
         ['{"messages": []}'],
     )
@@ -75,9 +82,13 @@ def test_nan_stored_by_an_older_version_becomes_null(tmp_path, monkeypatch):
     monkeypatch.setattr(store, "MIGRATIONS", store.MIGRATIONS[:4])
     old = connect(path)
     old.conn.execute(
-        "INSERT INTO runs (run_id, owner, agent, status, created_at, last_seq, first_seq, input, metadata) "
+        "INSERT INTO runs (run_id, owner, agent, status, created_at, last_seq, first_seq, "
+        "input, metadata) "
         "VALUES ('run_nan', 'me', 'demo', 'failed', 't', 2, 1, ?, ?)",
-        ['{"prompt": "p", "delay": NaN, "w": [1, Infinity]}', '{"score": -Infinity, "note": "NaN is fine as text"}'],
+        [
+            '{"prompt": "p", "delay": NaN, "w": [1, Infinity]}',
+            '{"score": -Infinity, "note": "NaN is fine as text"}',
+        ],
     )
     old.conn.close()
     monkeypatch.undo()
@@ -89,15 +100,30 @@ def test_nan_stored_by_an_older_version_becomes_null(tmp_path, monkeypatch):
 def test_a_snapshot_is_stored_in_parts_and_read_back_whole(tmp_path, monkeypatch):
     monkeypatch.setattr(store, "SNAPSHOT_PART_CHARS", 1000)
     db = connect(tmp_path / "s.sqlite3")
-    db.db["runs"].insert({"run_id": "run_big", "owner": "me", "agent": "demo", "status": "succeeded", "created_at": "t", "last_seq": 1, "first_seq": 1})
+    db.db["runs"].insert(
+        {
+            "run_id": "run_big",
+            "owner": "me",
+            "agent": "demo",
+            "status": "succeeded",
+            "created_at": "t",
+            "last_seq": 1,
+            "first_seq": 1,
+        }
+    )
     events = [{"type": "message.started", "data": {"message_id": "m1"}}]
-    events += [{"type": "text.delta", "data": {"message_id": "m1", "delta": f'naïve 😀 "{i}"\n'}} for i in range(500)]
+    events += [
+        {"type": "text.delta", "data": {"message_id": "m1", "delta": f'naïve 😀 "{i}"\n'}}
+        for i in range(500)
+    ]
     events += [{"type": "tool.started", "data": {"call_id": "c1", "name": "t", "args": {"q": "ü"}}}]
     builder = reducer.Snapshot()
     for event in events:
         builder.apply(event)
     db.write_snapshot("run_big", 1, builder)  # straight from the builder's pieces
-    parts = db.conn.execute("SELECT count(*) FROM snapshot_parts WHERE run_id = 'run_big'").fetchone()[0]
+    parts = db.conn.execute(
+        "SELECT count(*) FROM snapshot_parts WHERE run_id = 'run_big'"
+    ).fetchone()[0]
     assert parts > 5
     assert db.get_run("run_big")["snapshot"] == reducer.reduce(events)
     # A smaller snapshot written over it leaves no stale parts behind.

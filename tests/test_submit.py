@@ -45,7 +45,9 @@ async def test_same_key_with_a_different_body_is_422_and_changes_nothing(api):
     assert replay.json()["run_id"] == first.json()["run_id"]
 
 
-@pytest.mark.parametrize("field,value", [("session", "nb.ipynb"), ("metadata", {"a": 1}), ("agent", "other")])
+@pytest.mark.parametrize(
+    "field,value", [("session", "nb.ipynb"), ("metadata", {"a": 1}), ("agent", "other")]
+)
 async def test_every_fingerprinted_field_counts(api, field, value):
     await submit(api, key="k")
     body = {"agent": "demo", "input": demo_input(), field: value}
@@ -54,7 +56,9 @@ async def test_every_fingerprinted_field_counts(api, field, value):
 
 
 async def test_fifty_concurrent_identical_submits_create_exactly_one_run(api):
-    responses = await asyncio.gather(*(submit(api, key="race", input=demo_input(delay=0.01)) for _ in range(50)))
+    responses = await asyncio.gather(
+        *(submit(api, key="race", input=demo_input(delay=0.01)) for _ in range(50))
+    )
     statuses = sorted(r.status_code for r in responses)
     assert statuses == [200] * 49 + [201]
     assert len({r.json()["run_id"] for r in responses}) == 1
@@ -127,7 +131,9 @@ async def test_malformed_bodies_are_400_invalid_request(api, body, code):
 @pytest.mark.parametrize("key", ["", "x" * 256, "naïve", "tab\there"])
 async def test_invalid_idempotency_keys_are_400(api, key):
     response = await api.post(
-        "runs", json={"agent": "demo", "input": demo_input()}, headers={"Idempotency-Key": key.encode()}
+        "runs",
+        json={"agent": "demo", "input": demo_input()},
+        headers={"Idempotency-Key": key.encode()},
     )
     assert response.status_code == 400
     assert response.json()["error"] == "invalid_idempotency_key"
@@ -147,7 +153,9 @@ async def test_unknown_agent_is_404(api):
     assert response.json()["error"] == "unknown_agent"
 
 
-@pytest.mark.parametrize("agentruns_config", [{"max_body_bytes": 2000, "max_active_runs_per_user": 1}])
+@pytest.mark.parametrize(
+    "agentruns_config", [{"max_body_bytes": 2000, "max_active_runs_per_user": 1}]
+)
 async def test_checks_come_in_the_documented_order(api):
     big = {"agent": "demo", "input": {"prompt": "x" * 3000}}
     # 413 before a bad key.
@@ -157,7 +165,9 @@ async def test_checks_come_in_the_documented_order(api):
     response = await api.post("runs", content=b"{", headers={"Idempotency-Key": ""})
     assert response.json()["error"] == "invalid_request"
     # A bad key before an unknown agent.
-    response = await api.post("runs", json={"agent": "nope", "input": {}}, headers={"Idempotency-Key": ""})
+    response = await api.post(
+        "runs", json={"agent": "nope", "input": {}}, headers={"Idempotency-Key": ""}
+    )
     assert response.json()["error"] == "invalid_idempotency_key"
     # The key (422) before the agent.
     await submit(api, key="used", input=demo_input(delay=0.05, chunks=100))
@@ -211,7 +221,10 @@ async def test_agents_lists_the_demo_agent_with_its_input_schema(api):
         (b'{"agent": "demo", "input": {"prompt": "p", "delay": NaN}}', "input.delay"),
         (b'{"agent": "demo", "input": {"prompt": "p", "delay": Infinity}}', "input.delay"),
         (b'{"agent": "demo", "input": {"prompt": "p", "delay": 1e999}}', "input.delay"),
-        (b'{"agent": "demo", "input": {"prompt": "p"}, "metadata": {"scores": [1, -Infinity]}}', "metadata.scores[1]"),
+        (
+            b'{"agent": "demo", "input": {"prompt": "p"}, "metadata": {"scores": [1, -Infinity]}}',
+            "metadata.scores[1]",
+        ),
     ],
 )
 async def test_non_finite_numbers_anywhere_in_a_body_are_400_naming_where(api, body, path):
@@ -229,21 +242,32 @@ async def test_non_finite_numbers_anywhere_in_a_body_are_400_naming_where(api, b
     "body",
     [
         b'{"agent": "demo", "input": ' + b"[" * 100000 + b"]" * 100000 + b"}",
-        b'{"agent": "demo", "input": {"prompt": "p", "n": ' + b'{"a": ' * 200 + b"1" + b"}" * 200 + b"}}",
+        b'{"agent": "demo", "input": {"prompt": "p", "n": '
+        + b'{"a": ' * 200
+        + b"1"
+        + b"}" * 200
+        + b"}}",
         b'{"agent": "demo", "input": {"prompt": "p"}, "session": "\\ud800"}',
         b'{"agent": "demo", "input": {"prompt": "p"}, "retry_of": "run_\\udfff"}',
         b'{"agent": "demo", "input": {"prompt": "p\\ud83d"}}',
         b'{"agent": "demo", "input": {"\\ud800": 1, "prompt": "p"}}',
         b'{"agent": "demo", "input": {"prompt": "p", "chunks": 1' + b"0" * 5000 + b"}}",
     ],
-    ids=["deep-array", "deep-object", "surrogate-session", "surrogate-retry-of", "surrogate-input", "surrogate-key", "huge-int"],
+    ids=[
+        "deep-array",
+        "deep-object",
+        "surrogate-session",
+        "surrogate-retry-of",
+        "surrogate-input",
+        "surrogate-key",
+        "huge-int",
+    ],
 )
 async def test_odd_json_is_400_invalid_request_never_a_500(api, body):
     response = await api.post("runs", content=body)
     assert response.status_code == 400, response.text
     assert response.json()["error"] == "invalid_request"
     assert await count_runs(api) == 0
-
 
 
 @pytest.mark.parametrize("agentruns_config", [{"idempotency_ttl_seconds": 0.3}])
@@ -258,7 +282,9 @@ async def test_a_key_that_lives_with_its_run_outlasts_the_ttl(api, engine):
     # Deleting the run takes its key with it.
     await wait_run(api, lasting.json()["run_id"])
     assert (await api.delete(f"runs/{lasting.json()['run_id']}")).status_code == 204
-    assert (await submit(api, key="cell", headers={"Idempotency-Key-Lifetime": "run"})).status_code == 201
+    assert (
+        await submit(api, key="cell", headers={"Idempotency-Key-Lifetime": "run"})
+    ).status_code == 201
 
 
 async def test_an_unknown_key_lifetime_is_400_and_stores_nothing(api):

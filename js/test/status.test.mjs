@@ -1,5 +1,6 @@
 // Which statuses are terminal, which still need following.
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
 import { ACTIVE_STATUSES, TERMINAL_TYPES, isTerminal, isTerminalType } from "../src/status.js";
@@ -18,4 +19,13 @@ test("terminal event types are recognised by name only", () => {
 
 test("a run waiting for a person is still active", () => {
   assert.ok(ACTIVE_STATUSES.has("waiting"));
+});
+
+test("the statuses are the shared ones, as jupyter_agentruns/lifecycle.py has them", () => {
+  const shared = JSON.parse(
+    readFileSync(new URL("../../tests/vectors/lifecycle/statuses.json", import.meta.url), "utf8")
+  );
+  assert.deepEqual([...ACTIVE_STATUSES].sort(), shared.active);
+  assert.deepEqual({ ...TERMINAL_TYPES }, shared.terminal_events);
+  for (const status of shared.terminal) assert.equal(isTerminal(status), true);
 });

@@ -77,7 +77,9 @@ class Run(Protocol):
     async def tool_started(self, name: str, args: dict[str, Any] | None = None) -> str:
         """Record that a tool call starts; returns its ``call_id``."""
 
-    async def tool_completed(self, call_id: str, result: Any = None, *, ok: bool = True, error: Any = None) -> int: ...
+    async def tool_completed(
+        self, call_id: str, result: Any = None, *, ok: bool = True, error: Any = None
+    ) -> int: ...
 
     def tool(self, name: str, args: dict[str, Any] | None = None) -> Any:
         """``async with run.tool(name, args) as call: call.result = ...`` (an exception marks it failed)."""
@@ -122,11 +124,19 @@ class AgentSpec:
 
     @property
     def is_async(self) -> bool:
-        call = self.fn if inspect.isfunction(self.fn) or inspect.ismethod(self.fn) else self.fn.__call__
+        call = (
+            self.fn
+            if inspect.isfunction(self.fn) or inspect.ismethod(self.fn)
+            else self.fn.__call__
+        )
         return inspect.iscoroutinefunction(call)
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        }
 
     def input_problem(self, value: Any) -> str | None:
         """Why ``value`` does not satisfy the input schema, or None."""
@@ -169,8 +179,13 @@ def load_agents(
     """
     found: dict[str, AgentSpec] = {}
     failures: dict[str, str] = {}
-    sources = [(point.name, point.value, point.load) for point in entry_points(group=ENTRY_POINT_GROUP)]
-    sources += [(name, reference, lambda reference=reference: import_object(reference)) for name, reference in configured.items()]
+    sources = [
+        (point.name, point.value, point.load) for point in entry_points(group=ENTRY_POINT_GROUP)
+    ]
+    sources += [
+        (name, reference, lambda reference=reference: import_object(reference))
+        for name, reference in configured.items()
+    ]
     for name, reference, load in sources:
         try:
             found[name] = spec_for(name, load(), parent)
@@ -179,9 +194,16 @@ def load_agents(
             reason = f"{type(exc).__name__}: {exc}"
             if isinstance(exc, ImportError) and reference.startswith("jupyter_agentruns."):
                 # A built-in agent whose optional dependency is not installed.
-                log.info("agentruns: no built-in %r agent (%s); pip install 'jupyter_agentruns[%s]'", name, reason, name)
+                log.info(
+                    "agentruns: no built-in %r agent (%s); pip install 'jupyter_agentruns[%s]'",
+                    name,
+                    reason,
+                    name,
+                )
             else:
-                log.error("agentruns: cannot load the agent %r from %s: %s", name, reference, reason)
+                log.error(
+                    "agentruns: cannot load the agent %r from %s: %s", name, reference, reason
+                )
             failures[name] = reason
         else:
             failures.pop(name, None)

@@ -43,7 +43,10 @@ def answer_words(prompt: str, chunks: int) -> list[str]:
     return deltas
 
 
-@agent(input_schema=INPUT_SCHEMA, description="Deterministic demo agent: two tool calls, then a streamed answer. No network.")
+@agent(
+    input_schema=INPUT_SCHEMA,
+    description="Deterministic demo agent: two tool calls, then a streamed answer. No network.",
+)
 async def demo(run, input: dict) -> dict:
     prompt = input["prompt"]
     chunks = input.get("chunks", 40)
@@ -88,4 +91,8 @@ async def demo(run, input: dict) -> dict:
     text = "".join(deltas)
     # A long answer stays in the run's snapshot: an output is one event, and
     # events are bounded (max_event_bytes).
-    return {"text": text if len(text) <= OUTPUT_TEXT_LIMIT else None, "characters": len(text), "tools": tools_used}
+    return {
+        "text": text if len(text) <= OUTPUT_TEXT_LIMIT else None,
+        "characters": len(text),
+        "tools": tools_used,
+    }

@@ -435,7 +435,9 @@ class OpenAIAgent(Configurable):
     def _finite(self, proposal: dict[str, Any]) -> float:
         value = proposal["value"]
         if not math.isfinite(value):
-            raise TraitError(f"c.OpenAIAgent.{proposal['trait'].name} must be a finite number, not {value!r}")
+            raise TraitError(
+                f"c.OpenAIAgent.{proposal['trait'].name} must be a finite number, not {value!r}"
+            )
         return value
 
     def __init__(self, **kwargs: Any):
@@ -605,9 +607,7 @@ class Usage:
                 await self.run.custom("usage_unreported", self.unreported(estimated))
         if counts is None:
             return
-        totals = {
-            kind: (self.totals or {}).get(kind, 0) + count for kind, count in counts.items()
-        }
+        totals = {kind: (self.totals or {}).get(kind, 0) + count for kind, count in counts.items()}
         if estimated or (self.totals or {}).get("estimated"):
             totals["estimated"] = True
         self.totals = totals
@@ -870,7 +870,8 @@ def validation_errors(said: Any) -> list[dict[str, Any]]:
         return [
             error
             for error in said
-            if isinstance(error, dict) and isinstance(error.get("loc"), list | tuple)
+            if isinstance(error, dict)
+            and isinstance(error.get("loc"), list | tuple)
             and isinstance(error.get("msg"), str)
         ]
     if not isinstance(said, str) or not _VALIDATION_TEXT.match(said):
@@ -914,7 +915,12 @@ def validation_summary(errors: list[dict[str, Any]]) -> str:
 KEY_FRAGMENT = 8
 _SECRET_SHAPES = [
     # Authorization headers and bearer tokens an upstream error echoes back.
-    (re.compile(r"(?i)\b(authorization[\"']?\s*[:=]\s*[\"']?)(?:bearer\s+|token\s+)?[^\s\"',;]+"), r"\1***"),
+    (
+        re.compile(
+            r"(?i)\b(authorization[\"']?\s*[:=]\s*[\"']?)(?:bearer\s+|token\s+)?[^\s\"',;]+"
+        ),
+        r"\1***",
+    ),
     (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1***"),
     # Key shapes of OpenAI and most compatible services.
     (re.compile(r"\b(sk-|sk-proj-|sk-ant-)[A-Za-z0-9_-]{6,}"), r"\1***"),

@@ -70,7 +70,9 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
 
     def _request_too_large(self) -> ApiError:
         return ApiError(
-            413, "request_too_large", f"The request body is over max_body_bytes ({self.max_body_bytes} bytes)."
+            413,
+            "request_too_large",
+            f"The request body is over max_body_bytes ({self.max_body_bytes} bytes).",
         )
 
     @property
@@ -78,7 +80,11 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
         engine = self.settings["agentruns_engine"]
         if engine is None:
             message = self.settings["agentruns_startup_error"]
-            raise ApiError(503, "store_unavailable", f"{message[0].upper()}{message[1:]}; the server log says how to fix it.")
+            raise ApiError(
+                503,
+                "store_unavailable",
+                f"{message[0].upper()}{message[1:]}; the server log says how to fix it.",
+            )
         return engine
 
     @property
@@ -92,8 +98,9 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
         return "/".join([self.settings["agentruns_api_url"].rstrip("/"), *parts])
 
     def write_json(self, body: Any, status: int = 200) -> None:
+        """Answer JSON: a value, or text or bytes already encoded (off the loop, for big answers)."""
         self.set_status(status)
-        self.finish(body if isinstance(body, str) else jsonio.dumps(body))
+        self.finish(body if isinstance(body, (str, bytes)) else jsonio.dumps(body))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
@@ -107,8 +114,12 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
                 message = exc.log_message % exc.args if exc.args else exc.log_message
             if status_code >= 500:
                 message = "The server failed on this request; its log has the details."
-            body = {"error": _GENERIC_CODES.get(status_code, "server_error" if status_code >= 500 else "http_error"),
-                    "message": message}
+            body = {
+                "error": _GENERIC_CODES.get(
+                    status_code, "server_error" if status_code >= 500 else "http_error"
+                ),
+                "message": message,
+            }
         if status_code == 405:
             self.set_header("Allow", ", ".join(self.allowed_methods()))
         self.set_header("Content-Type", "application/json")
@@ -133,7 +144,9 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
         self.check_body_size()
         return parse_body(bytes(self._body), required=required)
 
-    def int_argument(self, name: str, default: int | None, low: int, high: int | None = None) -> int | None:
+    def int_argument(
+        self, name: str, default: int | None, low: int, high: int | None = None
+    ) -> int | None:
         raw = self.get_argument(name, None)
         if raw is None or raw == "":
             return default

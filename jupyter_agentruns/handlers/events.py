@@ -31,7 +31,9 @@ class EventsHandler(AgentRunsHandler):
         engine = self.engine
         await engine.start()
         row = await engine.owned_head(self.owner, run_id)
-        cursor = parse_cursor(self.request.headers.get("Last-Event-ID"), self.get_argument("after", None))
+        cursor = parse_cursor(
+            self.request.headers.get("Last-Event-ID"), self.get_argument("after", None)
+        )
         check_cursor(cursor, row["last_seq"])
         caught_up = is_terminal(row["status"]) and cursor == row["last_seq"]
         if "text/event-stream" in self.request.headers.get("Accept", ""):
@@ -74,7 +76,11 @@ class EventsHandler(AgentRunsHandler):
         limit = self.int_argument("limit", POLL_LIMIT_DEFAULT, 1, POLL_LIMIT_MAX)
         wait = self._wait_argument()
         # A long-poll that waits holds a connection like a stream: it counts as one.
-        slot = self.engine.stream_slot(self.owner) if wait > 0 and not caught_up else contextlib.nullcontext()
+        slot = (
+            self.engine.stream_slot(self.owner)
+            if wait > 0 and not caught_up
+            else contextlib.nullcontext()
+        )
         with slot:
             subscriber, snapshot = await resume(self.engine, self.owner, row, cursor)
             try:
@@ -105,7 +111,9 @@ class EventsHandler(AgentRunsHandler):
         except ValueError:
             wait = -1.0
         if not 0 <= wait <= POLL_WAIT_MAX:
-            raise invalid_request(f"wait must be a number of seconds between 0 and {POLL_WAIT_MAX}, not {raw!r}.")
+            raise invalid_request(
+                f"wait must be a number of seconds between 0 and {POLL_WAIT_MAX}, not {raw!r}."
+            )
         return wait
 
 

@@ -12,7 +12,6 @@ from tornado import web
 from ..engine import SubmitRequest
 from ..errors import ApiError, invalid_request
 from ..idempotency import key_problem
-from ..record import run_markdown
 from ..lifecycle import ALL_STATUSES
 from .base import AgentRunsHandler
 
@@ -26,7 +25,9 @@ def submit_request(body: dict[str, Any]) -> SubmitRequest:
     """Check a submit body's shape (400 ``invalid_request``) and read it."""
     unknown = sorted(set(body) - set(SUBMIT_FIELDS))
     if unknown:
-        raise invalid_request(f"Unknown field(s) {', '.join(unknown)}; allowed: {', '.join(SUBMIT_FIELDS)}.")
+        raise invalid_request(
+            f"Unknown field(s) {', '.join(unknown)}; allowed: {', '.join(SUBMIT_FIELDS)}."
+        )
     for name in ("agent", "input"):
         if name not in body:
             raise invalid_request(f"The field {name!r} is required.")
@@ -66,7 +67,9 @@ class RunsHandler(AgentRunsHandler):
                 "invalid_idempotency_key",
                 f"Idempotency-Key-Lifetime is 'ttl' (the default) or 'run', not {lifetime[:40]!r}.",
             )
-        run, replayed = await self.engine.submit(self.owner, request, key, key_with_run=lifetime == "run")
+        run, replayed = await self.engine.submit(
+            self.owner, request, key, key_with_run=lifetime == "run"
+        )
         if replayed:
             self.set_header("Idempotent-Replayed", "true")
         self.set_header("Location", self.api_url("runs", run["run_id"]))
@@ -85,7 +88,7 @@ class RunsHandler(AgentRunsHandler):
             if session is not None:
                 raise invalid_request("Give session or notebook, not both.")
             session = self.notebook_session(notebook)
-        runs, next_page = await self.engine.list_runs(
+        page = await self.engine.list_runs(
             self.owner,
             status=status,
             session=session,
@@ -93,14 +96,16 @@ class RunsHandler(AgentRunsHandler):
             before=self.get_argument("before", None) or None,
             retry_of=self.get_argument("retry_of", None) or None,
         )
-        self.write_json({"runs": runs, "next": next_page})
+        self.write_json(page)
 
     def notebook_session(self, path: str) -> str:
         """The session ``submit()`` records for the notebook at this API path: what its kernel
         is told in ``JPY_SESSION_NAME`` (the notebook's path on the server's disk)."""
         path = path.strip("/")
         if not path or any(part in ("", ".", "..") for part in path.split("/")):
-            raise invalid_request(f"notebook={path!r} is not the path of a notebook under the server's root.")
+            raise invalid_request(
+                f"notebook={path!r} is not the path of a notebook under the server's root."
+            )
         return os.path.join(self.kernel_manager.cwd_for_path(path), posixpath.basename(path))
 
 
@@ -110,12 +115,11 @@ class RunHandler(AgentRunsHandler):
     @web.authenticated
     @authorized
     async def get(self, run_id: str) -> None:
-        run = await self.engine.get_run(self.owner, run_id)
-        if "text/markdown" in self.request.headers.get("Accept", ""):
-            # The static record a notebook keeps beside the live view.
-            self.finish(run_markdown(run), set_content_type="text/markdown; charset=UTF-8")
-            return
-        self.write_json(run)
+        # With Accept: text/markdown, the static record a notebook keeps beside the live view.
+        markdown = "text/markdown" in self.request.headers.get("Accept", "")
+        body = await self.engine.run_answer(self.owner, run_id, markdown=markdown)
+        kind = "text/markdown; charset=UTF-8" if markdown else "application/json"
+        self.finish(body, set_content_type=kind)
 
     @web.authenticated
     @authorized
@@ -135,7 +139,9 @@ class CancelHandler(AgentRunsHandler):
         body = self.json_body(required=False)
         unknown = sorted(set(body) - {"reason"})
         if unknown:
-            raise invalid_request(f"Unknown field(s) {', '.join(unknown)}; only 'reason' is allowed.")
+            raise invalid_request(
+                f"Unknown field(s) {', '.join(unknown)}; only 'reason' is allowed."
+            )
         reason = body.get("reason")
         if reason is not None and (not isinstance(reason, str) or len(reason) > 1000):
             raise invalid_request("The field 'reason' must be a string of at most 1000 characters.")

@@ -7,7 +7,7 @@ import asyncio
 from tornado.iostream import StreamClosedError
 from tornado.web import RequestHandler
 
-from ..broadcaster import Event
+from ..events import Event
 
 # The reconnect delay a browser EventSource uses; our own clients treat it as
 # the floor of their exponential backoff.

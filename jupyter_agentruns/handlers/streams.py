@@ -60,7 +60,9 @@ class StreamsHandler(AgentRunsHandler):
                 row = await engine.owned_head(self.owner, run_id)
                 check_cursor(cursor, row["last_seq"])
             except ApiError as error:
-                opening.append(sse.named("error", jsonio.dumps({"run_id": run_id, "error": error.body()})))
+                opening.append(
+                    sse.named("error", jsonio.dumps({"run_id": run_id, "error": error.body()}))
+                )
                 continue
             if is_terminal(row["status"]) and cursor == row["last_seq"]:
                 continue  # the client has everything of this run
@@ -119,7 +121,9 @@ class StreamsHandler(AgentRunsHandler):
             row = await self.engine.owned_head(self.owner, subscriber.run_id)
         except ApiError as error:  # deleted meanwhile
             subscriber.done = True
-            return sse.named("error", jsonio.dumps({"run_id": subscriber.run_id, "error": error.body()}))
+            return sse.named(
+                "error", jsonio.dumps({"run_id": subscriber.run_id, "error": error.body()})
+            )
         fresh, snapshot = await resume(self.engine, self.owner, row, -1)
         subscriber.cursor, subscriber.done = fresh.cursor, fresh.done
         return sse.named("snapshot", jsonio.dumps(snapshot))

@@ -11,8 +11,8 @@ same two errors.
 from __future__ import annotations
 
 import abc
-import json
 import contextlib
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -68,11 +68,20 @@ class StoreConnection(abc.ABC):
         before: tuple[str, str] | None,
         retry_of: str | None = None,
     ) -> list[dict[str, Any]]:
-        """The owner's runs, newest first (``created_at``, then ``run_id``), after the ``before`` one."""
+        """The owner's runs, newest first (``created_at``, then ``run_id``), after the ``before`` one.
+
+        Without their snapshots (``get_run`` has them): a page of runs must not
+        cost the sum of their texts.
+        """
 
     @abc.abstractmethod
     def read_events(
-        self, run_id: str, after: int, limit: int, upto: int | None = None, max_bytes: int | None = None
+        self,
+        run_id: str,
+        after: int,
+        limit: int,
+        upto: int | None = None,
+        max_bytes: int | None = None,
     ) -> list[tuple[int, str, str, str]]:
         """``(seq, type, ts, data)`` with ``after < seq <= upto``, in order; at least one row within ``max_bytes``."""
 
@@ -81,7 +90,9 @@ class StoreConnection(abc.ABC):
         """What is left of a run retention deleted: its ``owner``."""
 
     @abc.abstractmethod
-    def compaction_candidates(self, finished_before: float, max_events: int, limit: int = 100) -> list[str]: ...
+    def compaction_candidates(
+        self, finished_before: float, max_events: int, limit: int = 100
+    ) -> list[str]: ...
 
     @abc.abstractmethod
     def snapshot_seq(self, run_id: str) -> int:
@@ -109,7 +120,13 @@ class StoreConnection(abc.ABC):
 
     @abc.abstractmethod
     def insert_key(
-        self, owner: str, key: str, fingerprint: str, run_id: str, now: float, with_run: bool = False
+        self,
+        owner: str,
+        key: str,
+        fingerprint: str,
+        run_id: str,
+        now: float,
+        with_run: bool = False,
     ) -> None: ...
 
     @abc.abstractmethod
@@ -117,7 +134,9 @@ class StoreConnection(abc.ABC):
         """Set columns of a run; ``snapshot`` (with ``snapshot_seq``) goes through ``write_snapshot``."""
 
     @abc.abstractmethod
-    def write_snapshot(self, run_id: str, seq: int, snapshot: dict[str, Any] | reducer.Snapshot) -> None:
+    def write_snapshot(
+        self, run_id: str, seq: int, snapshot: dict[str, Any] | reducer.Snapshot
+    ) -> None:
         """Store the run's snapshot at ``seq``, streamed from a builder so a long text is never joined."""
 
     @abc.abstractmethod

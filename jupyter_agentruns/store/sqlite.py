@@ -58,7 +58,15 @@ def _migration_1(db: Database) -> None:
             "lease_expires": float,
         },
         pk="run_id",
-        not_null={"owner", "agent", "status", "created_at", "last_seq", "first_seq", "snapshot_seq"},
+        not_null={
+            "owner",
+            "agent",
+            "status",
+            "created_at",
+            "last_seq",
+            "first_seq",
+            "snapshot_seq",
+        },
         defaults={"last_seq": 0, "first_seq": 1, "snapshot_seq": 0},
     )
     db["runs"].create_index(["owner", "status"])
@@ -103,7 +111,9 @@ def _migration_3(db: Database) -> None:
 def _migration_4(db: Database) -> None:
     # A snapshot can hold 100 MB of text. In the runs row, every last_seq
     # update rewrote it and every read of a later column walked through it.
-    db["snapshots"].create({"run_id": str, "seq": int, "snapshot": str}, pk="run_id", not_null={"seq", "snapshot"})
+    db["snapshots"].create(
+        {"run_id": str, "seq": int, "snapshot": str}, pk="run_id", not_null={"seq", "snapshot"}
+    )
     db.execute(
         "INSERT INTO snapshots (run_id, seq, snapshot) "
         "SELECT run_id, snapshot_seq, snapshot FROM runs WHERE snapshot IS NOT NULL"
@@ -127,8 +137,13 @@ def _migration_5(db: Database) -> None:
         "OR metadata LIKE '%NaN%' OR metadata LIKE '%Infinity%'"
     ).fetchall()
     for run_id, input, metadata in rows:
-        fixed = [jsonio.dumps(jsonio.finite(json.loads(text))) if text else text for text in (input, metadata)]
-        db.conn.execute("UPDATE runs SET input = ?, metadata = ? WHERE run_id = ?", [*fixed, run_id])
+        fixed = [
+            jsonio.dumps(jsonio.finite(json.loads(text))) if text else text
+            for text in (input, metadata)
+        ]
+        db.conn.execute(
+            "UPDATE runs SET input = ?, metadata = ? WHERE run_id = ?", [*fixed, run_id]
+        )
     # A snapshot is written in parts of about a megabyte, streamed from the
     # reducer: as one value, a 100 MB snapshot was held four times over
     # (joined text, JSON, SQLite's bound copy and its record).
@@ -262,7 +277,7 @@ class SQLiteConnection(StoreConnection):
         row = cursor.fetchone()
         if row is None:
             return None
-        return dict(zip([c[0] for c in cursor.description], row))
+        return dict(zip([c[0] for c in cursor.description], row, strict=True))
 
     def list_runs(
         self,
@@ -284,11 +299,19 @@ class SQLiteConnection(StoreConnection):
             where.append("(created_at < ? OR (created_at = ? AND runs.run_id < ?))")
             params.extend([before[0], before[0], before[1]])
         params.append(limit)
-        sql = f"{RUN_SELECT} WHERE {' AND '.join(where)} ORDER BY created_at DESC, runs.run_id DESC LIMIT ?"
+        sql = (
+            f"SELECT runs.* FROM runs WHERE {' AND '.join(where)} "
+            "ORDER BY created_at DESC, runs.run_id DESC LIMIT ?"
+        )
         return [self._decode(row) for row in self.db.query(sql, params)]
 
     def read_events(
-        self, run_id: str, after: int, limit: int, upto: int | None = None, max_bytes: int | None = None
+        self,
+        run_id: str,
+        after: int,
+        limit: int,
+        upto: int | None = None,
+        max_bytes: int | None = None,
     ) -> list[tuple[int, str, str, str]]:
         if upto is None:
             sql = "SELECT seq, type, ts, data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
@@ -316,7 +339,9 @@ class SQLiteConnection(StoreConnection):
         rows = list(self.db.query("SELECT * FROM tombstones WHERE run_id = ?", [run_id]))
         return rows[0] if rows else None
 
-    def compaction_candidates(self, finished_before: float, max_events: int, limit: int = 100) -> list[str]:
+    def compaction_candidates(
+        self, finished_before: float, max_events: int, limit: int = 100
+    ) -> list[str]:
         placeholders = ",".join("?" for _ in TERMINAL_STATUSES)
         rows = self.conn.execute(
             f"SELECT run_id FROM runs WHERE (status IN ({placeholders}) AND finished_ts < ? AND first_seq < last_seq) "
@@ -369,7 +394,8 @@ class SQLiteConnection(StoreConnection):
             text = row["snapshot"]
             if parts is not None and parts > 1:
                 rest = self.conn.execute(
-                    "SELECT data FROM snapshot_parts WHERE run_id = ? ORDER BY part", [row["run_id"]]
+                    "SELECT data FROM snapshot_parts WHERE run_id = ? ORDER BY part",
+                    [row["run_id"]],
                 ).fetchall()
                 text = "".join([text, *(data for (data,) in rest)])
             row["snapshot"] = json.loads(text)
@@ -381,7 +407,13 @@ class SQLiteConnection(StoreConnection):
         self.db["runs"].insert(_encode(run))
 
     def insert_key(
-        self, owner: str, key: str, fingerprint: str, run_id: str, now: float, with_run: bool = False
+        self,
+        owner: str,
+        key: str,
+        fingerprint: str,
+        run_id: str,
+        now: float,
+        with_run: bool = False,
     ) -> None:
         self.conn.execute(
             "INSERT OR REPLACE INTO idempotency_keys (owner, key, fingerprint, run_id, created_ts, with_run) "
@@ -397,10 +429,16 @@ class SQLiteConnection(StoreConnection):
         if columns:
             # Raw SQL: ``Table.update`` reads the row first, and this is on the append path.
             assignments = ", ".join(f"{name} = ?" for name in columns)
-            self.conn.execute(f"UPDATE runs SET {assignments} WHERE run_id = ?", [*columns.values(), run_id])
+            self.conn.execute(
+                f"UPDATE runs SET {assignments} WHERE run_id = ?", [*columns.values(), run_id]
+            )
 
-    def write_snapshot(self, run_id: str, seq: int, snapshot: dict[str, Any] | reducer.Snapshot) -> None:
-        builder = snapshot if isinstance(snapshot, reducer.Snapshot) else reducer.Snapshot.wrap(snapshot)
+    def write_snapshot(
+        self, run_id: str, seq: int, snapshot: dict[str, Any] | reducer.Snapshot
+    ) -> None:
+        builder = (
+            snapshot if isinstance(snapshot, reducer.Snapshot) else reducer.Snapshot.wrap(snapshot)
+        )
         self.conn.execute("DELETE FROM snapshot_parts WHERE run_id = ?", [run_id])
         first, count = "", 0
         for data in _parts(builder.json_chunks(), SNAPSHOT_PART_CHARS):
@@ -408,7 +446,8 @@ class SQLiteConnection(StoreConnection):
                 first = data  # kept for the snapshots row; the others are written as they fill
             else:
                 self.conn.execute(
-                    "INSERT INTO snapshot_parts (run_id, part, data) VALUES (?, ?, ?)", [run_id, count, data]
+                    "INSERT INTO snapshot_parts (run_id, part, data) VALUES (?, ?, ?)",
+                    [run_id, count, data],
                 )
             count += 1
         self.conn.execute(
@@ -418,7 +457,9 @@ class SQLiteConnection(StoreConnection):
 
     def append_events(self, rows: Iterable[tuple[str, int, str, str, str]]) -> None:
         try:
-            self.conn.executemany("INSERT INTO events (run_id, seq, type, ts, data) VALUES (?, ?, ?, ?, ?)", rows)
+            self.conn.executemany(
+                "INSERT INTO events (run_id, seq, type, ts, data) VALUES (?, ?, ?, ?, ?)", rows
+            )
         except sqlite3.IntegrityError as exc:
             raise SeqTaken(str(exc)) from exc
 
@@ -435,7 +476,8 @@ class SQLiteConnection(StoreConnection):
     def bury(self, run_id: str, owner: str, now: float) -> None:
         self.delete_run(run_id)
         self.conn.execute(
-            "INSERT OR REPLACE INTO tombstones (run_id, owner, deleted_ts) VALUES (?, ?, ?)", [run_id, owner, now]
+            "INSERT OR REPLACE INTO tombstones (run_id, owner, deleted_ts) VALUES (?, ?, ?)",
+            [run_id, owner, now],
         )
 
     def delete_run(self, run_id: str) -> None:
@@ -460,11 +502,15 @@ class SQLiteConnection(StoreConnection):
             "SELECT run_id, cancel_request FROM runs WHERE executor_id = ? AND cancel_request IS NOT NULL",
             [executor_id],
         ).fetchall()
-        self.conn.executemany("UPDATE runs SET cancel_request = NULL WHERE run_id = ?", [(r[0],) for r in rows])
+        self.conn.executemany(
+            "UPDATE runs SET cancel_request = NULL WHERE run_id = ?", [(r[0],) for r in rows]
+        )
         return [(run_id, json.loads(request)) for run_id, request in rows]
 
     def purge_keys(self, older_than: float) -> None:
-        self.conn.execute("DELETE FROM idempotency_keys WHERE created_ts < ? AND with_run = 0", [older_than])
+        self.conn.execute(
+            "DELETE FROM idempotency_keys WHERE created_ts < ? AND with_run = 0", [older_than]
+        )
 
 
 def _encode(fields: dict[str, Any]) -> dict[str, Any]:

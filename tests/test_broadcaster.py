@@ -1,0 +1,127 @@
+"""The broadcaster on its own: the live window, store fallback, waits and their release."""
+
+import asyncio
+
+import pytest
+
+from jupyter_agentruns.broadcaster import Broadcaster, CursorExpired, RunGone, Waiter
+from jupyter_agentruns.events import Event, envelope
+from jupyter_agentruns.reader import Reader
+from jupyter_agentruns.store.sqlite import SQLiteStore
+
+
+def event(seq, type="text.delta"):
+    return Event(seq, type, envelope('"run_a"', seq, type, "t", "{}"))
+
+
+class CountingReader(Reader):
+    """A reader that counts the reads that reached the store."""
+
+    def __init__(self, store):
+        super().__init__(store)
+        self.reads = 0
+
+    async def run(self, fn):
+        self.reads += 1
+        return await super().run(fn)
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = SQLiteStore(tmp_path / "b.sqlite3", "NORMAL")
+    conn = store.connect()
+    with conn.transaction():
+        conn.insert_run({"run_id": "run_a", "owner": "me", "agent": "demo", "status": "running",
+                         "created_at": "t", "last_seq": 0, "first_seq": 1})  # fmt: skip
+        conn.append_events([("run_a", seq, "text.delta", "t", "{}") for seq in range(1, 5001)])
+        conn.set_last_seqs([(5000, "run_a")])
+    conn.close()
+    return store
+
+
+@pytest.fixture
+def reader(store):
+    reader = CountingReader(store)
+    yield reader
+    reader.close()
+
+
+async def test_a_subscriber_inside_the_window_reads_it_without_the_store(reader):
+    broadcaster = Broadcaster(reader)
+    channel = broadcaster.open("run_a", 5000)
+    channel.publish([event(seq) for seq in range(5001, 5101)])
+    subscriber = broadcaster.subscriber("run_a", 5050)
+    events = await subscriber.read(1000)
+    assert [e.seq for e in events] == list(range(5051, 5101))
+    assert reader.reads == 0
+    assert await subscriber.read(1000) == []  # nothing after the last committed event
+
+
+async def test_a_subscriber_behind_the_window_reads_the_store_then_catches_up_from_it(reader):
+    broadcaster = Broadcaster(reader)
+    channel = broadcaster.open("run_a", 5000)
+    channel.publish([event(seq) for seq in range(5001, 5011)])
+    subscriber = broadcaster.subscriber("run_a", 0)
+    seen = []
+    while subscriber.cursor < 5000:
+        seen += [e.seq for e in await subscriber.read(1000)]
+    assert seen == list(range(1, 5001)) and reader.reads >= 5
+    reads = reader.reads
+    assert [e.seq for e in await subscriber.read(1000)] == list(range(5001, 5011))
+    assert reader.reads == reads
+
+
+async def test_a_pull_wakes_at_the_next_publish_and_a_release_ends_it_at_once(reader):
+    broadcaster = Broadcaster(reader)
+    channel = broadcaster.open("run_a", 5000)
+    subscriber = broadcaster.subscriber("run_a", 5000)
+    pulling = asyncio.ensure_future(subscriber.pull(100, 30))
+    await asyncio.sleep(0)
+    channel.publish([event(5001)])
+    assert [e.seq for e in await asyncio.wait_for(pulling, 5)] == [5001]
+
+    waiter = Waiter()
+    pulling = asyncio.ensure_future(subscriber.pull(100, 30, waiter))
+    await asyncio.sleep(0)
+    waiter.release()  # the client went away
+    assert await asyncio.wait_for(pulling, 5) == []
+
+
+async def test_the_terminal_event_ends_a_subscriber(reader):
+    broadcaster = Broadcaster(reader)
+    channel = broadcaster.open("run_a", 5000)
+    channel.publish([event(5001), event(5002, "run.succeeded")])
+    subscriber = broadcaster.subscriber("run_a", 5000)
+    assert [e.seq for e in await subscriber.read(10)] == [5001, 5002]
+    assert subscriber.done and await subscriber.read(10) == []
+
+
+async def test_another_servers_run_wakes_its_subscribers_on_commits_of_other_connections(
+    store, reader
+):
+    broadcaster = Broadcaster(reader, store.connect())
+    subscriber = broadcaster.subscriber("run_a", 5000)  # no channel: another server executes it
+    pulling = asyncio.ensure_future(subscriber.pull(100, 30))
+    await asyncio.sleep(0.1)
+    conn = store.connect()
+    with conn.transaction():
+        conn.append_events([("run_a", 5001, "text.delta", "t", "{}")])
+    events = await asyncio.wait_for(pulling, 5)
+    assert [e.seq for e in events] == [5001]
+    conn.close()
+    broadcaster.close_watch()
+
+
+async def test_compacted_events_and_a_deleted_run_are_said_not_skipped(store, reader):
+    broadcaster = Broadcaster(reader)
+    conn = store.connect()
+    with conn.transaction():
+        conn.delete_events_before("run_a", 100, 1000)
+        conn.update_run("run_a", {"first_seq": 100})
+    with pytest.raises(CursorExpired):
+        await broadcaster.subscriber("run_a", 10).read(100)
+    with conn.transaction():
+        conn.delete_run("run_a")
+    conn.close()
+    with pytest.raises(RunGone):
+        await broadcaster.subscriber("run_a", 5000).read(100)

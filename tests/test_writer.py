@@ -1,0 +1,205 @@
+"""The store writer on its own: group commit, publish after commit, backpressure, retries, refusals."""
+
+import asyncio
+import logging
+import sqlite3
+import threading
+
+import pytest
+
+from jupyter_agentruns.events import Append
+from jupyter_agentruns.store import sqlite as sqlite_store
+from jupyter_agentruns.store.sqlite import SQLiteStore
+from jupyter_agentruns.writer import Writer
+
+LOG = logging.getLogger("test-writer")
+
+
+def event(run_id, seq, text="x"):
+    data = f'{{"message_id":"m1","delta":"{text}"}}'
+    return Append(run_id, seq, "text.delta", "2026-01-01T00:00:00.000Z", data, None, data)
+
+
+def new_run(run_id):
+    return {"run_id": run_id, "owner": "me", "agent": "demo", "status": "running",
+            "created_at": "2026-01-01T00:00:00.000Z", "last_seq": 0, "first_seq": 1}  # fmt: skip
+
+
+class Commits:
+    """The writer's on_commit: what each commit reported, and what another connection saw then."""
+
+    def __init__(self, path):
+        self.batches = []
+        self.refused = set()
+        self.unseen = []  # events reported before another connection could read them
+        self._path = path
+
+    def __call__(self, appended, refused):
+        self.refused |= refused
+        if not appended:
+            return
+        self.batches.append(
+            {run_id: [item.seq for item in items] for run_id, items in appended.items()}
+        )
+        db = sqlite3.connect(self._path)
+        try:
+            for run_id, items in appended.items():
+                (stored,) = db.execute(
+                    "SELECT count(*) FROM events WHERE run_id = ? AND seq <= ?",
+                    [run_id, items[-1].seq],
+                ).fetchone()
+                if stored < items[-1].seq:
+                    self.unseen.append((run_id, items[-1].seq))
+        finally:
+            db.close()
+
+    @property
+    def seqs(self):
+        merged = {}
+        for batch in self.batches:
+            for run_id, seqs in batch.items():
+                merged.setdefault(run_id, []).extend(seqs)
+        return merged
+
+
+@pytest.fixture
+def store(tmp_path):
+    return SQLiteStore(tmp_path / "w.sqlite3", "NORMAL")
+
+
+async def started_writer(store, commits, **bounds):
+    writer = Writer(store, asyncio.get_running_loop(), commits, LOG, **bounds)
+    for run_id in ("run_a", "run_b", "run_c"):
+        await writer.run(lambda conn, run_id=run_id: conn.insert_run(new_run(run_id)))
+    return writer
+
+
+async def drained(writer):
+    await writer.run(lambda conn: None)  # behind everything queued before it
+
+
+async def test_queued_appends_commit_together_and_are_reported_only_once_committed(store, tmp_path):
+    commits = Commits(tmp_path / "w.sqlite3")
+    writer = await started_writer(store, commits)
+    try:
+        for seq in range(1, 1001):  # queued with no await in between: one batch or a few
+            for run_id in ("run_a", "run_b", "run_c"):
+                writer.append(event(run_id, seq))
+        await drained(writer)
+    finally:
+        writer.close()
+    assert commits.seqs == {run_id: list(range(1, 1001)) for run_id in ("run_a", "run_b", "run_c")}
+    assert len(commits.batches) < 10  # 3,000 events, a handful of transactions
+    assert commits.unseen == []  # publish after commit
+    head = store.connect().get_run_head("run_b")
+    assert head["last_seq"] == 1000
+
+
+async def test_a_full_queue_makes_producers_wait_until_commits_drain_it(store, tmp_path):
+    commits = Commits(tmp_path / "w.sqlite3")
+    writer = await started_writer(store, commits, max_pending_events=10)
+    try:
+        for seq in range(1, 11):
+            writer.append(event("run_a", seq))
+        assert writer.full
+        await asyncio.wait_for(writer.wait_for_space(), 10)
+        assert not writer.full and writer.pending_events < 10
+    finally:
+        writer.close()
+    assert commits.seqs["run_a"] == list(range(1, 11))
+
+
+async def test_a_database_locked_by_another_process_delays_a_batch_but_loses_nothing(
+    store, tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT_MS", 50)
+    commits = Commits(tmp_path / "w.sqlite3")
+    writer = await started_writer(SQLiteStore(tmp_path / "w.sqlite3", "NORMAL"), commits)
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_lock():
+        db = sqlite3.connect(tmp_path / "w.sqlite3")
+        db.execute("BEGIN IMMEDIATE")
+        locked.set()
+        release.wait(10)
+        db.rollback()
+        db.close()
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    try:
+        locked.wait(5)
+        for seq in range(1, 101):
+            writer.append(event("run_a", seq))
+        await asyncio.sleep(0.3)  # the writer backs off and retries meanwhile
+        assert "run_a" not in commits.seqs
+        release.set()
+        await drained(writer)
+    finally:
+        release.set()
+        holder.join()
+        writer.close()
+    assert commits.seqs["run_a"] == list(range(1, 101))
+    assert "retrying" in caplog.text
+
+
+async def test_an_operation_that_raises_answers_only_its_caller(store, tmp_path):
+    commits = Commits(tmp_path / "w.sqlite3")
+    writer = await started_writer(store, commits)
+
+    def fails(conn):
+        conn.insert_run(new_run("run_half"))
+        raise ValueError("no")
+
+    try:
+        writer.append(event("run_a", 1))
+        failing = writer.run(fails)
+        succeeding = writer.run(lambda conn: conn.insert_run(new_run("run_d")))
+        with pytest.raises(ValueError):
+            await failing
+        await succeeding
+    finally:
+        writer.close()
+    conn = store.connect()
+    assert conn.get_run_head("run_half") is None  # rolled back with its savepoint
+    assert conn.get_run_head("run_d") is not None and commits.seqs["run_a"] == [1]
+
+
+async def test_a_run_whose_seqs_are_taken_is_refused_and_the_others_in_its_batch_commit(
+    store, tmp_path
+):
+    commits = Commits(tmp_path / "w.sqlite3")
+    writer = await started_writer(store, commits)
+    other = sqlite3.connect(tmp_path / "w.sqlite3")
+    other.execute("INSERT INTO events VALUES ('run_a', 2, 'x.other', 't', '{}')")
+    other.commit()
+    other.close()
+    try:
+        for seq in (1, 2, 3):
+            writer.append(event("run_a", seq))
+            writer.append(event("run_b", seq))
+        await drained(writer)
+        writer.append(event("run_a", 4))  # later appends of a refused run are refused too
+        await drained(writer)
+    finally:
+        writer.close()
+    assert commits.refused == {"run_a"}
+    assert commits.seqs == {"run_b": [1, 2, 3]}
+
+
+async def test_closing_while_the_store_stays_locked_gives_up_after_a_bound(
+    store, tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT_MS", 50)
+    commits = Commits(tmp_path / "w.sqlite3")
+    writer = await started_writer(SQLiteStore(tmp_path / "w.sqlite3", "NORMAL"), commits)
+    holder = sqlite3.connect(tmp_path / "w.sqlite3", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process that never lets go
+    try:
+        writer.append(event("run_a", 1))
+        await asyncio.sleep(0.1)
+        await asyncio.get_running_loop().run_in_executor(None, writer.close, 0.5)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert "stayed busy" in caplog.text and "1 queued event" in caplog.text
