@@ -10,6 +10,7 @@ from jupyter_server._tz import utcnow
 from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import url_path_join
+from tornado.ioloop import IOLoop
 from traitlets import Dict, Enum, Float, Int, TraitError, Unicode, default, validate
 
 from .agents import load_agents
@@ -144,6 +145,10 @@ class AgentRuns(ExtensionApp):
             }
         )
         if self.engine is not None:
+            # Started as soon as the server's event loop runs (every jupyter_server
+            # version; not only those that call _start_jupyter_server_extension):
+            # runs a crash left unfinished are swept without waiting for a request.
+            IOLoop.current().add_callback(self._start_engine)
             self.log.info(
                 "agentruns: store %s, owner mode %s, agents: %s",
                 self.engine.store.describe(),
@@ -159,9 +164,12 @@ class AgentRuns(ExtensionApp):
     def initialize_handlers(self) -> None:
         self.handlers.extend(default_handlers)
 
-    async def _start_jupyter_server_extension(self, serverapp) -> None:
-        if self.engine is not None:
+    async def _start_engine(self) -> None:
+        try:
             await self.engine.start()
+        except Exception:
+            # Requests try again (the store may be locked by another process for a while).
+            self.log.exception("agentruns: starting failed; the next request tries again")
 
     def current_activity(self):
         """Live runs, so that shutdown_no_activity_timeout never stops a server mid-run."""

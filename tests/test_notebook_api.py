@@ -31,14 +31,23 @@ class Kernel:
 
     def connect(self):
         connection = self.server.home / "runtime" / f"kernel-{self.kernel_id}.json"
-        for _ in range(100):
-            if connection.exists():
-                break
+        deadline = time.monotonic() + 60
+        while not connection.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-        self.client = BlockingKernelClient()
-        self.client.load_connection_file(str(connection))
-        self.client.start_channels()
-        self.client.wait_for_ready(timeout=60)
+        # A kernel still starting does not answer its heartbeat yet, which the
+        # client reads as "died": try again until it answers or the time is up.
+        while True:
+            self.client = BlockingKernelClient()
+            self.client.load_connection_file(str(connection))
+            self.client.start_channels()
+            try:
+                self.client.wait_for_ready(timeout=max(1, deadline - time.monotonic()))
+                return
+            except RuntimeError:
+                self.client.stop_channels()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def restart(self):
         self.client.stop_channels()

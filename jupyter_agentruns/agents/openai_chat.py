@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
+import httpx
 import jsonschema
 import openai
 from traitlets import Dict, Float, Int, TraitError, Unicode, validate
@@ -520,7 +521,12 @@ class OpenAIAgent(Configurable):
             try:
                 await stream_turn(run, client, request, turn)
                 return turn
-            except (openai.APIError, json.JSONDecodeError, UpstreamError) as exc:
+            except (
+                openai.APIError,
+                httpx.TransportError,
+                json.JSONDecodeError,
+                UpstreamError,
+            ) as exc:
                 error = self._upstream_error(exc, attempt)
                 if turn.started or attempt > self.max_retries or not retryable(exc):
                     raise error from None  # the SDK's exception may quote the key
@@ -553,6 +559,12 @@ class OpenAIAgent(Configurable):
         if isinstance(exc, openai.APIConnectionError):
             cause = scrub(str(exc.__cause__ or exc), key) or type(exc.__cause__).__name__
             return UpstreamUnreachable(f"cannot talk to the model server at {where}: {cause}")
+        if isinstance(exc, httpx.TransportError):
+            # A connection that broke mid-stream: some SDK versions pass httpx's error on as is.
+            cause = scrub(str(exc), key) or type(exc).__name__
+            return UpstreamUnreachable(
+                f"the connection to the model server at {where} broke: {cause}"
+            )
         said = scrub(upstream_message(exc), key)
         if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
@@ -800,7 +812,7 @@ def retryable(exc: Exception) -> bool:
     """
     if isinstance(exc, openai.APITimeoutError):
         return False  # another wait of request_timeout would rarely end otherwise
-    if isinstance(exc, openai.APIConnectionError):
+    if isinstance(exc, (openai.APIConnectionError, httpx.TransportError)):
         return True
     return isinstance(exc, openai.APIStatusError) and (
         exc.status_code == 429 or (exc.status_code >= 500 and not says_invalid(exc))
