@@ -969,9 +969,10 @@ def big_read(bench: Bench) -> None:
             )
             try:
                 time.sleep(0.5)  # the reader is in the middle of a read
-                values, counts = asyncio.run(
-                    engine_latencies(bench, server, sizes.latency_events, 1)
-                )
+                with bench.profile(server, "big-read"):
+                    values, counts = asyncio.run(
+                        engine_latencies(bench, server, sizes.latency_events, 1)
+                    )
             finally:
                 stop.touch()
                 out, _ = reader.communicate(timeout=600)

@@ -214,6 +214,7 @@ class Subscriber:
         self.cursor = cursor
         self.done = False
         self._run_id_json = '"' + run_id + '"'
+        self._store_reads = 0
 
     async def read(self, limit: int) -> list[Event]:
         """Committed events after the cursor, at most ``limit``, advancing the cursor.
@@ -232,7 +233,13 @@ class Subscriber:
                 return []
             events = channel.window_after(self.cursor, limit, READ_MAX_BYTES)
         if events is None:
-            events = await self._broadcaster.reader.run(
+            # The first read comes at once (a small read: at most READ_MAX_BYTES);
+            # the rest of a long replay reads on a reader thread, so that it
+            # never holds the event loop from the live streams.
+            reader = self._broadcaster.reader
+            read = reader.run if self._store_reads else reader.small
+            self._store_reads += 1
+            events = await read(
                 lambda conn: self._from_store(
                     conn, min(limit, STORE_READ_CHUNK), remote=channel is None
                 )

@@ -362,13 +362,13 @@ class Engine(LoggingConfigurable):
         return run, replayed
 
     async def owned_head(self, owner: str, run_id: str) -> dict[str, Any]:
-        """The caller's run's owner, status and seqs, or 404/410."""
-        return await self.reader.run(lambda conn: self._owned(conn, owner, run_id, full=False))
+        """The caller's run's owner, status and seqs, or 404/410 (a small read)."""
+        return await self.reader.small(lambda conn: self._owned(conn, owner, run_id, full=False))
 
     def _owned(
-        self, conn: StoreConnection, owner: str, run_id: str, *, full: bool
+        self, conn: StoreConnection, owner: str, run_id: str, *, full: bool, snapshot: bool = True
     ) -> dict[str, Any]:
-        row = conn.get_run(run_id) if full else conn.get_run_head(run_id)
+        row = conn.get_run(run_id, snapshot=snapshot) if full else conn.get_run_head(run_id)
         if row is None:
             tombstone = conn.get_tombstone(run_id)
             if tombstone is not None and tombstone["owner"] == owner:
@@ -388,16 +388,26 @@ class Engine(LoggingConfigurable):
             lambda conn: self.run_object(conn, self._owned(conn, owner, run_id, full=True))
         )
 
-    async def run_answer(self, owner: str, run_id: str, markdown: bool = False) -> bytes:
-        """What ``GET runs/{id}`` answers, JSON (or the Markdown record), made off the event loop.
+    async def run_answer(self, owner: str, run_id: str, markdown: bool = False) -> list[bytes]:
+        """What ``GET runs/{id}`` answers, JSON (or the Markdown record), in pieces to send in turn.
 
-        A run's snapshot can hold 100 MB of text: reading, decoding and
-        encoding it all happen on a reader thread.
+        Made on a reader thread. A run's snapshot can hold 100 MB of text, and
+        decoding or encoding that holds the interpreter (the event loop too)
+        for a second: when the persisted snapshot is current, its stored JSON
+        parts go out as they are, spliced into the run object.
         """
 
-        def answer(conn: StoreConnection) -> bytes:
+        def answer(conn: StoreConnection) -> list[bytes]:
+            row = self._owned(conn, owner, run_id, full=True, snapshot=False)
+            if not markdown and row["snapshot_seq"] == row["last_seq"] > 0:
+                mark = f"\x00{secrets.token_hex(16)}\x00"  # nothing else in the run can hold it
+                head, tail = jsonio.dumps(self.run_object(conn, {**row, "snapshot": mark})).split(
+                    jsonio.dumps(mark)
+                )
+                parts = conn.snapshot_json(run_id)
+                return [head.encode(), *(part.encode() for part in parts), tail.encode()]
             run = self.run_object(conn, self._owned(conn, owner, run_id, full=True))
-            return (run_markdown(run) if markdown else jsonio.dumps(run)).encode("utf-8")
+            return [(run_markdown(run) if markdown else jsonio.dumps(run)).encode("utf-8")]
 
         return await self.reader.run(answer)
 

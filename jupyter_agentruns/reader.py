@@ -4,6 +4,12 @@ Reading a run can mean decoding a 100 MB snapshot or stepping through
 thousands of events; on the event loop that would stall every stream of
 every user. The loop only awaits ``Reader.run(fn)``; ``fn(connection)`` runs
 on one of the reader threads.
+
+Small reads with a bound (a run's head, a megabyte of events) are another
+matter: a hop to a thread and back costs more than they do when the store is
+a local file. ``Reader.small(fn)`` runs those on the loop's own connection
+for a store that says its reads are local (SQLite), and on a reader thread
+for one across a network.
 """
 
 from __future__ import annotations
@@ -26,10 +32,17 @@ class Reader:
         self._connections: list[StoreConnection] = []
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="agentruns-reader")
+        self._inline = store.connect() if store.local_reads else None
 
     async def run(self, fn: Callable[[StoreConnection], T]) -> T:
         """``fn(connection)`` on a reader thread."""
         return await asyncio.get_running_loop().run_in_executor(self._pool, self._call, fn)
+
+    async def small(self, fn: Callable[[StoreConnection], T]) -> T:
+        """``fn(connection)`` for a read with a bound: on the loop when the store is local."""
+        if self._inline is not None:
+            return fn(self._inline)
+        return await self.run(fn)
 
     def _call(self, fn: Callable[[StoreConnection], Any]) -> Any:
         conn = getattr(self._local, "conn", None)
@@ -42,6 +55,8 @@ class Reader:
     def close(self) -> None:
         """Wait for running reads, then close every connection."""
         self._pool.shutdown(wait=True)
+        if self._inline is not None:
+            self._inline.close()
         with self._lock:
             for conn in self._connections:
                 conn.close()

@@ -25,6 +25,10 @@ class CountingReader(Reader):
         self.reads += 1
         return await super().run(fn)
 
+    async def small(self, fn):
+        self.reads += 1
+        return await super().small(fn)
+
 
 @pytest.fixture
 def store(tmp_path):

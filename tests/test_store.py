@@ -1,5 +1,6 @@
 """The SQLite store: schema, migrations, WAL, synchronous level."""
 
+import json
 import sqlite3
 
 import pytest
@@ -126,6 +127,9 @@ def test_a_snapshot_is_stored_in_parts_and_read_back_whole(tmp_path, monkeypatch
     ).fetchone()[0]
     assert parts > 5
     assert db.get_run("run_big")["snapshot"] == reducer.reduce(events)
+    # The stored text as it is, for answers that splice it in undecoded.
+    assert json.loads("".join(db.snapshot_json("run_big"))) == reducer.reduce(events)
+    assert db.get_run("run_big", snapshot=False)["snapshot"] is None
     # A smaller snapshot written over it leaves no stale parts behind.
     db.write_snapshot("run_big", 2, {"messages": [], "tools": [], "progress": None, "usage": None})
     assert db.conn.execute("SELECT count(*) FROM snapshot_parts").fetchone()[0] == 0

@@ -8,6 +8,7 @@ from typing import Any
 
 from jupyter_server.auth.decorator import authorized
 from tornado import web
+from tornado.iostream import StreamClosedError
 
 from ..engine import SubmitRequest
 from ..errors import ApiError, invalid_request
@@ -117,9 +118,17 @@ class RunHandler(AgentRunsHandler):
     async def get(self, run_id: str) -> None:
         # With Accept: text/markdown, the static record a notebook keeps beside the live view.
         markdown = "text/markdown" in self.request.headers.get("Accept", "")
-        body = await self.engine.run_answer(self.owner, run_id, markdown=markdown)
+        pieces = await self.engine.run_answer(self.owner, run_id, markdown=markdown)
         kind = "text/markdown; charset=UTF-8" if markdown else "application/json"
-        self.finish(body, set_content_type=kind)
+        self.set_header("Content-Type", kind)
+        # A megabyte at a time: a 100 MB run never sits whole in tornado's buffer.
+        try:
+            for piece in pieces[:-1]:
+                self.write(piece)
+                await self.flush()
+        except StreamClosedError:
+            return  # the client left
+        self.finish(pieces[-1], set_content_type=kind)
 
     @web.authenticated
     @authorized

@@ -54,6 +54,9 @@ async def send(handler: RequestHandler, text: str, timeout: float) -> None:
             await asyncio.wait_for(flushed, timeout)
         else:
             flushed.result()
+            # A fast reader of a long replay would otherwise never let the loop
+            # go: every other stream and run waits until the replay ends.
+            await asyncio.sleep(0)
     except (StreamClosedError, asyncio.TimeoutError):
         stream = handler.request.connection.stream
         if stream is not None and not stream.closed():

@@ -50,8 +50,16 @@ class StoreConnection(abc.ABC):
     # Reads -------------------------------------------------------------------
 
     @abc.abstractmethod
-    def get_run(self, run_id: str) -> dict[str, Any] | None:
-        """Every column of a run, with its persisted ``snapshot`` and ``snapshot_seq``."""
+    def get_run(self, run_id: str, *, snapshot: bool = True) -> dict[str, Any] | None:
+        """Every column of a run, with its persisted ``snapshot`` (None without ``snapshot``) and ``snapshot_seq``."""
+
+    @abc.abstractmethod
+    def snapshot_json(self, run_id: str) -> list[str]:
+        """The persisted snapshot's JSON text, in its stored parts, not decoded (empty: none).
+
+        Decoding a 100 MB snapshot holds the interpreter for a second: a run
+        whose persisted snapshot is current is answered from this text as is.
+        """
 
     @abc.abstractmethod
     def get_run_head(self, run_id: str) -> dict[str, Any] | None:
@@ -173,6 +181,9 @@ class StoreConnection(abc.ABC):
 
 class Store(abc.ABC):
     """A place runs are kept, shared by every server configured with it."""
+
+    # Reads cost microseconds (a local file, no network): bounded ones may run on the event loop.
+    local_reads: bool = False
 
     @abc.abstractmethod
     def connect(self) -> StoreConnection:

@@ -178,6 +178,8 @@ HEAD_COLUMNS = "run_id, owner, status, last_seq, first_seq, finished_ts"
 class SQLiteStore(Store):
     """One SQLite file, created and migrated on first use."""
 
+    local_reads = True
+
     def __init__(self, path: str | Path, synchronous: str = "FULL"):
         self.path = Path(path)
         self.synchronous = synchronous
@@ -268,9 +270,21 @@ class SQLiteConnection(StoreConnection):
 
     # Reads -------------------------------------------------------------------
 
-    def get_run(self, run_id: str) -> dict[str, Any] | None:
-        rows = list(self.db.query(f"{RUN_SELECT} WHERE runs.run_id = ?", [run_id]))
+    def get_run(self, run_id: str, *, snapshot: bool = True) -> dict[str, Any] | None:
+        select = RUN_SELECT if snapshot else RUN_SELECT.replace("snapshots.snapshot AS", "NULL AS")
+        rows = list(self.db.query(f"{select} WHERE runs.run_id = ?", [run_id]))
         return self._decode(rows[0]) if rows else None
+
+    def snapshot_json(self, run_id: str) -> list[str]:
+        first = self.conn.execute(
+            "SELECT snapshot FROM snapshots WHERE run_id = ?", [run_id]
+        ).fetchone()
+        if first is None:
+            return []
+        rest = self.conn.execute(
+            "SELECT data FROM snapshot_parts WHERE run_id = ? ORDER BY part", [run_id]
+        ).fetchall()
+        return [first[0], *(data for (data,) in rest)]
 
     def get_run_head(self, run_id: str) -> dict[str, Any] | None:
         cursor = self.conn.execute(f"SELECT {HEAD_COLUMNS} FROM runs WHERE run_id = ?", [run_id])
