@@ -15,6 +15,7 @@ from traitlets import Dict, Enum, Float, Int, TraitError, Unicode, default, vali
 
 from .agents import load_agents
 from .engine import Engine
+from .lifecycle import SESSION_POLICIES
 from .handlers import default_handlers
 from .store.sqlite import SQLiteStore
 
@@ -74,6 +75,12 @@ class AgentRuns(ExtensionApp):
     ).tag(config=True)
     max_run_seconds = Float(
         86400, help="A run still going after this fails with deadline_exceeded."
+    ).tag(config=True)
+    default_session_policy = Enum(
+        list(SESSION_POLICIES),
+        default_value="parallel",
+        help="What a submit to a session with an active run does, when it names no "
+        "session_policy: parallel, reject (409 session_busy), enqueue or interrupt.",
     ).tag(config=True)
     sqlite_synchronous = Enum(
         ["FULL", "NORMAL"],

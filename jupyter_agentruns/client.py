@@ -27,13 +27,17 @@ TERMINAL = TERMINAL_STATUSES
 
 
 class AgentRunsError(Exception):
-    """An error answered by the agentruns API (``code`` is its ``error`` field)."""
+    """An error answered by the agentruns API (``code`` is its ``error`` field).
 
-    def __init__(self, status: int, code: str, message: str):
+    ``body`` is the whole answer: some errors say more (``session_busy`` has ``active_run_id``).
+    """
+
+    def __init__(self, status: int, code: str, message: str, body: dict[str, Any] | None = None):
         super().__init__(f"{message} ({status} {code})")
         self.status = status
         self.code = code
         self.message = message
+        self.body = body if body is not None else {"error": code, "message": message}
 
 
 class ServerNotFound(RuntimeError):
@@ -140,12 +144,14 @@ class Client:
                 return response.status, dict(response.headers), json.loads(raw) if raw else None
         except urllib.error.HTTPError as error:
             raw = error.read()
+            body = None
             try:
                 body = json.loads(raw)
                 code, message = body.get("error", "http_error"), body.get("message", "")
-            except ValueError:
+            except (ValueError, AttributeError):
+                body = None
                 code, message = "http_error", raw.decode(errors="replace")[:500]
-            raise AgentRunsError(error.code, code, message) from None
+            raise AgentRunsError(error.code, code, message, body) from None
         except urllib.error.URLError as error:
             raise ServerNotFound(
                 f"Cannot reach the Jupyter server at {self.server.url}: {error.reason}"

@@ -51,6 +51,8 @@ class SubmitRequest:
     session: str | None = None
     metadata: dict | None = None
     retry_of: str | None = None
+    # Not part of the fingerprint: what to do when the session is busy, not what to run.
+    session_policy: str | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -95,6 +97,10 @@ class Engine(LoggingConfigurable):
         # (writer thread only): see sweep().
         self._expired_seen: dict[str, tuple[float | None, float]] = {}
         self.open_streams: Counter[str] = Counter()
+        self._dispatching = False
+        self._stopping = False
+        self._dispatch_again = False
+        self._dispatches: set[asyncio.Task] = set()
 
     @property
     def live(self) -> dict[str, Any]:
@@ -136,13 +142,18 @@ class Engine(LoggingConfigurable):
                 on_deleted=self.forget_snapshot,
             )
         await self.sweep()
+        await self.dispatch_queued()
         self._background = [
             loop.create_task(self._maintain()),
             loop.create_task(self._compact_periodically()),
         ]
 
     async def stop(self) -> None:
-        """End live runs ``interrupted`` (``server_shutdown``), commit, close the store."""
+        """End live runs ``interrupted`` (``server_shutdown``), commit, close the store.
+
+        Runs queued in a session stay queued: the next server to start takes them, in order.
+        """
+        self._stopping = True
         for task in self._background:
             task.cancel()
         loop = asyncio.get_running_loop()
@@ -171,6 +182,20 @@ class Engine(LoggingConfigurable):
     def _run_finished(self, run_id: str) -> None:
         self.forget_snapshot(run_id)
         self.activity_changed()
+        self._dispatch_soon()
+
+    def _dispatch_soon(self) -> None:
+        """Start, in a moment, what waited in a session's queue for a run that just ended."""
+
+        async def dispatch() -> None:
+            try:
+                await self.dispatch_queued()
+            except Exception:
+                self.log.exception("agentruns: starting queued runs failed")
+
+        task = asyncio.ensure_future(dispatch())
+        self._dispatches.add(task)
+        task.add_done_callback(self._dispatches.discard)
 
     async def _maintain(self) -> None:
         # Often enough that a cancel sent to another server sharing the
@@ -181,6 +206,7 @@ class Engine(LoggingConfigurable):
             try:
                 await self.renew_leases()
                 await self.sweep()
+                await self.dispatch_queued()
             except Exception:
                 self.log.exception("agentruns: lease upkeep failed")
 
@@ -305,6 +331,8 @@ class Engine(LoggingConfigurable):
             settings.lease_seconds,
         )
         now = time.time()
+        policy = request.session_policy or settings.default_session_policy
+        interrupted: list[str] = []  # the session's runs this run interrupts
 
         def create(conn: StoreConnection) -> tuple[dict[str, Any], bool]:
             if key is not None:
@@ -326,6 +354,19 @@ class Engine(LoggingConfigurable):
                 original = conn.get_run_head(request.retry_of)
                 if original is None or original["owner"] != owner:
                     raise run_not_found(request.retry_of)
+            active = (
+                conn.active_in_session(owner, request.session)
+                if request.session is not None and policy != "parallel"
+                else []
+            )
+            if policy == "reject" and active:
+                raise ApiError(
+                    409,
+                    "session_busy",
+                    f"The session {request.session!r} has an active run, {active[0]['run_id']}; "
+                    "wait for it or cancel it, or submit with session_policy 'enqueue' or 'interrupt'.",
+                    active_run_id=active[0]["run_id"],
+                )
             if conn.count_active(owner) >= max_active:
                 raise ApiError(
                     429,
@@ -333,8 +374,11 @@ class Engine(LoggingConfigurable):
                     f"You have {max_active} active runs, the most allowed; wait for one to finish or cancel one.",
                     headers={"Retry-After": "5"},
                 )
+            run_id = new_run_id()
+            # Behind the session's active runs: queued with no executor until its turn.
+            behind = bool(active)
             row = {
-                "run_id": new_run_id(),
+                "run_id": run_id,
                 "owner": owner,
                 "agent": request.agent,
                 "status": lifecycle.RunStatus.QUEUED.value,
@@ -345,21 +389,93 @@ class Engine(LoggingConfigurable):
                 "created_at": now_iso(),
                 "last_seq": 0,
                 "first_seq": 1,
-                "executor_id": self.executor_id,
-                "lease_expires": time.time() + lease,
+                "executor_id": None if behind else self.executor_id,
+                "lease_expires": None if behind else time.time() + lease,
             }
             conn.insert_run(row)
             if key is not None:
-                conn.insert_key(owner, key, fp, row["run_id"], now, key_with_run)
-            return conn.get_run(row["run_id"]), False
+                conn.insert_key(owner, key, fp, run_id, now, key_with_run)
+            if policy == "interrupt":
+                self._interrupt(conn, active, {"interrupted_by": run_id})
+                interrupted[:] = [other["run_id"] for other in active]
+            return conn.get_run(run_id), False
 
         row, replayed = await self.writer.run(create)
         run = await self.reader.run(lambda conn: self.run_object(conn, row))
         if not replayed:
-            # Started after the last await: the caller gets the run before its task ran.
-            self.executor.start(row, spec)
+            if row["executor_id"] == self.executor_id:
+                # Started after the last await: the caller gets the run before its task ran.
+                self.executor.start(row, spec)
+            for run_id in interrupted:
+                # This server's own at once (the others' take their cancel request).
+                execution = self.live.get(run_id)
+                if execution is not None:
+                    await self.executor.cancel(execution, {"interrupted_by": row["run_id"]})
             self.activity_changed()
         return run, replayed
+
+    def _interrupt(
+        self, conn: StoreConnection, active: list[dict[str, Any]], reason: dict[str, Any]
+    ) -> None:
+        """Cancel a session's active runs for the run that interrupts them (in its transaction).
+
+        A run still in the session's queue ends ``cancelled`` here; one a
+        server executes gets a cancel request (this server's own are
+        cancelled at once after the commit, others' within a lease upkeep).
+        """
+        for other in active:
+            request_cancel(conn, other["run_id"], reason)
+
+    async def dispatch_queued(self) -> int:
+        """Claim and start the runs whose turn came in their session's queue; how many.
+
+        Any server sharing the store may: the claim is a conditional update,
+        so exactly one of them starts each run. Called when a run of this
+        server ends, and from the lease upkeep for runs other servers ended.
+        """
+        if self._stopping:
+            return 0
+        if self._dispatching:
+            self._dispatch_again = True
+            return 0
+        self._dispatching = True
+        started = 0
+        try:
+            while True:
+                self._dispatch_again = False
+                ready = await self.reader.run(lambda conn: conn.startable_queued_runs())
+                if ready:
+                    started += await self._claim_and_start(ready)
+                if not self._dispatch_again:
+                    return started
+        finally:
+            self._dispatching = False
+
+    async def _claim_and_start(self, ready: list[dict[str, Any]]) -> int:
+        expires = time.time() + self.settings.lease_seconds
+
+        def claim(conn: StoreConnection) -> list[dict[str, Any]]:
+            claimed = []
+            for row in ready:
+                if row["agent"] not in self.agents:
+                    if conn.claim_run(row["run_id"], self.executor_id, expires):
+                        stored = conn.get_run(row["run_id"])
+                        problem = self.unknown_agent(row["agent"])
+                        error = {"type": problem.code, "message": problem.message}
+                        end_stored(conn, stored, lifecycle.failed(error))
+                    continue
+                if conn.claim_run(row["run_id"], self.executor_id, expires):
+                    claimed.append(conn.get_run(row["run_id"]))
+            return claimed
+
+        if self._stopping:
+            return 0
+        claimed = await self.writer.run(claim)
+        for row in claimed:
+            self.executor.start(row, self.agents[row["agent"]])
+        if claimed:
+            self.activity_changed()
+        return len(claimed)
 
     async def owned_head(self, owner: str, run_id: str) -> dict[str, Any]:
         """The caller's run's owner, status and seqs, or 404/410 (a small read)."""
@@ -466,6 +582,8 @@ class Engine(LoggingConfigurable):
             started = await self.executor.cancel(execution, reason)
         else:
             started = await self.writer.run(lambda conn: request_cancel(conn, run_id, reason))
+            if started:
+                self._dispatch_soon()  # it may have been queued in its session
         return await self.get_run(owner, run_id), started
 
     async def delete(self, owner: str, run_id: str) -> None:
@@ -498,6 +616,9 @@ class Engine(LoggingConfigurable):
         run["output"] = row.get("output")
         run["error"] = row.get("error")
         run["cancel"] = row.get("cancel")
+        # Waiting in its session's queue (enqueue, interrupt): behind which run.
+        waits = row["status"] == "queued" and row.get("executor_id") is None and row.get("session")
+        run["queued_behind"] = conn.queued_behind(row["run_id"]) if waits else None
         if row.get("cancel_request") is not None:
             # Recorded for the server executing the run, which has not taken it
             # yet: answer with the run as it will be in a moment.
@@ -557,8 +678,11 @@ def approximate_size(snapshot: dict) -> int:
     return sum(len(m["text"]) for m in snapshot["messages"]) + 512 * (len(snapshot["tools"]) + 1)
 
 
-def request_cancel(conn: StoreConnection, run_id: str, reason: str | None) -> bool:
-    """Record a cancel for the server executing ``run_id``; False when there is nothing to start."""
+def request_cancel(conn: StoreConnection, run_id: str, reason: Any) -> bool:
+    """Record a cancel for the server executing ``run_id``; False when there is nothing to start.
+
+    A run queued in its session, which no server executes yet, ends ``cancelled`` here.
+    """
     row = conn.get_run(run_id)
     if (
         row is None
@@ -566,6 +690,9 @@ def request_cancel(conn: StoreConnection, run_id: str, reason: str | None) -> bo
         or row["cancel_request"] is not None
     ):
         return False
+    if row["status"] == lifecycle.RunStatus.QUEUED.value and row["executor_id"] is None:
+        end_stored(conn, row, lifecycle.cancelled_in_queue(reason, row["last_seq"]))
+        return True
     conn.record_cancel_request(run_id, {"reason": reason, "requested_at": now_iso()})
     return True
 

@@ -53,6 +53,10 @@ TERMINAL_EVENTS = {
 CANCELLABLE = (RunStatus.QUEUED.value, RunStatus.RUNNING.value, RunStatus.WAITING.value)
 
 
+# What a submit to a session that has an active run does (see DESIGN.md, Session policy).
+SESSION_POLICIES = ("parallel", "reject", "enqueue", "interrupt")
+
+
 def is_active(status: str) -> bool:
     return status in ACTIVE_STATUSES
 
@@ -80,13 +84,21 @@ def started() -> Transition:
     )
 
 
-def cancel_requested(reason: str | None, requested_at: str, stage: dict[str, Any]) -> Transition:
+def cancel_requested(reason: Any, requested_at: str, stage: dict[str, Any]) -> Transition:
     cancel = {"requested_at": requested_at, "reason": reason, "stage": stage}
     return Transition(
         "run.cancel_requested",
         {"reason": reason},
         {"status": RunStatus.CANCELLING.value, "cancel": cancel},
     )
+
+
+def cancelled_in_queue(reason: Any, last_seq: int) -> Transition:
+    """A run cancelled while it waited in its session's queue (no server had started it)."""
+    stage = {"seq": last_seq, "step": "not started"}
+    ended = cancelled(reason, stage)
+    cancel = {"requested_at": ended.fields["finished_at"], "reason": reason, "stage": stage}
+    return Transition(ended.type, ended.data, {**ended.fields, "cancel": cancel})
 
 
 def succeeded(output: Any) -> Transition:
@@ -97,7 +109,7 @@ def failed(error: dict[str, Any]) -> Transition:
     return _end("run.failed", {"error": error}, {"error": error})
 
 
-def cancelled(reason: str | None, stage: dict[str, Any]) -> Transition:
+def cancelled(reason: Any, stage: dict[str, Any]) -> Transition:
     return _end("run.cancelled", {"reason": reason, "stage": stage})
 
 

@@ -80,7 +80,7 @@ def _outcome(run: dict[str, Any]) -> str:
         return f"> **Failed** ({_code(error.get('type', 'error'))}): {_short(error.get('message', ''))}"
     if status in ("cancelled", "cancelling") and run.get("cancel"):
         reason = run["cancel"].get("reason")
-        return f"> **Cancelled**{': ' + _short(reason) if reason else ''}"
+        return f"> **Cancelled**{': ' + _short(_reason(reason)) if reason else ''}"
     if status == "interrupted":
         return "> **Interrupted**: the server that executed it stopped before the run ended."
     if not is_terminal(status):
@@ -131,6 +131,13 @@ def _seconds(seconds: float) -> str:
         return f"{seconds:.1f} s"
     minutes, rest = divmod(round(seconds), 60)
     return f"{minutes} min {rest} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+
+
+def _reason(reason: Any) -> str:
+    """A cancel's reason in words: a session's interrupt names the run that interrupted."""
+    if isinstance(reason, dict) and isinstance(reason.get("interrupted_by"), str):
+        return f"interrupted by {reason['interrupted_by']}"
+    return reason if isinstance(reason, str) else json.dumps(reason, ensure_ascii=False)
 
 
 def _short(text: str, limit: int = MESSAGE_LIMIT) -> str:

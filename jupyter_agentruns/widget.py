@@ -206,6 +206,7 @@ def submit(
     session: str | None = None,
     metadata: dict[str, Any] | None = None,
     retry_of: str | None = None,
+    session_policy: str | None = None,
     url: str | None = None,
     token: str | None = None,
     display: bool = True,
@@ -218,6 +219,12 @@ def submit(
     run, ``key=`` sets the Idempotency-Key. A NaN or an infinity anywhere in
     ``input`` or ``metadata`` (a pandas mean of an empty column) is a
     ``ValueError`` naming where it is: JSON has neither.
+
+    ``session_policy`` says what happens when ``session`` (by default the
+    notebook's path) has an active run: ``"parallel"`` (the server's default
+    unless configured otherwise: cells run side by side), ``"reject"`` (an
+    ``AgentRunsError`` ``session_busy``), ``"enqueue"`` (the run waits for the
+    earlier ones) or ``"interrupt"`` (they are cancelled, then it starts).
     """
     jsonio.check({"input": input, "metadata": metadata})
     client = _client(url, token)
@@ -236,6 +243,9 @@ def submit(
     body = {name: value for name, value in body.items() if value is not None}
     if key is None:
         key = default_key(None if new else notebook, None if new else cell_id, body)
+    if session_policy is not None:
+        # Not part of what the run is: the same cell with another policy finds the same run.
+        body["session_policy"] = session_policy
     run, replayed = client.submit(body, key, key_with_run=True)
     followed = ""
     if replayed:

@@ -239,6 +239,27 @@ except AgentRunsError as error:
     assert stdout.splitlines() == ["timeout", "cancelled from the kernel 1", "404 unknown_agent"]
 
 
+def test_session_policies_from_the_kernel(lab):
+    server, http, kernel = lab
+    code = """
+from jupyter_agentruns import submit
+from jupyter_agentruns.client import AgentRunsError
+first = submit("demo", {"prompt": "slow", "chunks": 500, "delay": 0.05}, session="chat", display=False)
+try:
+    submit("demo", {"prompt": "next"}, session="chat", session_policy="reject", display=False)
+except AgentRunsError as error:
+    print(error.status, error.code, error.body["active_run_id"] == first.run_id)
+queued = submit("demo", {"prompt": "later", "chunks": 2, "delay": 0}, session="chat",
+                session_policy="enqueue", display=False)
+print(queued.status, queued.refresh()["queued_behind"] == first.run_id)
+first.cancel("enough")
+print(queued.wait(30).status)
+"""
+    stdout, _, error = kernel.run_cell(code, "cell-4")
+    assert error is None, error
+    assert stdout.splitlines() == ["409 session_busy True", "queued True", "succeeded"]
+
+
 def test_outside_a_notebook_an_explicit_url_and_token_work(lab, tmp_path):
     import subprocess
     import sys

@@ -155,3 +155,79 @@ def test_a_cancel_sent_to_another_server_on_the_same_database_takes_effect(serve
         assert finished["cancel"]["reason"] == "from b"
         events = [json.loads(e) for e in all_raw_events(client_a, run["run_id"])]
         assert [e["type"] for e in events][-2:] == ["run.cancel_requested", "run.cancelled"]
+
+
+@pytest.mark.timeout(180)
+def test_runs_queued_in_a_session_start_in_submit_order_after_a_kill_and_a_restart(servers):
+    first = servers("a", lease_seconds=1.5)
+    quick = {"prompt": "q", "chunks": 3, "delay": 0, "tools": False}
+    with first.client() as client:
+        running = client.post("runs", json={"agent": "demo", "input": SLOW, "session": "s"}).json()
+        queued = [
+            client.post(
+                "runs",
+                json={"agent": "demo", "input": quick, "session": "s", "session_policy": "enqueue"},
+            ).json()
+            for _ in range(3)
+        ]
+        read_events(client, running["run_id"], 3)
+        assert [run["status"] for run in queued] == ["queued"] * 3
+    first.kill()
+
+    second = servers("b", lease_seconds=1.5)
+    with second.client() as client:
+        ended = wait_status(client, running["run_id"], TERMINAL)
+        assert ended["status"] == "interrupted"
+        runs = [wait_status(client, run["run_id"], TERMINAL) for run in queued]
+        assert [run["status"] for run in runs] == ["succeeded"] * 3
+        assert ended["finished_at"] <= runs[0]["started_at"]
+        assert runs[0]["finished_at"] <= runs[1]["started_at"]
+        assert runs[1]["finished_at"] <= runs[2]["started_at"]
+
+
+@pytest.mark.timeout(120)
+def test_a_clean_stop_leaves_a_session_s_queue_for_the_next_server(servers, tmp_path):
+    server = servers("a")
+    quick = {"prompt": "q", "chunks": 3, "delay": 0, "tools": False}
+    with server.client() as client:
+        running = client.post("runs", json={"agent": "demo", "input": SLOW, "session": "s"}).json()
+        queued = client.post(
+            "runs",
+            json={"agent": "demo", "input": quick, "session": "s", "session_policy": "enqueue"},
+        ).json()
+        read_events(client, running["run_id"], 3)
+    server.terminate()
+    db = sqlite3.connect(tmp_path / "agentruns.sqlite3")
+    rows = dict(db.execute("SELECT run_id, status FROM runs").fetchall())
+    db.close()
+    assert rows == {running["run_id"]: "interrupted", queued["run_id"]: "queued"}
+    with servers("b").client() as client:
+        assert wait_status(client, queued["run_id"], TERMINAL)["status"] == "succeeded"
+
+
+@pytest.mark.timeout(120)
+def test_session_policies_hold_across_servers_sharing_the_store(servers):
+    a = servers("a")
+    b = servers("b")
+    quick = {"prompt": "q", "chunks": 3, "delay": 0, "tools": False}
+    with a.client() as client_a, b.client() as client_b:
+        running = client_a.post(
+            "runs", json={"agent": "demo", "input": SLOW, "session": "s"}
+        ).json()
+        read_events(client_a, running["run_id"], 3)
+        busy = client_b.post(
+            "runs",
+            json={"agent": "demo", "input": quick, "session": "s", "session_policy": "reject"},
+        )
+        assert busy.status_code == 409 and busy.json()["active_run_id"] == running["run_id"]
+        # B interrupts the run A executes: A takes the cancel, B (or A) starts the new run.
+        newest = client_b.post(
+            "runs",
+            json={"agent": "demo", "input": quick, "session": "s", "session_policy": "interrupt"},
+        ).json()
+        assert newest["status"] == "queued"
+        old = wait_status(client_b, running["run_id"], TERMINAL)
+        assert old["status"] == "cancelled"
+        assert old["cancel"]["reason"] == {"interrupted_by": newest["run_id"]}
+        done = wait_status(client_a, newest["run_id"], TERMINAL)
+        assert done["status"] == "succeeded" and old["finished_at"] <= done["started_at"]

@@ -627,10 +627,12 @@ export class RunView {
       kind = this.connection;
     } else if (state && status === "failed" && state.error) {
       detail = `${state.error.type}: ${state.error.message}`;
+    } else if (state && status === "queued" && state.run && typeof state.run.queued_behind === "string") {
+      detail = `queued behind ${state.run.queued_behind}`;
     } else if (state && status === "cancelled" && state.cancel && state.cancel.reason) {
-      detail = `cancelled: ${typeof state.cancel.reason === "string" ? state.cancel.reason : compactJson(state.cancel.reason, 200)}`;
+      detail = `cancelled: ${describeReason(state.cancel.reason)}`;
     } else if (state && status === "interrupted" && state.interruptReason) {
-      detail = `interrupted: ${typeof state.interruptReason === "string" ? state.interruptReason : compactJson(state.interruptReason, 200)}`;
+      detail = `interrupted: ${describeReason(state.interruptReason)}`;
     }
     this.chip.textContent = chip;
     this.chip.dataset.kind = kind;
@@ -943,4 +945,16 @@ function requestFrame(callback) {
 function cancelFrame(handle) {
   if (typeof cancelAnimationFrame === "function") cancelAnimationFrame(handle);
   else clearTimeout(handle);
+}
+
+/**
+ * A cancel or interrupt reason in words: a string as it is, a session's interrupt by its run.
+ * @param {any} reason
+ */
+export function describeReason(reason) {
+  if (typeof reason === "string") return reason;
+  if (reason && typeof reason === "object" && typeof reason.interrupted_by === "string") {
+    return `interrupted by ${reason.interrupted_by}`;
+  }
+  return compactJson(reason, 200);
 }

@@ -202,6 +202,17 @@ test("every terminal status shows with its reason", async () => {
   }
 });
 
+test("a run waiting in its session's queue says behind which run; an interrupted one by which", async () => {
+  await shown(fakeHost(), runObject({ status: "queued", last_seq: 0, session: "s", queued_behind: "run_first" }));
+  assert.equal(text(".agentruns-chip"), "queued");
+  assert.equal(text(".agentruns-detail"), "queued behind run_first");
+  view.dispose();
+  el.replaceChildren();
+  const cancel = { requested_at: TS, reason: { interrupted_by: "run_next" }, stage: { seq: 3, step: "started" } };
+  await shown(fakeHost(), runObject({ status: "cancelled", cancel, finished_at: TS }));
+  assert.equal(text(".agentruns-detail"), "cancelled: interrupted by run_next");
+});
+
 test("agent-defined events are one line each, with the whole data on a click", async () => {
   await shown(fakeHost());
   hub.listeners.get(RUN).onEvent(event("x.chart", { title: "Rain", points: [1, 2, 3], note: "y".repeat(300) }));

@@ -13,11 +13,18 @@ from tornado.iostream import StreamClosedError
 from ..engine import SubmitRequest
 from ..errors import ApiError, invalid_request
 from ..idempotency import key_problem
-from ..lifecycle import ALL_STATUSES
+from ..lifecycle import ALL_STATUSES, SESSION_POLICIES
 from .base import AgentRunsHandler
 
 RUN_ID = r"(?P<run_id>[^/]+)"
-SUBMIT_FIELDS = {"agent": str, "input": dict, "session": str, "metadata": dict, "retry_of": str}
+SUBMIT_FIELDS = {
+    "agent": str,
+    "input": dict,
+    "session": str,
+    "metadata": dict,
+    "retry_of": str,
+    "session_policy": str,
+}
 LIST_LIMIT_DEFAULT = 50
 LIST_LIMIT_MAX = 500
 
@@ -40,12 +47,18 @@ def submit_request(body: dict[str, Any]) -> SubmitRequest:
         if not isinstance(value, kind):
             expected = "a JSON object" if kind is dict else "a string"
             raise invalid_request(f"The field {name!r} must be {expected}.")
+    policy = body.get("session_policy")
+    if policy is not None and policy not in SESSION_POLICIES:
+        raise invalid_request(
+            f"Unknown session_policy {policy[:40]!r}; one of: {', '.join(SESSION_POLICIES)}."
+        )
     return SubmitRequest(
         agent=body["agent"],
         input=body["input"],
         session=body.get("session"),
         metadata=body.get("metadata"),
         retry_of=body.get("retry_of"),
+        session_policy=policy,
     )
 
 

@@ -119,9 +119,31 @@ class StoreConnection(abc.ABC):
 
     @abc.abstractmethod
     def expired_active_runs(self, now: float) -> list[dict[str, Any]]:
-        """Runs not yet terminal whose executor's lease has run out (full rows)."""
+        """Runs not yet terminal whose executor's lease has run out (full rows).
+
+        Not the runs queued in their session (no executor holds them yet).
+        """
+
+    @abc.abstractmethod
+    def active_in_session(self, owner: str, session: str) -> list[dict[str, Any]]:
+        """``run_id, status, executor_id, cancel_request`` of the session's active runs, in submit order."""
+
+    @abc.abstractmethod
+    def queued_behind(self, run_id: str) -> str | None:
+        """For a run waiting in its session's queue: the oldest earlier active run of the session."""
+
+    @abc.abstractmethod
+    def startable_queued_runs(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Unclaimed queued runs (``executor_id`` None) with no earlier active run in their session.
+
+        Full rows, in submit order: what any server may claim and start.
+        """
 
     # Writes (inside transaction()) ---------------------------------------------
+
+    @abc.abstractmethod
+    def claim_run(self, run_id: str, executor_id: str, lease_expires: float) -> bool:
+        """Take an unclaimed queued run for this executor; False when another server took it first."""
 
     @abc.abstractmethod
     def insert_run(self, run: dict[str, Any]) -> None: ...

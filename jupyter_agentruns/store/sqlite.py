@@ -160,9 +160,18 @@ def _migration_5(db: Database) -> None:
     )
 
 
+def _migration_6(db: Database) -> None:
+    # Session queues: runs waiting behind earlier runs of their session
+    # (``enqueue``, ``interrupt``) are queued with no executor, until one claims them.
+    db.execute(
+        "CREATE INDEX runs_session_queue ON runs (owner, session) "
+        "WHERE executor_id IS NULL AND status = 'queued'"
+    )
+
+
 # Append only: a database written by a newer version is refused, an older one
 # is brought forward one step at a time.
-MIGRATIONS = [_migration_1, _migration_2, _migration_3, _migration_4, _migration_5]
+MIGRATIONS = [_migration_1, _migration_2, _migration_3, _migration_4, _migration_5, _migration_6]
 
 # A run with its persisted snapshot (``snapshot_seq`` 0 and no snapshot when none).
 RUN_SELECT = (
@@ -170,6 +179,9 @@ RUN_SELECT = (
     "snapshots.parts AS snapshot_parts FROM runs LEFT JOIN snapshots ON snapshots.run_id = runs.run_id"
 )
 
+
+# A run queued behind earlier runs of its session: no server executes it yet.
+UNCLAIMED = "executor_id IS NULL AND status = 'queued'"
 
 # What answering for a run needs, without the (possibly huge) snapshot and output.
 HEAD_COLUMNS = "run_id, owner, status, last_seq, first_seq, finished_ts"
@@ -394,8 +406,60 @@ class SQLiteConnection(StoreConnection):
     def expired_active_runs(self, now: float) -> list[dict[str, Any]]:
         placeholders = ",".join("?" for _ in ACTIVE_STATUSES)
         rows = self.db.query(
-            f"{RUN_SELECT} WHERE status IN ({placeholders}) AND (lease_expires IS NULL OR lease_expires < ?)",
+            f"{RUN_SELECT} WHERE status IN ({placeholders}) AND (lease_expires IS NULL OR lease_expires < ?) "
+            f"AND NOT ({UNCLAIMED})",
             [*ACTIVE_STATUSES, now],
+        )
+        return [self._decode(row) for row in rows]
+
+    def active_in_session(self, owner: str, session: str) -> list[dict[str, Any]]:
+        placeholders = ",".join("?" for _ in ACTIVE_STATUSES)
+        rows = self.conn.execute(
+            f"SELECT run_id, status, executor_id, cancel_request FROM runs "
+            f"WHERE owner = ? AND session = ? AND status IN ({placeholders}) ORDER BY rowid",
+            [owner, session, *ACTIVE_STATUSES],
+        ).fetchall()
+        return [
+            {
+                "run_id": run_id,
+                "status": status,
+                "executor_id": executor_id,
+                "cancel_request": json.loads(request) if request else None,
+            }
+            for run_id, status, executor_id, request in rows
+        ]
+
+    def queued_behind(self, run_id: str) -> str | None:
+        placeholders = ",".join("?" for _ in ACTIVE_STATUSES)
+        row = self.conn.execute(
+            f"""
+            SELECT earlier.run_id FROM runs AS queued JOIN runs AS earlier
+              ON earlier.owner = queued.owner AND earlier.session = queued.session
+             AND earlier.rowid < queued.rowid AND earlier.status IN ({placeholders})
+            WHERE queued.run_id = ? AND queued.status = 'queued' AND queued.executor_id IS NULL
+            ORDER BY earlier.rowid LIMIT 1
+            """,
+            [*ACTIVE_STATUSES, run_id],
+        ).fetchone()
+        return row[0] if row else None
+
+    def startable_queued_runs(self, limit: int = 100) -> list[dict[str, Any]]:
+        placeholders = ",".join("?" for _ in ACTIVE_STATUSES)
+        rows = self.db.query(
+            f"""
+            {RUN_SELECT} WHERE runs.run_id IN (
+                SELECT queued.run_id FROM runs AS queued
+                WHERE queued.executor_id IS NULL AND queued.status = 'queued'
+                  AND NOT EXISTS (
+                    SELECT 1 FROM runs AS earlier
+                    WHERE earlier.owner = queued.owner AND earlier.session = queued.session
+                      AND earlier.rowid < queued.rowid AND earlier.status IN ({placeholders})
+                  )
+                ORDER BY queued.rowid LIMIT ?
+            )
+            ORDER BY runs.rowid
+            """,
+            [*ACTIVE_STATUSES, limit],
         )
         return [self._decode(row) for row in rows]
 
@@ -503,6 +567,13 @@ class SQLiteConnection(StoreConnection):
             "UPDATE runs SET lease_expires = ? WHERE run_id = ? AND executor_id = ?",
             [(expires, run_id, executor_id) for run_id in run_ids],
         )
+
+    def claim_run(self, run_id: str, executor_id: str, lease_expires: float) -> bool:
+        cursor = self.conn.execute(
+            f"UPDATE runs SET executor_id = ?, lease_expires = ? WHERE run_id = ? AND {UNCLAIMED}",
+            [executor_id, lease_expires, run_id],
+        )
+        return cursor.rowcount == 1
 
     def record_cancel_request(self, run_id: str, request: dict[str, Any]) -> None:
         placeholders = ",".join("?" for _ in CANCELLABLE)
