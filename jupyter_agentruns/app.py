@@ -76,6 +76,16 @@ class AgentRuns(ExtensionApp):
     max_run_seconds = Float(
         86400, help="A run still going after this fails with deadline_exceeded."
     ).tag(config=True)
+    max_tokens_per_run = Int(
+        0,
+        help="A run whose usage (input + output tokens) goes over this fails with "
+        "token_budget_exceeded (0: no limit).",
+    ).tag(config=True)
+    tokens_per_user_per_day = Int(
+        0,
+        help="Tokens an owner's runs may use in any 24 hours: beyond it submit answers 429 "
+        "token_budget_exhausted and a running run that crosses it fails (0: no limit).",
+    ).tag(config=True)
     default_session_policy = Enum(
         list(SESSION_POLICIES),
         default_value="parallel",
@@ -113,6 +123,15 @@ class AgentRuns(ExtensionApp):
         if value < 1:
             raise TraitError(
                 f"c.AgentRuns.{proposal['trait'].name} must be at least 1, not {value!r}"
+            )
+        return value
+
+    @validate("max_tokens_per_run", "tokens_per_user_per_day")
+    def _token_limit(self, proposal):
+        value = proposal["value"]
+        if value < 0:
+            raise TraitError(
+                f"c.AgentRuns.{proposal['trait'].name} must be 0 (no limit) or more, not {value!r}"
             )
         return value
 

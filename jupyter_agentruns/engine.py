@@ -21,7 +21,7 @@ from typing import Any
 
 from traitlets.config import LoggingConfigurable
 
-from . import jsonio, lifecycle, reducer
+from . import budgets, jsonio, lifecycle, reducer
 from .agents import AgentSpec
 from .broadcaster import Broadcaster, Subscriber
 from .compaction import Compactor
@@ -101,6 +101,9 @@ class Engine(LoggingConfigurable):
         self._stopping = False
         self._dispatch_again = False
         self._dispatches: set[asyncio.Task] = set()
+        # Per owner: the tokens of their runs of the last day that this server
+        # does not execute (read from the store; live runs count from memory).
+        self._day_tokens: dict[str, int] = {}
 
     @property
     def live(self) -> dict[str, Any]:
@@ -133,6 +136,7 @@ class Engine(LoggingConfigurable):
                 max_run_seconds=settings.max_run_seconds,
                 log=self.log,
                 on_finished=self._run_finished,
+                check_usage=self._check_usage,
             )
             self.compactor = Compactor(
                 writer=self.writer,
@@ -179,8 +183,11 @@ class Engine(LoggingConfigurable):
         for run_id in refused:
             self.executor.lost(run_id)
 
-    def _run_finished(self, run_id: str) -> None:
-        self.forget_snapshot(run_id)
+    def _run_finished(self, execution) -> None:
+        self.forget_snapshot(execution.run_id)
+        if execution.tokens and execution.owner in self._day_tokens:
+            # No longer counted from memory: its tokens join the owner's stored day.
+            self._day_tokens[execution.owner] += execution.tokens
         self.activity_changed()
         self._dispatch_soon()
 
@@ -207,6 +214,7 @@ class Engine(LoggingConfigurable):
                 await self.renew_leases()
                 await self.sweep()
                 await self.dispatch_queued()
+                await self._refresh_day_tokens()
             except Exception:
                 self.log.exception("agentruns: lease upkeep failed")
 
@@ -333,6 +341,7 @@ class Engine(LoggingConfigurable):
         now = time.time()
         policy = request.session_policy or settings.default_session_policy
         interrupted: list[str] = []  # the session's runs this run interrupts
+        live = set(self.live)  # read here, on the loop: the writer thread must not iterate it
 
         def create(conn: StoreConnection) -> tuple[dict[str, Any], bool]:
             if key is not None:
@@ -367,6 +376,7 @@ class Engine(LoggingConfigurable):
                     "wait for it or cancel it, or submit with session_policy 'enqueue' or 'interrupt'.",
                     active_run_id=active[0]["run_id"],
                 )
+            self._check_day_budget(conn, owner, now, live)
             if conn.count_active(owner) >= max_active:
                 raise ApiError(
                     429,
@@ -476,6 +486,79 @@ class Engine(LoggingConfigurable):
         if claimed:
             self.activity_changed()
         return len(claimed)
+
+    # Token budgets -----------------------------------------------------
+
+    def _check_day_budget(
+        self, conn: StoreConnection, owner: str, now: float, live: set[str]
+    ) -> None:
+        """429 ``token_budget_exhausted`` once the owner's runs of the last day used their budget.
+
+        ``live``: the runs this server executes (their tokens count from memory).
+        """
+        limit = self.settings.tokens_per_user_per_day
+        if not limit:
+            return
+        rows = conn.usage_since(owner, budgets.day_start(now))
+        self._day_tokens[owner] = sum(row[2] + row[3] for row in rows if row[0] not in live)
+        used = sum(row[2] + row[3] for row in rows)
+        if used >= limit:
+            wait = budgets.retry_after(rows, limit, now)
+            raise ApiError(
+                429,
+                "token_budget_exhausted",
+                f"Your runs of the last 24 hours used {used} tokens, the most allowed is {limit} "
+                f"(tokens_per_user_per_day); the window frees up in {wait} s.",
+                headers={"Retry-After": str(wait)},
+            )
+
+    def _check_usage(self, execution) -> str | None:
+        """Called at each usage event (on the loop): why the run must fail now, or None."""
+        settings = self.settings
+        per_run = settings.max_tokens_per_run
+        if per_run and execution.tokens > per_run:
+            return (
+                f"the run used {execution.tokens} tokens, over max_tokens_per_run ({per_run})"
+            )
+        per_day = settings.tokens_per_user_per_day
+        if per_day:
+            owner = execution.owner
+            used = self._day_tokens.get(owner, 0) + sum(
+                other.tokens for other in self.live.values() if other.owner == owner
+            )
+            if used > per_day:
+                return (
+                    f"your runs of the last 24 hours used {used} tokens, "
+                    f"over tokens_per_user_per_day ({per_day})"
+                )
+        return None
+
+    async def _refresh_day_tokens(self) -> None:
+        """Reread the owners' day totals from the store: other servers' runs, runs leaving the window."""
+        if not self.settings.tokens_per_user_per_day:
+            return
+        owners = {execution.owner for execution in self.live.values()}
+        if not owners:
+            self._day_tokens.clear()
+            return
+        live = set(self.live)
+        since = budgets.day_start(time.time())
+
+        def read(conn: StoreConnection) -> dict[str, int]:
+            return {
+                owner: sum(
+                    row[2] + row[3] for row in conn.usage_since(owner, since) if row[0] not in live
+                )
+                for owner in owners
+            }
+
+        self._day_tokens = await self.reader.run(read)
+
+    async def usage(self, owner: str) -> dict[str, int]:
+        """``GET usage``: the owner's token totals of the last 24 hours."""
+        since = budgets.day_start(time.time())
+        rows = await self.reader.run(lambda conn: conn.usage_since(owner, since))
+        return budgets.window_totals(rows)
 
     async def owned_head(self, owner: str, run_id: str) -> dict[str, Any]:
         """The caller's run's owner, status and seqs, or 404/410 (a small read)."""

@@ -23,8 +23,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import lifecycle, reducer
-from .agents import AgentSpec, EventTooLarge, RunClosed
+from . import budgets, lifecycle, reducer
+from .agents import AgentSpec, EventTooLarge, RunClosed, TokenBudgetExceeded
 from .broadcaster import Broadcaster, Waiter
 from .errors import error_object
 from .events import Append, envelope
@@ -69,9 +69,18 @@ class Execution:
     """One running run, as the executor sees it."""
 
     def __init__(
-        self, row: dict[str, Any], writer: Writer, broadcaster: Broadcaster, max_event_bytes: int
+        self,
+        row: dict[str, Any],
+        writer: Writer,
+        broadcaster: Broadcaster,
+        max_event_bytes: int,
+        check_usage: Callable[[Execution], str | None] | None = None,
     ):
         self.run_id: str = row["run_id"]
+        self.owner: str = row["owner"]
+        # Its usage totals so far (its last usage event), for the token budgets.
+        self.tokens = (row.get("input_tokens") or 0) + (row.get("output_tokens") or 0)
+        self._check_usage = check_usage
         self.row = row
         self.seq: int = row["last_seq"]
         self.snapshot = reducer.Snapshot()
@@ -145,9 +154,16 @@ class Execution:
         """Number the event and hand it to the writer; synchronous, so nothing interleaves."""
         if self.closed or self._writer.closed:
             raise RunClosed(f"run {self.run_id} has ended")
+        if isinstance(self.fatal, TokenBudgetExceeded) and not type.startswith("run."):
+            raise self.fatal  # over its budget: nothing more but its end
         seq = self.seq + 1
         ts = now_iso()
         terminal = type in lifecycle.TERMINAL_EVENTS
+        if type == "usage":
+            # The run's totals, kept in its row: a day's budget is summed from them.
+            input_tokens, output_tokens = budgets.tokens(data)
+            fields = {**(fields or {}), "input_tokens": input_tokens, "output_tokens": output_tokens}
+            self.tokens = input_tokens + output_tokens
         if terminal:
             # The builder itself: the writer streams it into the store in parts,
             # so a long text is never joined or encoded whole.
@@ -169,6 +185,14 @@ class Execution:
         else:
             self.snapshot.apply({"type": type, "data": data})
             self.last_type = type
+        if type == "usage" and self._check_usage is not None:
+            # The usage event that crosses a budget is kept; the run fails at it.
+            problem = self._check_usage(self)
+            if problem is not None:
+                self.fatal = TokenBudgetExceeded(problem)
+                if self.task is not None:
+                    self.task.cancel()
+                raise self.fatal
         return seq
 
     async def durable(self) -> None:
@@ -353,7 +377,8 @@ class Executor:
         max_event_bytes: int,
         max_run_seconds: float,
         log: logging.Logger,
-        on_finished: Callable[[str], None],
+        on_finished: Callable[[Execution], None],
+        check_usage: Callable[[Execution], str | None] | None = None,
     ):
         self._writer = writer
         self._broadcaster = broadcaster
@@ -361,12 +386,15 @@ class Executor:
         self._max_run_seconds = max_run_seconds
         self._log = log
         self._on_finished = on_finished
+        self._check_usage = check_usage
         self.live: dict[str, Execution] = {}
         self._tasks: set[asyncio.Task] = set()
 
     def start(self, row: dict[str, Any], spec: AgentSpec) -> None:
         """Start executing a freshly created (queued) run."""
-        execution = Execution(row, self._writer, self._broadcaster, self._max_event_bytes)
+        execution = Execution(
+            row, self._writer, self._broadcaster, self._max_event_bytes, self._check_usage
+        )
         self.live[execution.run_id] = execution
         self._broadcaster.open(execution.run_id, execution.seq)
         self._spawn(self._execute(execution, spec))
@@ -500,7 +528,7 @@ class Executor:
             pass
         self.live.pop(execution.run_id, None)
         self._broadcaster.close(execution.run_id)
-        self._on_finished(execution.run_id)
+        self._on_finished(execution)
         if execution.bytes >= RELEASE_MEMORY_AFTER_BYTES:
             # The run's text was freed just now, but the C allocator keeps the
             # pages; a big run would otherwise leave the server that much larger.

@@ -7,6 +7,8 @@ vectors in ``tests/vectors/``.
 
 from __future__ import annotations
 
+import math
+
 import copy
 import json
 from collections.abc import Iterator
@@ -82,6 +84,10 @@ def apply(snapshot: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
         if data.get("estimated"):
             # Counted by the agent, not reported by the model server: the view says so.
             usage["estimated"] = True
+        cost = data.get("cost")
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool) and math.isfinite(cost):
+            # In the currency of the agent's prices (c.OpenAIAgent.prices).
+            usage["cost"] = cost
         snapshot["usage"] = usage
     return snapshot
 

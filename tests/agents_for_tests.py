@@ -163,9 +163,23 @@ async def hostile_writer(run, input):
     return {}
 
 
+async def spender(run, input):
+    """Reports the usage totals it is given, a word of text between each; ``swallow`` catches what that raises."""
+    for input_tokens, output_tokens in input.get("steps", []):
+        await run.text("word ")
+        try:
+            await run.usage(input_tokens=input_tokens, output_tokens=output_tokens)
+        except Exception:
+            if not input.get("swallow"):
+                raise
+            await run.text("went on regardless ")
+    return {"spent": input.get("steps", [])[-1:]}
+
+
 TEST_AGENTS = {
     name: f"agents_for_tests:{name}"
     for name in (
+        "spender",
         "counter",
         "crashes",
         "huge_event",

@@ -119,6 +119,9 @@ export function applyEvent(snapshot, event) {
     const usage = { input_tokens: get(data, "input_tokens"), output_tokens: get(data, "output_tokens") };
     // Counted by the agent, not reported by the model server: the view says so.
     if (truthy(get(data, "estimated", false))) usage.estimated = true;
+    // In the currency of the agent's prices (c.OpenAIAgent.prices).
+    const cost = get(data, "cost");
+    if (typeof cost === "number" && Number.isFinite(cost)) usage.cost = cost;
     snapshot.usage = usage;
   }
   return snapshot;

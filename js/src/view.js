@@ -858,6 +858,7 @@ export class RunView {
     if (usage === null) return;
     const about = usage.estimated ? "≈ " : "";
     box.textContent = `tokens: ${about}${usage.input_tokens ?? "?"} in · ${usage.output_tokens ?? "?"} out`;
+    if (typeof usage.cost === "number") box.textContent += ` · cost ${formatCost(usage.cost)}`;
     if (usage.estimated) box.textContent += " (estimated: not reported by the model server)";
   }
 
@@ -957,4 +958,13 @@ export function describeReason(reason) {
     return `interrupted by ${reason.interrupted_by}`;
   }
   return compactJson(reason, 200);
+}
+
+/**
+ * A cost in the currency of the agent's prices: cents for most, more digits for a fraction of one.
+ * @param {number} cost
+ */
+export function formatCost(cost) {
+  if (cost === 0) return "0";
+  return cost >= 0.01 ? cost.toFixed(2) : cost.toPrecision(2);
 }

@@ -31,7 +31,7 @@ from traitlets.config import Configurable
 from ..errors import error_object
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "AgentSpec", "EventTooLarge", "Run", "RunClosed",
+    "ENTRY_POINT_GROUP", "AgentSpec", "EventTooLarge", "Run", "RunClosed", "TokenBudgetExceeded",
     "agent", "error_object", "import_object", "load_agents",
 ]  # fmt: skip
 
@@ -45,6 +45,16 @@ class RunClosed(Exception):
 
 class EventTooLarge(ValueError):
     """An event's data is larger than ``max_event_bytes``: the run fails with ``event_too_large``."""
+
+
+class TokenBudgetExceeded(Exception):
+    """A usage event crossed ``max_tokens_per_run`` or the owner's ``tokens_per_user_per_day``.
+
+    Raised from the emit of that usage event (which is kept); the run fails
+    with ``token_budget_exceeded`` whatever the agent does next.
+    """
+
+    error_type = "token_budget_exceeded"
 
 
 class Run(Protocol):

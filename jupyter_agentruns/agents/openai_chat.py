@@ -432,6 +432,29 @@ class OpenAIAgent(Configurable):
         help="Python functions (sync or async) the model may call: name -> 'module:attr'.",
     ).tag(config=True)
 
+    prices = Dict(
+        value_trait=Dict(),
+        help="Prices per million tokens, by model: {'gpt-4o-mini': {'input': 0.15, 'output': 0.6}}. "
+        "A run of a model listed here has a cost in its usage events (in that currency).",
+    ).tag(config=True)
+
+    @validate("prices")
+    def _valid_prices(self, proposal: dict[str, Any]) -> dict[str, Any]:
+        for model, price in proposal["value"].items():
+            for kind in ("input", "output"):
+                value = price.get(kind)
+                if (
+                    isinstance(value, bool)
+                    or not isinstance(value, (int, float))
+                    or not math.isfinite(value)
+                    or value < 0
+                ):
+                    raise TraitError(
+                        f"c.OpenAIAgent.prices[{model!r}][{kind!r}] must be a number of at least 0 "
+                        f"(per million {kind} tokens), not {value!r}"
+                    )
+        return proposal["value"]
+
     @validate("request_timeout", "retry_backoff")
     def _finite(self, proposal: dict[str, Any]) -> float:
         value = proposal["value"]
@@ -472,7 +495,7 @@ class OpenAIAgent(Configurable):
             request["tools"] = [spec.definition() for spec in tools.values()]
         first_choice = tool_choice(input.get("tool_choice"), tools)
         async with self._client() as client:
-            usage = Usage(run, client, self.base_url)
+            usage = Usage(run, client, self.base_url, self.prices.get(model))
             for rounds in range(self.max_tool_iterations + 1):
                 # The tool_choice asked for holds for the first call only: forcing
                 # a tool on every call would call it again and again.
@@ -598,8 +621,15 @@ class Usage:
     ``x.usage_unreported`` event.
     """
 
-    def __init__(self, run, client: openai.AsyncOpenAI, base_url: str) -> None:
+    def __init__(
+        self,
+        run,
+        client: openai.AsyncOpenAI,
+        base_url: str,
+        price: dict[str, float] | None = None,
+    ) -> None:
         self.run = run
+        self.price = price  # per million input and output tokens
         self.client = client
         self.server = server_name(base_url)
         # The extras live beside the API, not under its /v1.
@@ -622,6 +652,15 @@ class Usage:
         totals = {kind: (self.totals or {}).get(kind, 0) + count for kind, count in counts.items()}
         if estimated or (self.totals or {}).get("estimated"):
             totals["estimated"] = True
+        if self.price is not None:
+            totals["cost"] = round(
+                (
+                    totals.get("input_tokens", 0) * self.price["input"]
+                    + totals.get("output_tokens", 0) * self.price["output"]
+                )
+                / 1_000_000,
+                8,
+            )
         self.totals = totals
         await self.run.emit("usage", totals)
 

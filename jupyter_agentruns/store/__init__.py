@@ -139,6 +139,10 @@ class StoreConnection(abc.ABC):
         Full rows, in submit order: what any server may claim and start.
         """
 
+    @abc.abstractmethod
+    def usage_since(self, owner: str, since: str) -> list[tuple[str, str, int, int]]:
+        """``(run_id, created_at, input_tokens, output_tokens)`` of the owner's runs created at or after ``since``, oldest first."""
+
     # Writes (inside transaction()) ---------------------------------------------
 
     @abc.abstractmethod

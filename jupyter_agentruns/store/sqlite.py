@@ -169,9 +169,29 @@ def _migration_6(db: Database) -> None:
     )
 
 
+def _migration_7(db: Database) -> None:
+    # Token budgets: a run's usage totals (its last usage event), summed per
+    # owner over a sliding day by every server sharing the store.
+    db["runs"].add_column("input_tokens", int, not_null_default=0)
+    db["runs"].add_column("output_tokens", int, not_null_default=0)
+    db.execute(
+        """
+        UPDATE runs SET
+          input_tokens = coalesce(json_extract(s.snapshot, '$.usage.input_tokens'), 0),
+          output_tokens = coalesce(json_extract(s.snapshot, '$.usage.output_tokens'), 0)
+        FROM snapshots AS s
+        WHERE s.run_id = runs.run_id AND s.parts = 1 AND json_valid(s.snapshot)
+          AND json_type(s.snapshot, '$.usage') = 'object'
+        """
+    )
+
+
 # Append only: a database written by a newer version is refused, an older one
 # is brought forward one step at a time.
-MIGRATIONS = [_migration_1, _migration_2, _migration_3, _migration_4, _migration_5, _migration_6]
+MIGRATIONS = [
+    _migration_1, _migration_2, _migration_3, _migration_4, _migration_5, _migration_6,
+    _migration_7,
+]  # fmt: skip
 
 # A run with its persisted snapshot (``snapshot_seq`` 0 and no snapshot when none).
 RUN_SELECT = (
@@ -567,6 +587,14 @@ class SQLiteConnection(StoreConnection):
             "UPDATE runs SET lease_expires = ? WHERE run_id = ? AND executor_id = ?",
             [(expires, run_id, executor_id) for run_id in run_ids],
         )
+
+    def usage_since(self, owner: str, since: str) -> list[tuple[str, str, int, int]]:
+        rows = self.conn.execute(
+            "SELECT run_id, created_at, input_tokens, output_tokens FROM runs "
+            "WHERE owner = ? AND created_at >= ? ORDER BY created_at, run_id",
+            [owner, since],
+        ).fetchall()
+        return [tuple(row) for row in rows]
 
     def claim_run(self, run_id: str, executor_id: str, lease_expires: float) -> bool:
         cursor = self.conn.execute(

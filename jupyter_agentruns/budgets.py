@@ -1,0 +1,55 @@
+"""Token budgets: a run's limit, and an owner's over a sliding day (see DESIGN.md, Token budgets).
+
+Plain functions over a run's usage totals and an owner's runs of the last
+day; the engine reads those from the store and keeps live runs' totals.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from typing import Any
+
+DAY_SECONDS = 86400
+
+
+def tokens(usage: dict[str, Any]) -> tuple[int, int]:
+    """``(input_tokens, output_tokens)`` of a usage event's data; what is not a count is 0."""
+    return _count(usage.get("input_tokens")), _count(usage.get("output_tokens"))
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return 0
+    return max(0, int(value))
+
+
+def iso(ts: float) -> str:
+    """``ts`` as the API's timestamps are written, comparable with ``created_at`` as text."""
+    stamp = datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")
+
+
+def day_start(now: float) -> str:
+    return iso(now - DAY_SECONDS)
+
+
+def window_totals(rows: list[tuple[str, str, int, int]]) -> dict[str, int]:
+    """``GET usage``'s answer from ``(run_id, created_at, input, output)`` rows of the window."""
+    return {
+        "window_seconds": DAY_SECONDS,
+        "input_tokens": sum(row[2] for row in rows),
+        "output_tokens": sum(row[3] for row in rows),
+        "runs": len(rows),
+    }
+
+
+def retry_after(rows: list[tuple[str, str, int, int]], limit: int, now: float) -> int:
+    """Seconds until enough of the window's oldest runs leave it that the owner is under ``limit``."""
+    used = sum(row[2] + row[3] for row in rows)
+    for _run_id, created_at, input_tokens, output_tokens in rows:  # oldest first
+        used -= input_tokens + output_tokens
+        if used < limit:
+            created = datetime.fromisoformat(created_at.replace("Z", "+00:00")).timestamp()
+            return max(1, math.ceil(created + DAY_SECONDS - now))
+    return DAY_SECONDS

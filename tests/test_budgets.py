@@ -1,0 +1,126 @@
+"""Token budgets: per run, per owner over a sliding day (across servers sharing the store), GET usage."""
+
+import sqlite3
+import time
+
+import pytest
+from agents_for_tests import TEST_AGENTS
+from conftest import all_events, submit, wait_run
+from traitlets import TraitError
+
+from jupyter_agentruns.app import AgentRuns
+from jupyter_agentruns.budgets import iso
+
+PER_USER = {"identity_provider_class": "identity.HeaderIdentityProvider"}
+ALICE = {"X-Test-User": "alice"}
+BOB = {"X-Test-User": "bob"}
+
+
+def spend(*steps, **extra):
+    return {"steps": [list(step) for step in steps], **extra}
+
+
+async def run_to_end(api, input, headers=None):
+    response = await submit(api, "spender", input, headers=headers)
+    assert response.status_code == 201, response.text
+    return await wait_run(api, response.json()["run_id"], headers=headers)
+
+
+@pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS, "max_tokens_per_run": 100}])
+async def test_a_run_fails_at_the_usage_event_that_crosses_max_tokens_per_run(api):
+    run = await run_to_end(api, spend((10, 20), (40, 50), (60, 70), (80, 90)))
+    assert run["status"] == "failed"
+    assert run["error"]["type"] == "token_budget_exceeded"
+    assert "130 tokens" in run["error"]["message"] and "max_tokens_per_run (100)" in run["error"]["message"]
+    events = await all_events(api, run["run_id"])
+    types = [e["type"] for e in events]
+    # The crossing usage event is kept, and nothing of the agent's comes after it.
+    assert types[-2:] == ["usage", "run.failed"]
+    assert events[-2]["data"] == {"input_tokens": 60, "output_tokens": 70}
+    assert run["snapshot"]["usage"] == {"input_tokens": 60, "output_tokens": 70}
+    # Exactly at the limit is within it.
+    ok = await run_to_end(api, spend((50, 50)))
+    assert ok["status"] == "succeeded"
+
+
+@pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS, "max_tokens_per_run": 100}])
+async def test_an_agent_that_catches_the_budget_error_still_fails_and_emits_nothing_more(api):
+    run = await run_to_end(api, spend((80, 80), (90, 90), swallow=True))
+    assert run["status"] == "failed" and run["error"]["type"] == "token_budget_exceeded"
+    events = await all_events(api, run["run_id"])
+    assert [e["type"] for e in events][-2:] == ["usage", "run.failed"]
+    assert not any("regardless" in e["data"].get("delta", "") for e in events)
+
+
+@pytest.mark.parametrize("server_config", [PER_USER])
+@pytest.mark.parametrize(
+    "agentruns_config", [{"agents": TEST_AGENTS, "tokens_per_user_per_day": 200}]
+)
+async def test_a_day_budget_per_owner_fails_the_crossing_run_then_refuses_submits(api, jp_serverapp):
+    assert (await run_to_end(api, spend((100, 50)), ALICE))["status"] == "succeeded"
+    usage = (await api.get("usage", headers=ALICE)).json()
+    assert usage == {"window_seconds": 86400, "input_tokens": 100, "output_tokens": 50, "runs": 1}
+    assert (await api.get("usage", headers=BOB)).json()["runs"] == 0
+    # The next run crosses the owner's day (150 + 60 > 200) and fails at that usage event.
+    crossing = await run_to_end(api, spend((10, 10), (30, 30)), ALICE)
+    assert crossing["status"] == "failed"
+    assert crossing["error"]["type"] == "token_budget_exceeded"
+    assert "tokens_per_user_per_day (200)" in crossing["error"]["message"]
+    # 210 used: a submit is refused, with when the window frees up, and stores nothing.
+    refused = await submit(api, "spender", spend((1, 1)), headers={**ALICE, "Idempotency-Key": "k"})
+    assert refused.status_code == 429
+    assert refused.json()["error"] == "token_budget_exhausted"
+    assert 86000 < int(refused.headers["Retry-After"]) <= 86400
+    assert len((await api.get("runs", headers=ALICE)).json()["runs"]) == 2
+    # Bob has his own day.
+    assert (await run_to_end(api, spend((100, 90)), BOB))["status"] == "succeeded"
+    # Once Alice's first run is older than a day, she is under the limit again.
+    db = sqlite3.connect(jp_serverapp.web_app.settings["agentruns_engine"].store.path)
+    first = (await api.get("runs", headers=ALICE)).json()["runs"][-1]["run_id"]
+    with db:
+        db.execute(
+            "UPDATE runs SET created_at = '2020-01-01T00:00:00.000Z' WHERE run_id = ?", [first]
+        )
+    db.close()
+    assert (await api.get("usage", headers=ALICE)).json() == {
+        "window_seconds": 86400, "input_tokens": 40, "output_tokens": 40, "runs": 1,
+    }  # fmt: skip
+    assert (await run_to_end(api, spend((5, 5)), ALICE))["status"] == "succeeded"
+
+
+@pytest.mark.parametrize(
+    "agentruns_config", [{"agents": TEST_AGENTS, "tokens_per_user_per_day": 1000}]
+)
+async def test_retry_after_says_when_enough_of_the_day_leaves_the_window(api, jp_serverapp):
+    for steps in ((300, 0), (300, 0), (400, 0)):
+        assert (await run_to_end(api, spend(steps)))["status"] == "succeeded"
+    runs = (await api.get("runs")).json()["runs"][::-1]  # oldest first
+    db = sqlite3.connect(jp_serverapp.web_app.settings["agentruns_engine"].store.path)
+    now = time.time()
+    with db:  # the first two runs were made 23 h 50 min and 23 h 40 min ago
+        for run, age in zip(runs[:2], (86400 - 600, 86400 - 1200)):
+            db.execute(
+                "UPDATE runs SET created_at = ? WHERE run_id = ?", [iso(now - age), run["run_id"]]
+            )
+    db.close()
+    refused = await submit(api, "spender", spend((1, 1)))
+    assert refused.status_code == 429
+    # 1000 used: once the first leaves (in ~600 s) 700 remain, under the limit.
+    assert 590 <= int(refused.headers["Retry-After"]) <= 601
+
+
+async def test_usage_counts_only_the_caller_s_runs_of_the_last_day(api):
+    assert (await api.get("usage")).json() == {
+        "window_seconds": 86400, "input_tokens": 0, "output_tokens": 0, "runs": 0,
+    }  # fmt: skip
+    run = await submit(api, input={"prompt": "two words", "chunks": 3, "delay": 0})
+    await wait_run(api, run.json()["run_id"])
+    # The demo agent reports the prompt's words in and its chunks out.
+    assert (await api.get("usage")).json() == {
+        "window_seconds": 86400, "input_tokens": 2, "output_tokens": 3, "runs": 1,
+    }  # fmt: skip
+
+
+def test_a_negative_token_limit_is_refused():
+    with pytest.raises(TraitError, match="max_tokens_per_run"):
+        AgentRuns(max_tokens_per_run=-1)
