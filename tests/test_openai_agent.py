@@ -276,6 +276,46 @@ async def test_a_local_server_without_a_key_gets_a_placeholder_key(api, fake, mo
 # Token usage ----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "openai_config", [{"prices": {MODEL: {"input": 2.5, "output": 10}, "other": {"input": 1, "output": 1}}}]
+)
+async def test_prices_add_the_cost_of_the_totals_to_each_usage_event(api, fake):
+    fake.reply(
+        tool_calls(("add", '{"a": 1, "b": 2}'), usage=(1000, 20)), answer("3", usage=(1100, 30))
+    )
+    run, events = await run_to_end(api, {"prompt": "1 + 2?"})
+    assert run["status"] == "succeeded", run["error"]
+    # Per million tokens: (1000 * 2.5 + 20 * 10) / 1e6, then the totals of both calls.
+    assert of_type(events, "usage") == [
+        {"input_tokens": 1000, "output_tokens": 20, "cost": 0.0027},
+        {"input_tokens": 2100, "output_tokens": 50, "cost": 0.00575},
+    ]
+    assert run["snapshot"]["usage"]["cost"] == 0.00575
+    record = (await api.get(f"runs/{run['run_id']}", headers={"Accept": "text/markdown"})).text
+    assert "2100 tokens in, 50 out, cost 0.0057" in record
+
+
+@pytest.mark.parametrize(
+    "agentruns_config",
+    [{"agents": {"openai": "jupyter_agentruns.agents.openai_chat:OpenAIAgent"}, "max_tokens_per_run": 1500}],
+)
+async def test_a_model_call_that_crosses_max_tokens_per_run_fails_the_run_before_its_tools_run(
+    api, fake
+):
+    fake.reply(tool_calls(("add", '{"a": 1, "b": 2}'), usage=(1400, 200)), answer("3"))
+    run, events = await run_to_end(api, {"prompt": "1 + 2?"})
+    assert run["status"] == "failed" and run["error"]["type"] == "token_budget_exceeded"
+    assert [e["type"] for e in events][-2:] == ["usage", "run.failed"]
+    assert of_type(events, "tool.started") == [] and len(fake.requests) == 1
+
+
+def test_a_negative_price_is_refused():
+    from traitlets import TraitError
+
+    with pytest.raises(TraitError, match=r"prices\[.*\]\['input'\]"):
+        openai_chat.OpenAIAgent(prices={MODEL: {"input": -1, "output": 1}})
+
+
 async def test_usage_the_server_does_not_report_nor_can_count_is_said_once_and_left_out(api, fake):
     fake.reply(tool_calls(("add", '{"a": 1, "b": 2}'), usage=None), answer("3", usage=None))
     run, events = await run_to_end(api, {"prompt": "Add 1 and 2"})
