@@ -15,8 +15,8 @@ from traitlets import Dict, Enum, Float, Int, TraitError, Unicode, default, vali
 
 from .agents import load_agents
 from .engine import Engine
-from .lifecycle import SESSION_POLICIES
 from .handlers import default_handlers
+from .lifecycle import SESSION_POLICIES
 from .store.sqlite import SQLiteStore
 
 

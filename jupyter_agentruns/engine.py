@@ -517,9 +517,7 @@ class Engine(LoggingConfigurable):
         settings = self.settings
         per_run = settings.max_tokens_per_run
         if per_run and execution.tokens > per_run:
-            return (
-                f"the run used {execution.tokens} tokens, over max_tokens_per_run ({per_run})"
-            )
+            return f"the run used {execution.tokens} tokens, over max_tokens_per_run ({per_run})"
         per_day = settings.tokens_per_user_per_day
         if per_day:
             owner = execution.owner

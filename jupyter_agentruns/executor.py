@@ -162,7 +162,11 @@ class Execution:
         if type == "usage":
             # The run's totals, kept in its row: a day's budget is summed from them.
             input_tokens, output_tokens = budgets.tokens(data)
-            fields = {**(fields or {}), "input_tokens": input_tokens, "output_tokens": output_tokens}
+            fields = {
+                **(fields or {}),
+                "input_tokens": input_tokens,
+                "output_tokens": output_tokens,
+            }
             self.tokens = input_tokens + output_tokens
         if terminal:
             # The builder itself: the writer streams it into the store in parts,

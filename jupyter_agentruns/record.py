@@ -67,7 +67,9 @@ def _headline(run: dict[str, Any]) -> str:
         parts.append(_seconds(seconds))
     usage = run["snapshot"].get("usage")
     if usage:
-        tokens = f"{usage.get('input_tokens', '?')} tokens in, {usage.get('output_tokens', '?')} out"
+        tokens = (
+            f"{usage.get('input_tokens', '?')} tokens in, {usage.get('output_tokens', '?')} out"
+        )
         cost = usage.get("cost")
         if isinstance(cost, (int, float)) and not isinstance(cost, bool):
             tokens += f", cost {cost:.2f}" if cost >= 0.01 or cost == 0 else f", cost {cost:.2g}"

@@ -7,10 +7,9 @@ vectors in ``tests/vectors/``.
 
 from __future__ import annotations
 
-import math
-
 import copy
 import json
+import math
 from collections.abc import Iterator
 from json.encoder import encode_basestring_ascii
 from typing import Any

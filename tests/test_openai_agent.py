@@ -277,7 +277,8 @@ async def test_a_local_server_without_a_key_gets_a_placeholder_key(api, fake, mo
 
 
 @pytest.mark.parametrize(
-    "openai_config", [{"prices": {MODEL: {"input": 2.5, "output": 10}, "other": {"input": 1, "output": 1}}}]
+    "openai_config",
+    [{"prices": {MODEL: {"input": 2.5, "output": 10}, "other": {"input": 1, "output": 1}}}],
 )
 async def test_prices_add_the_cost_of_the_totals_to_each_usage_event(api, fake):
     fake.reply(
@@ -297,7 +298,12 @@ async def test_prices_add_the_cost_of_the_totals_to_each_usage_event(api, fake):
 
 @pytest.mark.parametrize(
     "agentruns_config",
-    [{"agents": {"openai": "jupyter_agentruns.agents.openai_chat:OpenAIAgent"}, "max_tokens_per_run": 1500}],
+    [
+        {
+            "agents": {"openai": "jupyter_agentruns.agents.openai_chat:OpenAIAgent"},
+            "max_tokens_per_run": 1500,
+        }
+    ],
 )
 async def test_a_model_call_that_crosses_max_tokens_per_run_fails_the_run_before_its_tools_run(
     api, fake

@@ -4,6 +4,7 @@ import asyncio
 import json
 
 import pytest
+
 from conftest import all_events, demo_input, submit, wait_run, wait_seq
 
 SLOW = demo_input(prompt="slow", chunks=400, delay=0.02)
@@ -41,7 +42,9 @@ async def test_reject_answers_409_with_the_active_run_and_stores_nothing(api):
     replay = await submit(api, input=SLOW, session="chat", session_policy="reject", key="first")
     assert replay.status_code == 200 and replay.json()["run_id"] == first["run_id"]
     # Another session, or no session at all, is not busy.
-    assert (await submit(api, input=QUICK, session="other", session_policy="reject")).status_code == 201
+    assert (
+        await submit(api, input=QUICK, session="other", session_policy="reject")
+    ).status_code == 201
     assert (await submit(api, input=QUICK, session_policy="reject")).status_code == 201
     await api.post(f"runs/{first['run_id']}/cancel")
     await wait_run(api, first["run_id"])
@@ -149,7 +152,9 @@ async def test_the_server_default_policy_applies_when_a_submit_names_none(api):
     busy = await submit(api, input=QUICK, session="d")
     assert busy.status_code == 409 and busy.json()["active_run_id"] == first["run_id"]
     # A submit may still ask for another policy.
-    assert (await submit(api, input=QUICK, session="d", session_policy="parallel")).status_code == 201
+    assert (
+        await submit(api, input=QUICK, session="d", session_policy="parallel")
+    ).status_code == 201
     await api.post(f"runs/{first['run_id']}/cancel")
 
 

@@ -141,7 +141,10 @@ class StoreConnection(abc.ABC):
 
     @abc.abstractmethod
     def usage_since(self, owner: str, since: str) -> list[tuple[str, str, int, int]]:
-        """``(run_id, created_at, input_tokens, output_tokens)`` of the owner's runs created at or after ``since``, oldest first."""
+        """``(run_id, created_at, input_tokens, output_tokens)`` of the owner's runs since ``since``.
+
+        Runs created at or after it, oldest first.
+        """
 
     # Writes (inside transaction()) ---------------------------------------------
 
