@@ -231,3 +231,26 @@ def test_session_policies_hold_across_servers_sharing_the_store(servers):
         assert old["cancel"]["reason"] == {"interrupted_by": newest["run_id"]}
         done = wait_status(client_a, newest["run_id"], TERMINAL)
         assert done["status"] == "succeeded" and old["finished_at"] <= done["started_at"]
+
+
+@pytest.mark.timeout(120)
+def test_a_day_s_token_budget_counts_the_runs_of_every_server_sharing_the_store(servers):
+    budget = {"agents": {"spender": "agents_for_tests:spender"}, "tokens_per_user_per_day": 100}
+    a = servers("a", **budget)
+    b = servers("b", **budget)
+    with a.client() as client_a, b.client() as client_b:
+        run = client_a.post(
+            "runs", json={"agent": "spender", "input": {"steps": [[60, 30]]}}
+        ).json()
+        assert wait_status(client_a, run["run_id"], TERMINAL)["status"] == "succeeded"
+        assert client_b.get("usage").json()["input_tokens"] == 60
+        # B's run crosses the day that A's run began: it fails at that usage event.
+        crossing = client_b.post(
+            "runs", json={"agent": "spender", "input": {"steps": [[5, 5], [10, 10]]}}
+        ).json()
+        failed = wait_status(client_b, crossing["run_id"], TERMINAL)
+        assert failed["status"] == "failed"
+        assert failed["error"]["type"] == "token_budget_exceeded"
+        refused = client_a.post("runs", json={"agent": "spender", "input": {"steps": [[1, 1]]}})
+        assert refused.status_code == 429
+        assert refused.json()["error"] == "token_budget_exhausted"
