@@ -249,11 +249,23 @@ class Engine(LoggingConfigurable):
             return
         expires = time.time() + self.settings.lease_seconds
 
-        def renew(conn: StoreConnection) -> list[tuple[str, dict[str, Any]]]:
+        def renew(conn: StoreConnection):
             conn.renew_leases(self.executor_id, live, expires)
-            return conn.take_cancel_requests(self.executor_id)
+            return conn.take_cancel_requests(self.executor_id), conn.take_input_answers(
+                self.executor_id
+            )
 
-        for run_id, request in await self.writer.run(renew):
+        cancels, answers = await self.writer.run(renew)
+        for run_id, request_id, answer in answers:
+            # Answers sent to another server sharing the store, for a question of a run here.
+            execution = self.live.get(run_id)
+            if execution is not None and not execution.closed:
+                request = find_input(execution.snapshot.structure(), request_id)
+                if request is not None and request["status"] == "open":
+                    execution.resolve(
+                        request_id, answer["choice"], note=answer["note"], by=answer["by"]
+                    )
+        for run_id, request in cancels:
             execution = self.live.get(run_id)
             if execution is not None:
                 await self.executor.cancel(
@@ -667,6 +679,47 @@ class Engine(LoggingConfigurable):
                 self._dispatch_soon()  # it may have been queued in its session
         return await self.get_run(owner, run_id), started
 
+    async def answer(
+        self, owner: str, by: str, run_id: str, request_id: str, choice: str, note: str | None
+    ) -> dict[str, Any]:
+        """Answer a run's question (``POST runs/{id}/inputs/{request_id}``); returns the run.
+
+        The same answer again changes nothing; another answer to a resolved
+        question is 409 ``input_resolved``. The server executing the run
+        resolves it at once; another server sharing the store records the
+        answer for it and waits (a few seconds at most) until it is resolved.
+        """
+        await self.start()
+        await self.owned_head(owner, run_id)
+        execution = self.live.get(run_id)
+        if execution is not None and not execution.closed:
+            # Checked and resolved with no await in between: two racing answers, one wins.
+            request = find_input(execution.snapshot.structure(), request_id)
+            if not check_answer(request, request_id, choice):
+                execution.resolve(request_id, choice, note=note, by=by)
+            await execution.durable()
+            return await self.get_run(owner, run_id)
+        run = await self.get_run(owner, run_id)
+        if check_answer(find_input(run["snapshot"], request_id), request_id, choice):
+            return run
+        if lifecycle.is_terminal(run["status"]):
+            raise ApiError(409, "input_resolved", "The run has ended: its questions are closed.")
+        answer = {"choice": choice, "note": note, "by": by}
+        kept = await self.writer.run(
+            lambda conn: conn.record_input_answer(run_id, request_id, answer, time.time())
+        )
+        if kept["choice"] != choice:
+            raise input_resolved(kept["choice"])
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(2.0, 3 * min(1.0, self.settings.lease_seconds / 3))
+        while loop.time() < deadline:
+            await asyncio.sleep(0.05)
+            run = await self.get_run(owner, run_id)
+            request = find_input(run["snapshot"], request_id)
+            if lifecycle.is_terminal(run["status"]) or (request or {}).get("status") == "resolved":
+                break
+        return run
+
     async def delete(self, owner: str, run_id: str) -> None:
         await self.start()
         await self.owned_head(owner, run_id)  # 404, or 410 for a run retention deleted
@@ -759,6 +812,41 @@ def approximate_size(snapshot: dict) -> int:
     return sum(len(m["text"]) for m in snapshot["messages"]) + 512 * (len(snapshot["tools"]) + 1)
 
 
+def find_input(snapshot: dict[str, Any], request_id: str) -> dict[str, Any] | None:
+    for request in snapshot.get("inputs", []):
+        if request["request_id"] == request_id:
+            return request
+    return None
+
+
+def input_resolved(choice: Any) -> ApiError:
+    return ApiError(
+        409,
+        "input_resolved",
+        f"This question was already answered ({choice!r}); a different answer cannot replace it.",
+        choice=choice,
+    )
+
+
+def check_answer(request: dict[str, Any] | None, request_id: str, choice: str) -> bool:
+    """Whether an answer was already given (True: the same one); raise for a wrong one."""
+    if request is None:
+        raise ApiError(404, "input_not_found", f"The run has no question {request_id!r}.")
+    choices = request.get("choices") or []
+    if choice not in choices:
+        raise ApiError(
+            400,
+            "invalid_choice",
+            f"{choice!r} is not one of the choices offered: {', '.join(map(repr, choices))}.",
+            path="choice",
+        )
+    if request["status"] == "resolved":
+        if request.get("choice") == choice:
+            return True
+        raise input_resolved(request.get("choice"))
+    return False
+
+
 def request_cancel(conn: StoreConnection, run_id: str, reason: Any) -> bool:
     """Record a cancel for the server executing ``run_id``; False when there is nothing to start.
 
@@ -782,14 +870,24 @@ def end_stored(
     conn: StoreConnection, row: dict[str, Any], transition: lifecycle.Transition
 ) -> None:
     """Commit a terminal transition for a run no executor holds, in the caller's transaction."""
-    seq = row["last_seq"] + 1
+    seq = row["last_seq"]
     snapshot = reduce_stored(
         conn, row["run_id"], reducer.Snapshot(row["snapshot"]), row["snapshot_seq"], row["last_seq"]
     )
     ts = transition.fields.get("finished_at") or now_iso()
-    conn.append_events(
-        [(row["run_id"], seq, transition.type, ts, jsonio.dumps(transition.data, compact=True))]
+    events = []
+    # Questions still open when the run ends are given up on, before its end.
+    for request in reducer.open_inputs(snapshot.structure()):
+        data = {"request_id": request["request_id"], "choice": None, "note": None, "by": None}
+        data["reason"] = "cancelled"
+        seq += 1
+        events.append((row["run_id"], seq, "input.resolved", ts, jsonio.dumps(data, compact=True)))
+        snapshot.apply({"type": "input.resolved", "data": data})
+    seq += 1
+    events.append(
+        (row["run_id"], seq, transition.type, ts, jsonio.dumps(transition.data, compact=True))
     )
+    conn.append_events(events)
     conn.update_run(
         row["run_id"],
         {**transition.fields, "last_seq": seq, "snapshot": snapshot, "snapshot_seq": seq},

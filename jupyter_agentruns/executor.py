@@ -18,9 +18,11 @@ import enum
 import functools
 import json
 import logging
+import math
 import re
+import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import budgets, lifecycle, reducer
@@ -46,6 +48,8 @@ CUSTOM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 # A tight-looping agent yields to the event loop this often, so commits are
 # published and streams served while it runs.
 YIELD_EVERY = 64
+# A question to a person offers at most this many choices (the view shows a button each).
+MAX_CHOICES = 20
 # How long a cancelled agent gets to run its ``finally`` blocks.
 CANCEL_GRACE_SECONDS = 10
 # A run that emitted this much gives the freed memory back to the system when it ends.
@@ -95,6 +99,8 @@ class Execution:
         self.task: asyncio.Future | None = None
         self.stopping = asyncio.Event()  # set with self.stop
         self.bytes = 0  # of event data emitted
+        # Questions to a person not yet answered: request_id -> what ask() awaits.
+        self.asked: dict[str, asyncio.Future] = {}
         self._writer = writer
         self._broadcaster = broadcaster
         self._max_event_bytes = max_event_bytes
@@ -154,7 +160,11 @@ class Execution:
         """Number the event and hand it to the writer; synchronous, so nothing interleaves."""
         if self.closed or self._writer.closed:
             raise RunClosed(f"run {self.run_id} has ended")
-        if isinstance(self.fatal, TokenBudgetExceeded) and not type.startswith("run."):
+        if (
+            isinstance(self.fatal, TokenBudgetExceeded)
+            and not type.startswith("run.")
+            and type != "input.resolved"
+        ):
             raise self.fatal  # over its budget: nothing more but its end
         seq = self.seq + 1
         ts = now_iso()
@@ -207,6 +217,70 @@ class Execution:
             if self.stop is Stop.LOST:
                 raise RunClosed(f"run {self.run_id} lost its store writes")
             await Waiter().wait([channel.signal], None)
+
+    def status(self) -> str:
+        """The run's status now, as its events so far make it."""
+        if self.stop is Stop.CANCEL:
+            return lifecycle.RunStatus.CANCELLING.value
+        if reducer.open_inputs(self.snapshot.structure()):
+            return lifecycle.RunStatus.WAITING.value
+        return lifecycle.RunStatus.RUNNING.value
+
+    async def ask(
+        self, title: str, details: Any, choices: list[str], kind: str, timeout: float | None
+    ) -> str:
+        """Ask a person (``input.requested``, the run ``waiting``) and wait for the choice."""
+        request_id = "in_" + secrets.token_urlsafe(9)
+        data = {
+            "request_id": request_id,
+            "kind": kind,
+            "title": title,
+            "details": details,
+            "choices": choices,
+        }
+        answered = asyncio.get_running_loop().create_future()
+        self.asked[request_id] = answered
+        try:
+            await self.commit(lifecycle.input_requested(data, self.status()))
+            if timeout is None:
+                return await asyncio.shield(answered)
+            try:
+                return await asyncio.wait_for(asyncio.shield(answered), timeout)
+            except asyncio.TimeoutError:
+                if answered.done():
+                    return answered.result()
+                self.resolve(request_id, None, reason="timeout")
+                raise TimeoutError(f"nobody answered {title!r} within {timeout:g} s") from None
+        finally:
+            self.asked.pop(request_id, None)
+
+    def resolve(
+        self,
+        request_id: str,
+        choice: str | None,
+        *,
+        note: str | None = None,
+        by: str | None = None,
+        reason: str | None = None,
+    ) -> int:
+        """Append ``input.resolved`` (synchronous: nothing interleaves) and wake the asking agent."""
+        data: dict[str, Any] = {"request_id": request_id, "choice": choice, "note": note, "by": by}
+        if reason is not None:
+            data["reason"] = reason
+        still_open = len(reducer.open_inputs(self.snapshot.structure())) - 1
+        transition = lifecycle.input_resolved(data, self.status(), still_open)
+        seq = self.append(
+            transition.type, transition.data, self.encode(transition.type, data), transition.fields
+        )
+        answered = self.asked.get(request_id)
+        if answered is not None and not answered.done() and choice is not None:
+            answered.set_result(choice)
+        return seq
+
+    def give_up_asking(self) -> None:
+        """Resolve the questions still open as ``cancelled``: the run ends without their answers."""
+        for request in reducer.open_inputs(self.snapshot.structure()):
+            self.resolve(request["request_id"], None, reason="cancelled")
 
     def request_stop(self, why: Stop) -> None:
         self.stop = why
@@ -263,6 +337,37 @@ class RunContext:
         ):
             raise ValueError(f"agents cannot emit events of type {type!r}")
         return await self._execution.emit(type, data or {})
+
+    async def ask(
+        self,
+        title: str,
+        details: Any = None,
+        choices: Sequence[str] = ("approve", "deny"),
+        kind: str = "approval",
+        timeout: float | None = None,
+    ) -> str:
+        """Ask a person and wait for their choice; see ``agents.Run.ask``."""
+        if not isinstance(title, str) or not title.strip():
+            raise ValueError("ask() needs a title: the question a person sees")
+        if isinstance(choices, str) or not isinstance(choices, Sequence):
+            raise ValueError("ask()'s choices are a list of strings")
+        choices = list(choices)
+        if not choices or len(choices) > MAX_CHOICES or len(set(choices)) != len(choices):
+            raise ValueError(f"ask() takes 1 to {MAX_CHOICES} different choices")
+        if not all(isinstance(choice, str) and choice.strip() for choice in choices):
+            raise ValueError("each of ask()'s choices is a non-empty string")
+        if not isinstance(kind, str) or not kind:
+            raise ValueError("ask()'s kind is a non-empty string, e.g. 'approval'")
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
+            raise ValueError(
+                f"ask()'s timeout is a positive number of seconds or None, not {timeout!r}"
+            )
+        return await self._execution.ask(title, details, choices, kind, timeout)
 
     async def custom(self, name: str, data: dict[str, Any] | None = None) -> int:
         """Append an agent-defined event ``x.<name>``."""
@@ -338,7 +443,7 @@ class SyncRun:
 
     _METHODS = {
         "emit", "custom", "message_started", "text", "message_completed",
-        "tool_started", "tool_completed", "progress", "usage", "durable",
+        "tool_started", "tool_completed", "progress", "usage", "durable", "ask",
     }  # fmt: skip
 
     def __init__(self, run: RunContext, execution: Execution, loop: asyncio.AbstractEventLoop):
@@ -483,6 +588,7 @@ class Executor:
         """Commit the run's one terminal event, wait for it, let the run go."""
         if not execution.closed:
             transition = self._outcome(execution)
+            execution.give_up_asking()
             try:
                 await execution.commit(transition)
             except (TypeError, ValueError) as exc:  # an output that is not JSON, or too large

@@ -101,6 +101,20 @@ def cancelled_in_queue(reason: Any, last_seq: int) -> Transition:
     return Transition(ended.type, ended.data, {**ended.fields, "cancel": cancel})
 
 
+def input_requested(data: dict[str, Any], status: str) -> Transition:
+    """The agent asks a person: the run waits (unless it is being cancelled)."""
+    waits = status in (RunStatus.RUNNING.value, RunStatus.WAITING.value)
+    return Transition("input.requested", data, {"status": RunStatus.WAITING.value} if waits else {})
+
+
+def input_resolved(data: dict[str, Any], status: str, still_open: int) -> Transition:
+    """A question answered (or given up on): the run goes on once none is open."""
+    goes_on = status == RunStatus.WAITING.value and still_open == 0
+    return Transition(
+        "input.resolved", data, {"status": RunStatus.RUNNING.value} if goes_on else {}
+    )
+
+
 def succeeded(output: Any) -> Transition:
     return _end("run.succeeded", {"output": output}, {"output": output})
 

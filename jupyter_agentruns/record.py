@@ -33,6 +33,12 @@ def run_markdown(run: dict[str, Any]) -> str:
         lines.append(f"- … and {len(tools) - TOOLS_SHOWN} more tool calls")
     if tools:
         lines.append("")
+    inputs = run["snapshot"].get("inputs") or []
+    for request in inputs[:TOOLS_SHOWN]:
+        title = _without_html(_short(request.get("title") or ""))
+        lines.append(f"- asked: {title} → {_without_html(_answer(request))}")
+    if inputs:
+        lines.append("")
     answer = "".join(
         m["text"]
         for m in run["snapshot"].get("messages") or []
@@ -135,6 +141,16 @@ def _seconds(seconds: float) -> str:
         return f"{seconds:.1f} s"
     minutes, rest = divmod(round(seconds), 60)
     return f"{minutes} min {rest} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+
+
+def _answer(request: dict[str, Any]) -> str:
+    if request.get("status") == "open":
+        choices = " / ".join(str(choice) for choice in request.get("choices") or [])
+        return f"*waiting for an answer* ({_short(choices)})"
+    if request.get("choice") is None:
+        return "no answer in time" if request.get("reason") == "timeout" else "not answered"
+    by = f" by {_short(request['by'])}" if request.get("by") else ""
+    return f"**{_short(request['choice'])}**{by}"
 
 
 def _reason(reason: Any) -> str:

@@ -88,7 +88,33 @@ def apply(snapshot: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
             # In the currency of the agent's prices (c.OpenAIAgent.prices).
             usage["cost"] = cost
         snapshot["usage"] = usage
+    elif kind == "input.requested":
+        # "inputs" appears with a run's first question (older snapshots have none).
+        snapshot.setdefault("inputs", []).append(
+            {
+                "request_id": data.get("request_id"),
+                "kind": data.get("kind"),
+                "title": data.get("title"),
+                "details": data.get("details"),
+                "choices": data.get("choices"),
+                "status": "open",
+                "choice": None,
+            }
+        )
+    elif kind == "input.resolved":
+        request = _find(snapshot.get("inputs", []), "request_id", data.get("request_id"))
+        if request is not None:
+            request["status"] = "resolved"
+            request["choice"] = data.get("choice")
+            for name in ("note", "by", "reason"):
+                if data.get(name) is not None:
+                    request[name] = data[name]
     return snapshot
+
+
+def open_inputs(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
+    """The questions of a run still waiting for an answer."""
+    return [request for request in snapshot.get("inputs", []) if request["status"] == "open"]
 
 
 class Snapshot:

@@ -163,6 +163,32 @@ async def hostile_writer(run, input):
     return {}
 
 
+async def asker(run, input):
+    """Asks the questions it is given (title, choices, timeout) one after another; says the answers."""
+    answers = []
+    for question in input.get("questions", [{"title": "Go on?"}]):
+        try:
+            choice = await run.ask(
+                question["title"],
+                details=question.get("details"),
+                choices=question.get("choices", ["approve", "deny"]),
+                kind=question.get("kind", "approval"),
+                timeout=question.get("timeout"),
+            )
+        except TimeoutError as exc:
+            choice = f"timeout: {exc}"
+        answers.append(choice)
+        await run.text(f"{question['title']} {choice}. ")
+    return {"answers": answers}
+
+
+def thread_asker(run, input):
+    """A plain function asking from its worker thread."""
+    choice = run.ask("From a thread?", choices=["yes", "no"], kind="choice")
+    run.text(f"the thread heard {choice}")
+    return {"choice": choice}
+
+
 async def spender(run, input):
     """Reports the usage totals it is given, a word of text between each; ``swallow`` catches what that raises."""
     for input_tokens, output_tokens in input.get("steps", []):
@@ -179,6 +205,8 @@ async def spender(run, input):
 TEST_AGENTS = {
     name: f"agents_for_tests:{name}"
     for name in (
+        "asker",
+        "thread_asker",
         "spender",
         "counter",
         "crashes",

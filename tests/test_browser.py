@@ -204,6 +204,57 @@ def test_refresh_and_kernel_restart_reattach_to_the_one_run(lab, page):
     )
 
 
+def test_a_question_survives_a_refresh_and_a_kernel_restart_and_a_click_answers_it(lab, page):
+    prompt = "the quarterly numbers"
+    write_notebook(
+        lab.home / "ask.ipynb",
+        [
+            "from jupyter_agentruns import submit\n"
+            f'run = submit("demo", {{"prompt": "{prompt}", "chunks": 12, "delay": 0.02, "ask": True}})'
+        ],
+    )
+    open_notebook(page, lab, "ask.ipynb")
+    run_cell(page, 0)
+    run_id = wait_attr(page, 0, "data-run-id", "v && v.startsWith('run_')")
+    wait_attr(page, 0, "data-status", "v === 'waiting'")
+    card = widget(page).locator(".agentruns-input--open")
+    card.wait_for(timeout=30_000)
+    assert (
+        card.locator(".agentruns-input-title").inner_text() == f"Write the answer about {prompt}?"
+    )
+    assert card.get_by_role("button", name="approve").is_visible()
+    assert card.get_by_role("button", name="deny").is_visible()
+    if os.environ.get("AGENTRUNS_SCREENSHOTS"):
+        widget(page).screenshot(path=os.environ["AGENTRUNS_SCREENSHOTS"] + "/approval.png")
+
+    # A refresh, then a kernel restart and the cell run again: the same question, still open.
+    save(page)
+    page.reload()
+    wait_idle(page)
+    assert wait_attr(page, 0, "data-run-id", "!!v") == run_id
+    widget(page).locator(".agentruns-input--open").wait_for(timeout=30_000)
+    with lab.client() as client:
+        for kernel in client.get(lab.url + "api/kernels").json():
+            assert client.post(lab.url + f"api/kernels/{kernel['id']}/restart").status_code == 200
+    page.reload()
+    wait_idle(page)
+    run_cell(page, 0)
+    wait_text(page, 0, f"re-attached to {run_id}")
+    card = widget(page).locator(".agentruns-input--open")
+    card.wait_for(timeout=30_000)
+
+    card.get_by_role("button", name="approve").click()
+    wait_attr(page, 0, "data-status", "v === 'succeeded'")
+    wait_text(page, 0, "".join(answer_words(prompt, 12)).strip())
+    answer = widget(page).locator(".agentruns-input--resolved .agentruns-input-answer")
+    assert answer.inner_text().startswith("approve by ")
+    with lab.client() as client:
+        run = client.get(f"runs/{run_id}").json()
+    assert run["status"] == "succeeded"
+    assert run["snapshot"]["inputs"][0]["choice"] == "approve"
+    assert [r["run_id"] for r in runs_of(lab)].count(run_id) == 1
+
+
 def test_cancel_then_run_again_from_the_widget(lab, page):
     write_notebook(
         lab.home / "cancel.ipynb",

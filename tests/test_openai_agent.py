@@ -273,6 +273,61 @@ async def test_a_local_server_without_a_key_gets_a_placeholder_key(api, fake, mo
     assert fake.requests[0]["headers"]["authorization"] == f"Bearer {openai_chat.NO_KEY}"
 
 
+# Approvals -------------------------------------------------------------------------
+
+
+async def wait_question(api, run_id, asked):
+    """The run's open question once it asked ``asked`` of them."""
+    for _ in range(1500):
+        run = (await api.get(f"runs/{run_id}")).json()
+        inputs = run["snapshot"].get("inputs", [])
+        if run["status"] == "waiting" and len(inputs) == asked:
+            return inputs[-1]
+        assert run["status"] not in ("succeeded", "failed", "cancelled"), run
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{run_id} never asked question {asked}")
+
+
+@pytest.mark.parametrize("openai_config", [{"approve_tools": ["add"]}])
+async def test_a_tool_named_in_approve_tools_runs_only_once_approved_and_a_denial_is_told(
+    api, fake
+):
+    fake.reply(
+        tool_calls(("add", '{"a": 1, "b": 2}')),
+        tool_calls(("add", '{"a": 5, "b": 5}'), ("get_weather", '{"city": "Paris"}')),
+        answer("Done."),
+    )
+    run_id = (await submit(api, agent="openai", input={"prompt": "add"})).json()["run_id"]
+    first = await wait_question(api, run_id, 1)
+    assert first["title"] == "Run the tool add?"
+    assert first["details"] == {"tool": "add", "arguments": {"a": 1, "b": 2}}
+    assert tools_for_tests.calls == []  # nothing ran before the answer
+    await api.post(f"runs/{run_id}/inputs/{first['request_id']}", json={"choice": "approve"})
+    second = await wait_question(api, run_id, 2)
+    assert second["details"]["arguments"] == {"a": 5, "b": 5}
+    await api.post(f"runs/{run_id}/inputs/{second['request_id']}", json={"choice": "deny"})
+    run = await wait_run(api, run_id)
+    assert run["status"] == "succeeded", run["error"]
+    # add(1, 2) ran; add(5, 5) was denied and not run; get_weather needs no approval.
+    assert [name for name, _ in tools_for_tests.calls] == ["add", "get_weather"]
+    denied = run["snapshot"]["tools"][1]
+    assert denied["status"] == "failed" and denied["error"]["type"] == "denied"
+    told = [m for m in fake.requests[2]["body"]["messages"] if m["role"] == "tool"]
+    assert told[1]["content"].startswith("Error: denied: a person denied this call of add")
+    assert len(run["snapshot"]["inputs"]) == 2
+
+
+@pytest.mark.parametrize("openai_config", [{"approve_tools": ["*"]}])
+async def test_approve_tools_star_asks_for_every_tool(api, fake):
+    fake.reply(tool_calls(("get_weather", '{"city": "Paris"}')), answer("21 °C."))
+    run_id = (await submit(api, agent="openai", input={"prompt": "weather"})).json()["run_id"]
+    question = await wait_question(api, run_id, 1)
+    assert question["details"]["tool"] == "get_weather"
+    await api.post(f"runs/{run_id}/inputs/{question['request_id']}", json={"choice": "approve"})
+    assert (await wait_run(api, run_id))["status"] == "succeeded"
+    assert [name for name, _ in tools_for_tests.calls] == ["get_weather"]
+
+
 # Token usage ----------------------------------------------------------------------
 
 

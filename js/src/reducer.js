@@ -10,7 +10,9 @@ import { hasOwn, isPlainObject } from "./json.js";
  * @typedef {{call_id: string, name: string, args: any, status: string, result: any, error?: any}} Tool
  * @typedef {{fraction: number | null, message: string | null}} Progress
  * @typedef {{input_tokens: number | null, output_tokens: number | null, estimated?: boolean, cost?: number | null}} Usage
- * @typedef {{messages: Message[], tools: Tool[], progress: Progress | null, usage: Usage | null}} Snapshot
+ * @typedef {{request_id: string, kind: string | null, title: string | null, details: any, choices: string[] | null,
+ *   status: string, choice: string | null, note?: string, by?: string, reason?: string}} Input
+ * @typedef {{messages: Message[], tools: Tool[], progress: Progress | null, usage: Usage | null, inputs?: Input[]}} Snapshot
  * @typedef {{run_id?: string, seq?: number, type: string, ts?: string, data?: any}} Event
  */
 
@@ -123,6 +125,24 @@ export function applyEvent(snapshot, event) {
     const cost = get(data, "cost");
     if (typeof cost === "number" && Number.isFinite(cost)) usage.cost = cost;
     snapshot.usage = usage;
+  } else if (type === "input.requested") {
+    // "inputs" appears with a run's first question (older snapshots have none).
+    if (!Array.isArray(snapshot.inputs)) snapshot.inputs = [];
+    snapshot.inputs.push({
+      request_id: get(data, "request_id"), kind: get(data, "kind"), title: get(data, "title"),
+      details: get(data, "details"), choices: get(data, "choices"), status: "open", choice: null,
+    });
+  } else if (type === "input.resolved") {
+    const inputs = Array.isArray(snapshot.inputs) ? snapshot.inputs : [];
+    const request = findLast(inputs, "request_id", get(data, "request_id"));
+    if (request) {
+      request.status = "resolved";
+      request.choice = get(data, "choice");
+      for (const name of /** @type {const} */ (["note", "by", "reason"])) {
+        const value = get(data, name);
+        if (value !== null && value !== undefined) request[name] = value;
+      }
+    }
   }
   return snapshot;
 }
@@ -138,3 +158,13 @@ export function reduceEvents(events, snapshot = null) {
   for (const event of events) applyEvent(result, event);
   return result;
 }
+
+/**
+ * The questions of a run still waiting for an answer.
+ * @param {Snapshot} snapshot
+ * @returns {Input[]}
+ */
+export function openInputs(snapshot) {
+  return (Array.isArray(snapshot.inputs) ? snapshot.inputs : []).filter((item) => item.status === "open");
+}
+

@@ -1,7 +1,7 @@
 // The client reducer: one view's state of one run, guarded against bad input.
 
 import { hasOwn, isPlainObject, isSeq } from "./json.js";
-import { applyEvent, emptySnapshot } from "./reducer.js";
+import { applyEvent, emptySnapshot, openInputs } from "./reducer.js";
 import { TERMINAL_TYPES, isTerminal } from "./status.js";
 
 /**
@@ -38,6 +38,8 @@ const KNOWN_TYPES = new Set([
   "tool.completed",
   "progress",
   "usage",
+  "input.requested",
+  "input.resolved",
   ...Object.keys(TERMINAL_TYPES),
 ]);
 
@@ -220,6 +222,10 @@ export class RunState {
     if (type === "run.started") {
       this.status = "running";
       this.startedAt = this.startedAt ?? ts;
+    } else if (type === "input.requested") {
+      if (this.status === "running") this.status = "waiting";
+    } else if (type === "input.resolved") {
+      if (this.status === "waiting" && openInputs(this.snapshot).length === 0) this.status = "running";
     } else if (type === "run.cancel_requested") {
       this.status = "cancelling";
       this.cancel = { requested_at: ts, reason: get(data, "reason"), stage: null };

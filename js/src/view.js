@@ -18,6 +18,7 @@ import { ACTIVE_STATUSES, isTerminal } from "./status.js";
  * @typedef {import("./reducer.js").Tool} Tool
  * @typedef {import("./reducer.js").Progress} Progress
  * @typedef {import("./reducer.js").Usage} Usage
+ * @typedef {import("./reducer.js").Input} Input
  * @typedef {import("./runstate.js").UnknownEvent} UnknownEvent
  */
 
@@ -252,6 +253,7 @@ function button(text, className) {
  * }} MessageEntry
  * @typedef {{
  *   snapshot: object, tools: {tool: Tool, status: string, node: HTMLElement}[],
+ *   inputs: {input: Input, status: string, node: HTMLElement}[],
  *   messages: MessageEntry[], progress: Progress | null | undefined, progressKey: string,
  *   usage: Usage | null | undefined, unknown: UnknownEvent | null | undefined,
  * }} Rendered
@@ -297,6 +299,7 @@ export class RunView {
     this.progressMessage = element("span", "agentruns-progress-message");
     this.progressBar.appendChild(this.progressFill);
     this.progress.append(this.progressBar, this.progressMessage);
+    this.inputs = element("div", "agentruns-inputs");
     this.messages = element("div", "agentruns-messages");
     this.usage = element("div", "agentruns-usage");
     this.output = element("div", "agentruns-output");
@@ -504,6 +507,30 @@ export class RunView {
     this._changed();
   }
 
+  /**
+   * A person's answer to the run's question, from one of its buttons.
+   * @param {Input} input
+   * @param {string} choice
+   * @param {HTMLElement} card
+   */
+  async _answer(input, choice, card) {
+    const state = this.state;
+    if (state === null || card.dataset.sending === "true") return;
+    card.dataset.sending = "true";
+    for (const node of card.querySelectorAll("button")) /** @type {HTMLButtonElement} */ (node).disabled = true;
+    try {
+      const url = `${runsUrl(this.api, state.runId)}/inputs/${encodeURIComponent(input.request_id)}`;
+      const response = await apiFetch(url, { method: "POST", body: { choice } });
+      if (!response.ok) this._say(`Answer failed: ${await errorMessage(response)}`);
+    } catch {
+      this._say("Answer failed: cannot reach the server.");
+    } finally {
+      // The resolved event redraws the card; until then (or after a failure) it can be used again.
+      card.dataset.sending = "false";
+      for (const node of card.querySelectorAll("button")) /** @type {HTMLButtonElement} */ (node).disabled = false;
+    }
+  }
+
   async _cancel() {
     const state = this.state;
     if (state === null || this.busy) return;
@@ -603,6 +630,7 @@ export class RunView {
     if (this.rendered === null || this.rendered.snapshot !== state.snapshot) this._resetBody(state);
     const rendered = /** @type {Rendered} */ (this.rendered);
     this._renderTools(rendered, state.snapshot.tools);
+    this._renderInputs(rendered, state.snapshot.inputs || []);
     this._renderProgress(rendered, state);
     this._renderMessages(rendered, state.snapshot.messages, state.textBytes > 0);
     this._renderUsage(rendered, state.snapshot.usage);
@@ -716,12 +744,32 @@ export class RunView {
   _resetBody(state) {
     if (this.rendered !== null) for (const entry of this.rendered.messages) clearTimeout(entry.timer);
     this.tools.replaceChildren();
+    this.inputs.replaceChildren();
     this.messages.replaceChildren();
     this.unknown.replaceChildren();
-    this.body.replaceChildren(this.tools, this.progress, this.messages, this.usage, this.output, this.unknown);
+    this.body.replaceChildren(this.tools, this.inputs, this.progress, this.messages, this.usage, this.output, this.unknown);
     this.rendered = {
-      snapshot: state.snapshot, tools: [], messages: [], progress: undefined, progressKey: "", usage: undefined, unknown: undefined,
+      snapshot: state.snapshot, tools: [], inputs: [], messages: [], progress: undefined, progressKey: "", usage: undefined,
+      unknown: undefined,
     };
+  }
+
+  /**
+   * @param {Rendered} rendered
+   * @param {Input[]} inputs
+   */
+  _renderInputs(rendered, inputs) {
+    const cards = rendered.inputs;
+    const box = this.inputs;
+    inputs.forEach((input, index) => {
+      const card = cards[index];
+      if (card && card.input === input && card.status === input.status) return;
+      const node = inputCard(input, (choice, cardNode) => this._answer(input, choice, cardNode));
+      if (card) card.node.replaceWith(node);
+      else box.appendChild(node);
+      cards[index] = { input, status: input.status, node };
+    });
+    box.hidden = inputs.length === 0;
   }
 
   /**
@@ -921,6 +969,54 @@ function toolCard(tool) {
     card.appendChild(element("div", "agentruns-tool-result", compactJson(tool.result, 160)));
   }
   return card;
+}
+
+/**
+ * A question the agent asked a person: a button per choice while open, the answer once resolved.
+ * @param {Input} input
+ * @param {(choice: string, card: HTMLElement) => void} answer
+ * @returns {HTMLElement}
+ */
+export function inputCard(input, answer) {
+  const card = element("div", `agentruns-input agentruns-input--${input.status}`);
+  card.dataset.requestId = String(input.request_id);
+  card.dataset.status = String(input.status);
+  const head = element("div", "agentruns-input-head");
+  head.append(
+    element("span", "agentruns-input-kind", String(input.kind || "question")),
+    element("span", "agentruns-input-title", String(input.title || ""))
+  );
+  card.appendChild(head);
+  if (input.details !== null && input.details !== undefined) {
+    const text = typeof input.details === "string" ? input.details : compactJson(input.details, 400);
+    card.appendChild(element("div", "agentruns-input-details", text));
+  }
+  if (input.status === "open") {
+    const choices = element("div", "agentruns-input-choices");
+    for (const choice of Array.isArray(input.choices) ? input.choices : []) {
+      const node = button(String(choice), "agentruns-choice");
+      node.dataset.choice = String(choice);
+      node.addEventListener("click", () => answer(String(choice), card));
+      choices.appendChild(node);
+    }
+    card.appendChild(choices);
+  } else {
+    card.appendChild(element("div", "agentruns-input-answer", describeAnswer(input)));
+  }
+  return card;
+}
+
+/**
+ * @param {Input} input
+ * @returns {string}
+ */
+export function describeAnswer(input) {
+  if (input.choice === null || input.choice === undefined) {
+    return input.reason === "timeout" ? "no answer in time" : "not answered: the run went on without it";
+  }
+  let text = `${input.choice}${input.by ? ` by ${input.by}` : ""}`;
+  if (input.note) text += `: ${input.note}`;
+  return text;
 }
 
 /**

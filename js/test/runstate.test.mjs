@@ -213,3 +213,21 @@ test("a loaded run brings its status, output, error and cancel", () => {
   assert.deepEqual(state.cancel, cancel);
   assert.equal(state.terminal, true);
 });
+
+test("a question makes the run waiting until every open one is answered", () => {
+  const state = started();
+  const ask = (seq, id) => envelope(seq, "input.requested", { request_id: id, kind: "approval", title: "Go?", details: null, choices: ["approve", "deny"] });
+  state.applyEnvelope(ask(3, "in_a"));
+  assert.equal(state.status, "waiting");
+  state.applyEnvelope(ask(4, "in_b"));
+  state.applyEnvelope(envelope(5, "input.resolved", { request_id: "in_a", choice: "approve", note: null, by: "alice" }));
+  assert.equal(state.status, "waiting", "one question is still open");
+  state.applyEnvelope(envelope(6, "input.resolved", { request_id: "in_b", choice: "deny", note: null, by: "alice" }));
+  assert.equal(state.status, "running");
+  assert.deepEqual(state.unknown, [], "input events are known types");
+  // A cancel while waiting stays cancelling when the question is given up on.
+  state.applyEnvelope(ask(7, "in_c"));
+  state.applyEnvelope(envelope(8, "run.cancel_requested", { reason: "stop" }));
+  state.applyEnvelope(envelope(9, "input.resolved", { request_id: "in_c", choice: null, note: null, by: null, reason: "cancelled" }));
+  assert.equal(state.status, "cancelling");
+});

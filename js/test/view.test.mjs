@@ -213,6 +213,34 @@ test("a run waiting in its session's queue says behind which run; an interrupted
   assert.equal(text(".agentruns-detail"), "cancelled: interrupted by run_next");
 });
 
+test("an open question shows a button per choice; a click posts the choice; the answer replaces them", async () => {
+  const question = { request_id: "in_q", kind: "approval", title: "Send the mail?", details: { to: "team@example.com" }, choices: ["approve", "deny"], status: "open", choice: null };
+  const requests = fakeServer({
+    [`GET /api/agentruns/runs/${RUN}`]: () => Response.json(runObject({ status: "waiting", snapshot: { messages: [], tools: [], progress: null, usage: null, inputs: [question] } })),
+    [`POST /api/agentruns/runs/${RUN}/inputs/in_q`]: () => Response.json(runObject({ status: "running" })),
+  });
+  const host = fakeHost();
+  view = new RunView(host, el);
+  view.attach(RUN);
+  await sleep(40);
+  assert.equal(text(".agentruns-chip"), "waiting");
+  assert.equal(text(".agentruns-input-title"), "Send the mail?");
+  assert.match(text(".agentruns-input-details"), /team@example\.com/);
+  const buttons = [...el.querySelectorAll(".agentruns-choice")];
+  assert.deepEqual(buttons.map((node) => node.textContent), ["approve", "deny"]);
+  buttons[0].click();
+  await sleep(20);
+  const post = requests.find((request) => request.method === "POST");
+  assert.equal(new URL(post.url, "http://x").pathname, `/api/agentruns/runs/${RUN}/inputs/in_q`);
+  assert.deepEqual(post.body, { choice: "approve" });
+  seq = 1;
+  hub.listeners.get(RUN).onEvent(event("input.resolved", { request_id: "in_q", choice: "approve", note: null, by: "alice" }));
+  await sleep(40);
+  assert.equal(el.querySelectorAll(".agentruns-choice").length, 0);
+  assert.equal(text(".agentruns-input-answer"), "approve by alice");
+  assert.equal(el.querySelector(".agentruns-input").dataset.status, "resolved");
+});
+
 test("agent-defined events are one line each, with the whole data on a click", async () => {
   await shown(fakeHost());
   hub.listeners.get(RUN).onEvent(event("x.chart", { title: "Rain", points: [1, 2, 3], note: "y".repeat(300) }));

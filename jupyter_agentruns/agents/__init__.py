@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Protocol
@@ -107,6 +107,24 @@ class Run(Protocol):
 
     async def durable(self) -> None:
         """Wait until every event emitted so far is committed (call it before a side effect)."""
+
+    async def ask(
+        self,
+        title: str,
+        details: Any = None,
+        choices: Sequence[str] = ("approve", "deny"),
+        kind: str = "approval",
+        timeout: float | None = None,
+    ) -> str:
+        """Ask a person and wait for their choice (one of ``choices``).
+
+        Emits ``input.requested``; the run is ``waiting`` until every open
+        question is answered. The question is durable: a page refresh or a
+        kernel restart does not lose it, and it can be answered from the
+        widget or with ``POST runs/{id}/inputs/{request_id}``. Raises
+        ``TimeoutError`` after ``timeout`` seconds (the question is then
+        resolved with ``reason: "timeout"``).
+        """
 
 
 def agent(

@@ -21,6 +21,7 @@ INPUT_SCHEMA = {
         "delay": {"type": "number", "minimum": 0, "maximum": 10, "default": 0.05},
         "tools": {"type": "boolean", "default": True},
         "fail": {"type": "boolean", "default": False},
+        "ask": {"type": "boolean", "default": False},
     },
     "required": ["prompt"],
     "additionalProperties": False,
@@ -34,6 +35,12 @@ class DemoFailure(Exception):
     """The demo agent was asked to fail."""
 
 
+class Denied(Exception):
+    """A person denied the demo agent's request to go on."""
+
+    error_type = "denied"
+
+
 def answer_words(prompt: str, chunks: int) -> list[str]:
     """The ``chunks`` text deltas the demo streams for ``prompt``: same input, same text."""
     intro = f"Demo answer about {prompt.strip() or 'nothing'}:".split()
@@ -45,7 +52,8 @@ def answer_words(prompt: str, chunks: int) -> list[str]:
 
 @agent(
     input_schema=INPUT_SCHEMA,
-    description="Deterministic demo agent: two tool calls, then a streamed answer. No network.",
+    description="Deterministic demo agent: two tool calls, then a streamed answer "
+    "(with ask: after a person approves). No network.",
 )
 async def demo(run, input: dict) -> dict:
     prompt = input["prompt"]
@@ -74,6 +82,16 @@ async def demo(run, input: dict) -> dict:
         await run.tool_completed(call, {"summary": f"{hits} notes summarised"})
         tools_used = ["search", "summarize"]
         await pause()
+
+    if input.get("ask"):
+        choice = await run.ask(
+            f"Write the answer about {prompt.strip()[:80] or 'nothing'}?",
+            details={"prompt": prompt[:200], "chunks": chunks},
+            choices=["approve", "deny"],
+            kind="approval",
+        )
+        if choice != "approve":
+            raise Denied(f"the request to write the answer was {choice}")
 
     message = await run.message_started()
     deltas = answer_words(prompt, chunks)

@@ -32,7 +32,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 import jsonschema
 import openai
-from traitlets import Dict, Float, Int, TraitError, Unicode, validate
+from traitlets import Dict, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from . import error_object, import_object
@@ -432,6 +432,11 @@ class OpenAIAgent(Configurable):
         help="Python functions (sync or async) the model may call: name -> 'module:attr'.",
     ).tag(config=True)
 
+    approve_tools = List(
+        Unicode(),
+        help="Tools a person must approve before each call: names, or ['*'] for all. "
+        "A denied call is not run; the model reads that it was denied.",
+    ).tag(config=True)
     prices = Dict(
         value_trait=Dict(),
         help="Prices per million tokens, by model: {'gpt-4o-mini': {'input': 0.15, 'output': 0.6}}. "
@@ -517,7 +522,7 @@ class OpenAIAgent(Configurable):
                 if rounds == self.max_tool_iterations:
                     break
                 for call in turn.tool_calls:
-                    messages.append(await call_tool(run, tools, call))
+                    messages.append(await call_tool(run, tools, call, self.approve_tools))
                 # Every tool result is in the log before the model sees it: after a
                 # crash the log shows what ran, and nothing runs twice unnoticed.
                 await run.durable()
@@ -723,15 +728,35 @@ async def stream_turn(run, client: openai.AsyncOpenAI, request: dict[str, Any], 
         await run.message_completed(message_id)
 
 
-async def call_tool(run, tools: dict[str, Tool], call: dict[str, Any]) -> dict[str, Any]:
-    """Run one tool call the model asked for; returns the tool message that answers it."""
+async def call_tool(
+    run, tools: dict[str, Tool], call: dict[str, Any], approve: list[str] | None = None
+) -> dict[str, Any]:
+    """Run one tool call the model asked for; returns the tool message that answers it.
+
+    A tool named in ``approve`` (or any, with ``"*"``) runs only once a person approved it.
+    """
     name, raw = call["function"]["name"], call["function"]["arguments"]
     try:
         args = json.loads(raw or "{}")
         problem = None if isinstance(args, dict) else "the arguments are not a JSON object"
     except ValueError as exc:
         args, problem = None, f"the arguments are not JSON ({exc})"
-    call_id = await run.tool_started(name, args if isinstance(args, dict) else {"arguments": raw})
+    shown = args if isinstance(args, dict) else {"arguments": raw}
+    denied = None
+    if approve and ("*" in approve or name in approve) and name in tools:
+        choice = await run.ask(
+            f"Run the tool {name}?",
+            details={"tool": name, "arguments": shown},
+            choices=["approve", "deny"],
+            kind="approval",
+        )
+        if choice != "approve":
+            denied = f"a person denied this call of {name} (they chose {choice!r}); it was not run"
+    call_id = await run.tool_started(name, shown)
+    if denied is not None:
+        error = {"type": "denied", "message": denied}
+        await run.tool_completed(call_id, ok=False, error=error)
+        return {"role": "tool", "tool_call_id": call["id"], "content": f"Error: denied: {denied}"}
     await run.durable()  # the log shows the call before it has any effect
     try:
         spec = tools.get(name)

@@ -1,11 +1,12 @@
 """HTTP handlers, one module per resource, all under ``{base_url}api/agentruns/``."""
 
-from . import agents, base, events, openapi, runs, streams, usage
+from . import agents, base, events, inputs, openapi, runs, streams, usage
 
 default_handlers = [
     *agents.default_handlers,
     *usage.default_handlers,
     *runs.default_handlers,
+    *inputs.default_handlers,
     *events.default_handlers,
     *streams.default_handlers,
     *openapi.default_handlers,

@@ -149,6 +149,19 @@ class StoreConnection(abc.ABC):
     # Writes (inside transaction()) ---------------------------------------------
 
     @abc.abstractmethod
+    def record_input_answer(
+        self, run_id: str, request_id: str, answer: dict[str, Any], now: float
+    ) -> dict[str, Any]:
+        """Keep an answer (``choice, note, by``) for the server executing the run; the first one wins.
+
+        Returns the answer kept: this one, or the one recorded before it.
+        """
+
+    @abc.abstractmethod
+    def take_input_answers(self, executor_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """``(run_id, request_id, answer)`` recorded for this executor's runs, taken (deleted)."""
+
+    @abc.abstractmethod
     def claim_run(self, run_id: str, executor_id: str, lease_expires: float) -> bool:
         """Take an unclaimed queued run for this executor; False when another server took it first."""
 

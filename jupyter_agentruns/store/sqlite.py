@@ -186,11 +186,28 @@ def _migration_7(db: Database) -> None:
     )
 
 
+def _migration_8(db: Database) -> None:
+    # An answer to a run's question sent to a server that does not execute
+    # the run: the one that does takes it (see Engine.answer). First one wins.
+    db["input_answers"].create(
+        {
+            "run_id": str,
+            "request_id": str,
+            "choice": str,
+            "note": str,
+            "by": str,
+            "answered_ts": float,
+        },
+        pk=("run_id", "request_id"),
+        not_null={"choice", "answered_ts"},
+    )
+
+
 # Append only: a database written by a newer version is refused, an older one
 # is brought forward one step at a time.
 MIGRATIONS = [
     _migration_1, _migration_2, _migration_3, _migration_4, _migration_5, _migration_6,
-    _migration_7,
+    _migration_7, _migration_8,
 ]  # fmt: skip
 
 # A run with its persisted snapshot (``snapshot_seq`` 0 and no snapshot when none).
@@ -579,7 +596,15 @@ class SQLiteConnection(StoreConnection):
         )
 
     def delete_run(self, run_id: str) -> None:
-        for table in ("events", "idempotency_keys", "snapshots", "snapshot_parts", "runs"):
+        tables = (
+            "events",
+            "idempotency_keys",
+            "snapshots",
+            "snapshot_parts",
+            "input_answers",
+            "runs",
+        )
+        for table in tables:
             self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
 
     def renew_leases(self, executor_id: str, run_ids: list[str], expires: float) -> None:
@@ -595,6 +620,35 @@ class SQLiteConnection(StoreConnection):
             [owner, since],
         ).fetchall()
         return [tuple(row) for row in rows]
+
+    def record_input_answer(
+        self, run_id: str, request_id: str, answer: dict[str, Any], now: float
+    ) -> dict[str, Any]:
+        self.conn.execute(
+            "INSERT OR IGNORE INTO input_answers (run_id, request_id, choice, note, by, answered_ts) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [run_id, request_id, answer["choice"], answer.get("note"), answer.get("by"), now],
+        )
+        choice, note, by = self.conn.execute(
+            "SELECT choice, note, by FROM input_answers WHERE run_id = ? AND request_id = ?",
+            [run_id, request_id],
+        ).fetchone()
+        return {"choice": choice, "note": note, "by": by}
+
+    def take_input_answers(self, executor_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+        rows = self.conn.execute(
+            "SELECT a.run_id, a.request_id, a.choice, a.note, a.by FROM input_answers AS a "
+            "JOIN runs ON runs.run_id = a.run_id WHERE runs.executor_id = ? ORDER BY a.answered_ts",
+            [executor_id],
+        ).fetchall()
+        self.conn.executemany(
+            "DELETE FROM input_answers WHERE run_id = ? AND request_id = ?",
+            [(run_id, request_id) for run_id, request_id, *_ in rows],
+        )
+        return [
+            (run_id, request_id, {"choice": choice, "note": note, "by": by})
+            for run_id, request_id, choice, note, by in rows
+        ]
 
     def claim_run(self, run_id: str, executor_id: str, lease_expires: float) -> bool:
         cursor = self.conn.execute(
