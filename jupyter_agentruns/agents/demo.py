@@ -84,6 +84,7 @@ async def demo(run, input: dict) -> dict:
         await pause()
 
     if input.get("ask"):
+        await run.progress(0.0, "waiting for approval")
         choice = await run.ask(
             f"Write the answer about {prompt.strip()[:80] or 'nothing'}?",
             details={"prompt": prompt[:200], "chunks": chunks},
