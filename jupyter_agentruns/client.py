@@ -195,6 +195,15 @@ class Client:
     def cancel(self, run_id: str, reason: str | None = None) -> dict[str, Any]:
         return self.request("POST", f"runs/{run_id}/cancel", {"reason": reason})[2]
 
+    def answer(
+        self, run_id: str, request_id: str, choice: str, note: str | None = None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"choice": choice}
+        if note is not None:
+            body["note"] = note
+        path = f"runs/{run_id}/inputs/{urllib.parse.quote(request_id, safe='')}"
+        return self.request("POST", path, body)[2]
+
     def wait(self, run_id: str, after: int, timeout: float | None) -> dict[str, Any]:
         """Long-poll the run's events until it is terminal; returns the run."""
         deadline = None if timeout is None else time.monotonic() + timeout

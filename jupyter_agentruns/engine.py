@@ -125,6 +125,8 @@ class Engine(LoggingConfigurable):
             raise
 
     async def _start(self) -> None:
+        if self._stopping:
+            return  # the server stopped before its start came round: start nothing
         loop = asyncio.get_running_loop()
         settings = self.settings
         if self.writer is None:
@@ -147,6 +149,8 @@ class Engine(LoggingConfigurable):
             )
         await self.sweep()
         await self.dispatch_queued()
+        if self._stopping:
+            return
         self._background = [
             loop.create_task(self._maintain()),
             loop.create_task(self._compact_periodically()),

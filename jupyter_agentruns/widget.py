@@ -181,6 +181,24 @@ class Run(anywidget.AnyWidget):
         self._update(self._client.cancel(self.run_id, reason))
         return self
 
+    @property
+    def questions(self) -> list[dict[str, Any]]:
+        """The questions the agent asked that wait for an answer (see ``answer``)."""
+        inputs = self.refresh()["snapshot"].get("inputs", [])
+        return [request for request in inputs if request["status"] == "open"]
+
+    def answer(self, choice: str, *, request_id: str | None = None, note: str | None = None) -> Run:
+        """Answer the run's open question with one of its choices (the only one, or ``request_id``)."""
+        if request_id is None:
+            open_ones = self.questions
+            if len(open_ones) != 1:
+                raise ValueError(
+                    f"the run has {len(open_ones)} open questions: name one with request_id="
+                )
+            request_id = open_ones[0]["request_id"]
+        self._update(self._client.answer(self.run_id, request_id, choice, note))
+        return self
+
     def _ipython_display_(self) -> None:
         # submit() displays the run itself; when it is also the cell's last
         # expression, showing it a second time would duplicate the view.

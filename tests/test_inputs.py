@@ -188,3 +188,12 @@ async def test_bad_questions_are_the_agent_s_error(api):
         run = (await submit(api, "asker", {"questions": [question]})).json()
         done = await wait_run(api, run["run_id"])
         assert done["status"] == "failed" and done["error"]["type"] == "ValueError", question
+
+
+async def test_a_waiting_run_keeps_the_server_busy(api, jp_serverapp):
+    run = (await submit(api, input=ASK)).json()
+    await waiting(api, run["run_id"])
+    extension = jp_serverapp.extension_manager.extension_points["jupyter_agentruns"].app
+    assert extension.current_activity() == [run["run_id"]]
+    assert jp_serverapp.extension_manager.any_activity()
+    await api.post(f"runs/{run['run_id']}/cancel")

@@ -260,6 +260,23 @@ print(queued.wait(30).status)
     assert stdout.splitlines() == ["409 session_busy True", "queued True", "succeeded"]
 
 
+def test_a_question_answered_from_the_kernel(lab):
+    server, http, kernel = lab
+    code = """
+from jupyter_agentruns import submit
+run = submit("demo", {"prompt": "p", "chunks": 3, "delay": 0, "ask": True}, display=False)
+import time
+while not run.questions:
+    time.sleep(0.05)
+print(run.status, run.questions[0]["title"])
+run.answer("approve", note="go")
+print(run.wait(30).status, run.run["snapshot"]["inputs"][0]["note"])
+"""
+    stdout, _, error = kernel.run_cell(code, "cell-5")
+    assert error is None, error
+    assert stdout.splitlines() == ["waiting Write the answer about p?", "succeeded go"]
+
+
 def test_outside_a_notebook_an_explicit_url_and_token_work(lab, tmp_path):
     import subprocess
     import sys
