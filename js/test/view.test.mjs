@@ -241,6 +241,16 @@ test("an open question shows a button per choice; a click posts the choice; the 
   assert.equal(el.querySelector(".agentruns-input").dataset.status, "resolved");
 });
 
+test("usage shows tokens, and a cost when the agent's prices give one", async () => {
+  const usage = { input_tokens: 1200, output_tokens: 340, cost: 0.00038 };
+  await shown(fakeHost(), runObject({ snapshot: { messages: [], tools: [], progress: null, usage } }));
+  assert.equal(text(".agentruns-usage"), "tokens: 1200 in · 340 out · cost 0.00038");
+  view.dispose();
+  el.replaceChildren();
+  await shown(fakeHost(), runObject({ snapshot: { messages: [], tools: [], progress: null, usage: { ...usage, cost: 1.5 } } }));
+  assert.equal(text(".agentruns-usage"), "tokens: 1200 in · 340 out · cost 1.50");
+});
+
 test("agent-defined events are one line each, with the whole data on a click", async () => {
   await shown(fakeHost());
   hub.listeners.get(RUN).onEvent(event("x.chart", { title: "Rain", points: [1, 2, 3], note: "y".repeat(300) }));
