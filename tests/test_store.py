@@ -98,6 +98,33 @@ def test_nan_stored_by_an_older_version_becomes_null(tmp_path, monkeypatch):
     assert run["metadata"] == {"score": None, "note": "NaN is fine as text"}
 
 
+def test_older_runs_keep_their_token_totals_for_the_day_budget(tmp_path, monkeypatch):
+    path = tmp_path / "old.sqlite3"
+    monkeypatch.setattr(store, "MIGRATIONS", store.MIGRATIONS[:6])
+    old = connect(path)
+    rows = [
+        ("run_used", '{"messages": [], "usage": {"input_tokens": 120, "output_tokens": 30}}'),
+        ("run_none", '{"messages": [], "usage": null}'),
+        ("run_odd", '{"messages": [], "usage": {"input_tokens": "many"}}'),
+    ]
+    for run_id, snapshot in rows:
+        old.conn.execute(
+            "INSERT INTO runs (run_id, owner, agent, status, created_at, last_seq, first_seq) "
+            "VALUES (?, 'me', 'demo', 'succeeded', '2026-01-01T00:00:00.000Z', 3, 1)",
+            [run_id],
+        )
+        old.conn.execute(
+            "INSERT INTO snapshots (run_id, seq, snapshot) VALUES (?, 3, ?)", [run_id, snapshot]
+        )
+    old.conn.close()
+    monkeypatch.undo()
+    db = connect(path)
+    totals = dict(
+        ((run_id, (i, o)) for run_id, _, i, o in db.usage_since("me", "2020-01-01T00:00:00.000Z"))
+    )
+    assert totals == {"run_used": (120, 30), "run_none": (0, 0), "run_odd": (0, 0)}
+
+
 def test_a_snapshot_is_stored_in_parts_and_read_back_whole(tmp_path, monkeypatch):
     monkeypatch.setattr(store, "SNAPSHOT_PART_CHARS", 1000)
     db = connect(tmp_path / "s.sqlite3")

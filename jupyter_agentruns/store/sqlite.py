@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlite_utils import Database
 
-from .. import jsonio, reducer
+from .. import budgets, jsonio, reducer
 from ..lifecycle import ACTIVE_STATUSES, CANCELLABLE, TERMINAL_STATUSES
 from . import SeqTaken, Store, StoreBusy, StoreConnection
 
@@ -174,15 +174,18 @@ def _migration_7(db: Database) -> None:
     # owner over a sliding day by every server sharing the store.
     db["runs"].add_column("input_tokens", int, not_null_default=0)
     db["runs"].add_column("output_tokens", int, not_null_default=0)
-    db.execute(
-        """
-        UPDATE runs SET
-          input_tokens = coalesce(json_extract(s.snapshot, '$.usage.input_tokens'), 0),
-          output_tokens = coalesce(json_extract(s.snapshot, '$.usage.output_tokens'), 0)
-        FROM snapshots AS s
-        WHERE s.run_id = runs.run_id AND s.parts = 1 AND json_valid(s.snapshot)
-          AND json_type(s.snapshot, '$.usage') = 'object'
-        """
+    # Older runs' totals from their snapshots (in Python: UPDATE … FROM and
+    # SQLite's JSON functions are missing from some SQLite builds still in use).
+    updates = []
+    for run_id, text in db.conn.execute("SELECT run_id, snapshot FROM snapshots WHERE parts = 1"):
+        try:
+            usage = json.loads(text).get("usage")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(usage, dict):
+            updates.append((*budgets.tokens(usage), run_id))
+    db.conn.executemany(
+        "UPDATE runs SET input_tokens = ?, output_tokens = ? WHERE run_id = ?", updates
     )
 
 
