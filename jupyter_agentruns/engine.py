@@ -22,7 +22,7 @@ from typing import Any
 from traitlets.config import LoggingConfigurable
 
 from . import budgets, jsonio, lifecycle, reducer
-from .agents import AgentSpec
+from .agents import AgentSpec, RunClosed
 from .broadcaster import Broadcaster, Subscriber
 from .compaction import Compactor
 from .cursor import page_cursor, parse_page_cursor
@@ -99,11 +99,12 @@ class Engine(LoggingConfigurable):
         self.open_streams: Counter[str] = Counter()
         self._dispatching = False
         self._stopping = False
+        self._stop_requested = asyncio.Event()
         self._dispatch_again = False
         self._dispatches: set[asyncio.Task] = set()
         # Per owner: the tokens of their runs of the last day that this server
         # does not execute (read from the store; live runs count from memory).
-        self._day_tokens: dict[str, int] = {}
+        self._day_tokens: dict[str, dict[str, int]] = {}
 
     @property
     def live(self) -> dict[str, Any]:
@@ -162,8 +163,15 @@ class Engine(LoggingConfigurable):
         Runs queued in a session stay queued: the next server to start takes them, in order.
         """
         self._stopping = True
-        for task in self._background:
+        self._stop_requested.set()
+        # The upkeep and the dispatches finish what they are doing (a claim in
+        # the writer's queue commits either way: its result must not be lost);
+        # the retention pass is only cancelled.
+        for task in self._background[1:]:
             task.cancel()
+        finishing = [*self._background[:1], *self._dispatches]
+        if finishing:
+            await asyncio.wait(finishing, timeout=30)
         loop = asyncio.get_running_loop()
         if self.writer is not None:
             await self.executor.shutdown()
@@ -189,9 +197,9 @@ class Engine(LoggingConfigurable):
 
     def _run_finished(self, execution) -> None:
         self.forget_snapshot(execution.run_id)
-        if execution.tokens and execution.owner in self._day_tokens:
-            # No longer counted from memory: its tokens join the owner's stored day.
-            self._day_tokens[execution.owner] += execution.tokens
+        if execution.owner in self._day_tokens:
+            # No longer counted from memory: its last total joins the owner's stored day.
+            self._day_tokens[execution.owner][execution.run_id] = execution.tokens
         self.activity_changed()
         self._dispatch_soon()
 
@@ -212,8 +220,12 @@ class Engine(LoggingConfigurable):
         # Often enough that a cancel sent to another server sharing the
         # database takes effect within a second.
         interval = max(0.05, min(1.0, self.settings.lease_seconds / 3))
-        while True:
-            await asyncio.sleep(interval)
+        while not self._stopping:
+            try:
+                await asyncio.wait_for(self._stop_requested.wait(), interval)
+                return  # the server stops
+            except asyncio.TimeoutError:
+                pass
             try:
                 await self.renew_leases()
                 await self.sweep()
@@ -260,21 +272,31 @@ class Engine(LoggingConfigurable):
             )
 
         cancels, answers = await self.writer.run(renew)
+        # Taken from the store in that transaction: each is applied, whatever becomes of the others.
         for run_id, request_id, answer in answers:
             # Answers sent to another server sharing the store, for a question of a run here.
             execution = self.live.get(run_id)
-            if execution is not None and not execution.closed:
-                request = find_input(execution.snapshot.structure(), request_id)
-                if request is not None and request["status"] == "open":
-                    execution.resolve(
-                        request_id, answer["choice"], note=answer["note"], by=answer["by"]
-                    )
+            if execution is None or execution.closed:
+                continue
+            request = find_input(execution.snapshot.structure(), request_id)
+            if request is None or answer["choice"] not in (request.get("choices") or []):
+                continue
+            try:
+                execution.resolve(
+                    request_id, answer["choice"], note=answer["note"], by=answer["by"]
+                )
+            except Exception:
+                self.log.exception("agentruns: an answer for run %s could not be applied", run_id)
         for run_id, request in cancels:
             execution = self.live.get(run_id)
-            if execution is not None:
+            if execution is None:
+                continue
+            try:
                 await self.executor.cancel(
                     execution, request.get("reason"), request.get("requested_at")
                 )
+            except Exception:
+                self.log.exception("agentruns: a cancel of run %s could not be applied", run_id)
         self.activity_changed()
 
     async def sweep(self) -> int:
@@ -357,7 +379,7 @@ class Engine(LoggingConfigurable):
         now = time.time()
         policy = request.session_policy or settings.default_session_policy
         interrupted: list[str] = []  # the session's runs this run interrupts
-        live = set(self.live)  # read here, on the loop: the writer thread must not iterate it
+        day_rows: list[tuple[str, str, int, int]] = []  # the owner's day, for the budget
 
         def create(conn: StoreConnection) -> tuple[dict[str, Any], bool]:
             if key is not None:
@@ -392,7 +414,7 @@ class Engine(LoggingConfigurable):
                     "wait for it or cancel it, or submit with session_policy 'enqueue' or 'interrupt'.",
                     active_run_id=active[0]["run_id"],
                 )
-            self._check_day_budget(conn, owner, now, live)
+            day_rows[:] = self._check_day_budget(conn, owner, now)
             if conn.count_active(owner) >= max_active:
                 raise ApiError(
                     429,
@@ -427,6 +449,8 @@ class Engine(LoggingConfigurable):
             return conn.get_run(run_id), False
 
         row, replayed = await self.writer.run(create)
+        if day_rows:
+            self._day_tokens[owner] = {r[0]: r[2] + r[3] for r in day_rows}
         run = await self.reader.run(lambda conn: self.run_object(conn, row))
         if not replayed:
             if row["executor_id"] == self.executor_id:
@@ -437,6 +461,8 @@ class Engine(LoggingConfigurable):
                 execution = self.live.get(run_id)
                 if execution is not None:
                     await self.executor.cancel(execution, {"interrupted_by": row["run_id"]})
+            if row["executor_id"] is None:
+                self._dispatch_soon()  # its turn may already have come (its session emptied)
             self.activity_changed()
         return run, replayed
 
@@ -481,7 +507,9 @@ class Engine(LoggingConfigurable):
         expires = time.time() + self.settings.lease_seconds
 
         def claim(conn: StoreConnection) -> list[dict[str, Any]]:
-            claimed = []
+            claimed: list[dict[str, Any]] = []
+            if self._stopping:
+                return claimed
             for row in ready:
                 if row["agent"] not in self.agents:
                     if conn.claim_run(row["run_id"], self.executor_id, expires):
@@ -497,6 +525,12 @@ class Engine(LoggingConfigurable):
         if self._stopping:
             return 0
         claimed = await self.writer.run(claim)
+        if claimed and self._stopping:
+            # Claimed as the server began to stop: back to their queue, for the next server.
+            run_ids = [row["run_id"] for row in claimed]
+            await self.writer.run(lambda conn: conn.release_claims(run_ids, self.executor_id))
+            return 0
+        await self._load_day_tokens({row["owner"] for row in claimed})
         for row in claimed:
             self.executor.start(row, self.agents[row["agent"]])
         if claimed:
@@ -504,19 +538,23 @@ class Engine(LoggingConfigurable):
         return len(claimed)
 
     # Token budgets -----------------------------------------------------
+    #
+    # Per owner, the tokens of each of their runs of the last day as the
+    # store has them (``_day_tokens``, written on the loop only). A run this
+    # server executes counts with its live total instead of its stored one,
+    # decided when the sum is made: nothing is counted twice.
 
     def _check_day_budget(
-        self, conn: StoreConnection, owner: str, now: float, live: set[str]
-    ) -> None:
+        self, conn: StoreConnection, owner: str, now: float
+    ) -> list[tuple[str, str, int, int]]:
         """429 ``token_budget_exhausted`` once the owner's runs of the last day used their budget.
 
-        ``live``: the runs this server executes (their tokens count from memory).
+        Returns the window's rows (writer thread: the caller files them on the loop).
         """
         limit = self.settings.tokens_per_user_per_day
         if not limit:
-            return
+            return []
         rows = conn.usage_since(owner, budgets.day_start(now))
-        self._day_tokens[owner] = sum(row[2] + row[3] for row in rows if row[0] not in live)
         used = sum(row[2] + row[3] for row in rows)
         if used >= limit:
             wait = budgets.retry_after(rows, limit, now)
@@ -527,6 +565,12 @@ class Engine(LoggingConfigurable):
                 f"(tokens_per_user_per_day); the window frees up in {wait} s.",
                 headers={"Retry-After": str(wait)},
             )
+        return rows
+
+    def _day_used(self, owner: str) -> int:
+        live = {e.run_id: e.tokens for e in self.live.values() if e.owner == owner}
+        stored = self._day_tokens.get(owner, {})
+        return sum(t for run_id, t in stored.items() if run_id not in live) + sum(live.values())
 
     def _check_usage(self, execution) -> str | None:
         """Called at each usage event (on the loop): why the run must fail now, or None."""
@@ -536,10 +580,7 @@ class Engine(LoggingConfigurable):
             return f"the run used {execution.tokens} tokens, over max_tokens_per_run ({per_run})"
         per_day = settings.tokens_per_user_per_day
         if per_day:
-            owner = execution.owner
-            used = self._day_tokens.get(owner, 0) + sum(
-                other.tokens for other in self.live.values() if other.owner == owner
-            )
+            used = self._day_used(execution.owner)
             if used > per_day:
                 return (
                     f"your runs of the last 24 hours used {used} tokens, "
@@ -547,26 +588,26 @@ class Engine(LoggingConfigurable):
                 )
         return None
 
-    async def _refresh_day_tokens(self) -> None:
-        """Reread the owners' day totals from the store: other servers' runs, runs leaving the window."""
-        if not self.settings.tokens_per_user_per_day:
+    async def _load_day_tokens(self, owners: set[str]) -> None:
+        """Read the owners' runs of the last day from the store (other servers' runs included)."""
+        if not self.settings.tokens_per_user_per_day or not owners:
             return
-        owners = {execution.owner for execution in self.live.values()}
-        if not owners:
-            self._day_tokens.clear()
-            return
-        live = set(self.live)
         since = budgets.day_start(time.time())
 
-        def read(conn: StoreConnection) -> dict[str, int]:
+        def read(conn: StoreConnection) -> dict[str, dict[str, int]]:
             return {
-                owner: sum(
-                    row[2] + row[3] for row in conn.usage_since(owner, since) if row[0] not in live
-                )
+                owner: {row[0]: row[2] + row[3] for row in conn.usage_since(owner, since)}
                 for owner in owners
             }
 
-        self._day_tokens = await self.reader.run(read)
+        self._day_tokens.update(await self.reader.run(read))
+
+    async def _refresh_day_tokens(self) -> None:
+        """Reread the day of every owner with a live run: other servers' runs, runs leaving the window."""
+        owners = {execution.owner for execution in self.live.values()}
+        for owner in set(self._day_tokens) - owners:
+            del self._day_tokens[owner]
+        await self._load_day_tokens(owners)
 
     async def usage(self, owner: str) -> dict[str, int]:
         """``GET usage``: the owner's token totals of the last 24 hours."""
@@ -696,18 +737,26 @@ class Engine(LoggingConfigurable):
         await self.start()
         await self.owned_head(owner, run_id)
         execution = self.live.get(run_id)
-        if execution is not None and not execution.closed:
-            # Checked and resolved with no await in between: two racing answers, one wins.
-            request = find_input(execution.snapshot.structure(), request_id)
-            if not check_answer(request, request_id, choice):
-                execution.resolve(request_id, choice, note=note, by=by)
-            await execution.durable()
-            return await self.get_run(owner, run_id)
+        if execution is not None:
+            if not execution.closed:
+                # Checked and resolved with no await in between: two racing answers, one wins.
+                request = find_input(execution.snapshot.structure(), request_id)
+                if not check_answer(request, request_id, choice):
+                    execution.resolve(request_id, choice, note=note, by=by)
+            try:
+                await execution.durable()
+            except RunClosed:
+                pass  # another server ended it: the store says how
+            run = await self.get_run(owner, run_id)
+            check_answer(find_input(run["snapshot"], request_id), request_id, choice)
+            return run
         run = await self.get_run(owner, run_id)
         if check_answer(find_input(run["snapshot"], request_id), request_id, choice):
             return run
         if lifecycle.is_terminal(run["status"]):
             raise ApiError(409, "input_resolved", "The run has ended: its questions are closed.")
+        # Another server executes the run: record the answer for it, then wait
+        # (its lease upkeep takes answers every second) to say how it went.
         answer = {"choice": choice, "note": note, "by": by}
         kept = await self.writer.run(
             lambda conn: conn.record_input_answer(run_id, request_id, answer, time.time())
@@ -715,13 +764,19 @@ class Engine(LoggingConfigurable):
         if kept["choice"] != choice:
             raise input_resolved(kept["choice"])
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(2.0, 3 * min(1.0, self.settings.lease_seconds / 3))
+        deadline = loop.time() + max(3.0, 3 * min(1.0, self.settings.lease_seconds / 3))
         while loop.time() < deadline:
             await asyncio.sleep(0.05)
             run = await self.get_run(owner, run_id)
             request = find_input(run["snapshot"], request_id)
-            if lifecycle.is_terminal(run["status"]) or (request or {}).get("status") == "resolved":
-                break
+            if (request or {}).get("status") == "resolved":
+                # Resolved otherwise (another answer first, a timeout, the run's end): 409.
+                check_answer(request, request_id, choice)
+                return run
+            if lifecycle.is_terminal(run["status"]):
+                raise ApiError(409, "input_resolved", "The run ended before it took the answer.")
+        # Recorded, not yet taken (the executing server is slow, or died and
+        # its run will be interrupted): the run as it is now.
         return run
 
     async def delete(self, owner: str, run_id: str) -> None:

@@ -249,7 +249,8 @@ class Execution:
             except asyncio.TimeoutError:
                 if answered.done():
                     return answered.result()
-                self.resolve(request_id, None, reason="timeout")
+                if not self.closed:
+                    self.resolve(request_id, None, reason="timeout")
                 raise TimeoutError(f"nobody answered {title!r} within {timeout:g} s") from None
         finally:
             self.asked.pop(request_id, None)
@@ -262,8 +263,16 @@ class Execution:
         note: str | None = None,
         by: str | None = None,
         reason: str | None = None,
-    ) -> int:
-        """Append ``input.resolved`` (synchronous: nothing interleaves) and wake the asking agent."""
+    ) -> int | None:
+        """Append ``input.resolved`` (synchronous: nothing interleaves) and wake the asking agent.
+
+        A question that is not open (answered, timed out, given up) is left as it is (None).
+        """
+        if not any(
+            request["request_id"] == request_id
+            for request in reducer.open_inputs(self.snapshot.structure())
+        ):
+            return None
         data: dict[str, Any] = {"request_id": request_id, "choice": choice, "note": note, "by": by}
         if reason is not None:
             data["reason"] = reason
@@ -279,8 +288,20 @@ class Execution:
 
     def give_up_asking(self) -> None:
         """Resolve the questions still open as ``cancelled``: the run ends without their answers."""
-        for request in reducer.open_inputs(self.snapshot.structure()):
-            self.resolve(request["request_id"], None, reason="cancelled")
+        if not self.closed:
+            for request in reducer.open_inputs(self.snapshot.structure()):
+                self.resolve(request["request_id"], None, reason="cancelled")
+        self.stop_asking()
+
+    def stop_asking(self) -> None:
+        """Wake every ask() still waiting with ``RunClosed``.
+
+        A thread agent's ask() is a task of its own, which cancelling the
+        agent does not reach: without this, its thread would wait forever.
+        """
+        for answered in self.asked.values():
+            if not answered.done():
+                answered.set_exception(RunClosed(f"run {self.run_id} has ended"))
 
     def request_stop(self, why: Stop) -> None:
         self.stop = why
@@ -681,6 +702,7 @@ class Executor:
             return
         execution.closed = True
         execution.request_stop(Stop.LOST)
+        execution.stop_asking()
         channel = self._broadcaster.get(run_id)
         if channel is not None:
             channel.signal.fire()

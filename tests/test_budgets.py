@@ -1,5 +1,6 @@
 """Token budgets: per run, per owner over a sliding day (across servers sharing the store), GET usage."""
 
+import asyncio
 import sqlite3
 import time
 
@@ -130,3 +131,41 @@ async def test_usage_counts_only_the_caller_s_runs_of_the_last_day(api):
 def test_a_negative_token_limit_is_refused():
     with pytest.raises(TraitError, match="max_tokens_per_run"):
         AgentRuns(max_tokens_per_run=-1)
+
+
+async def twice_the_same_total(run, input):
+    await run.usage(input_tokens=600, output_tokens=0)
+    await asyncio.sleep(0.3)
+    await run.usage(input_tokens=600, output_tokens=0)  # the same total: nothing more spent
+    return {}
+
+
+@pytest.mark.parametrize(
+    "agentruns_config",
+    [
+        {
+            "agents": {"twice": "test_budgets:twice_the_same_total"},
+            "tokens_per_user_per_day": 1000,
+        }
+    ],
+)
+async def test_a_run_started_during_a_refresh_of_the_day_is_counted_once(api, engine):
+    keep = (await submit(api, input={"prompt": "p", "chunks": 1000, "delay": 0.05})).json()
+    real = engine.reader.run
+
+    def slow(fn):
+        async def later():
+            await asyncio.sleep(0.15)  # a busy reader pool
+            return await real(fn)
+
+        return asyncio.ensure_future(later())
+
+    engine.reader.run = slow
+    refresh = asyncio.ensure_future(engine._refresh_day_tokens())
+    await asyncio.sleep(0)
+    engine.reader.run = real
+    run = (await submit(api, "twice", {})).json()
+    await refresh
+    done = await wait_run(api, run["run_id"])
+    await api.post(f"runs/{keep['run_id']}/cancel")
+    assert done["status"] == "succeeded", done["error"]

@@ -1,8 +1,12 @@
 """Asking a person: run.ask, the waiting status, input events and POST runs/{id}/inputs/{request_id}."""
 
 import asyncio
+import threading
 
 import pytest
+
+from jupyter_agentruns.engine import Engine
+from jupyter_agentruns.store.sqlite import SQLiteStore
 
 from agents_for_tests import TEST_AGENTS
 from conftest import all_events, demo_input, submit, wait_run
@@ -197,3 +201,41 @@ async def test_a_waiting_run_keeps_the_server_busy(api, jp_serverapp):
     assert extension.current_activity() == [run["run_id"]]
     assert jp_serverapp.extension_manager.any_activity()
     await api.post(f"runs/{run['run_id']}/cancel")
+
+
+@pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS}])
+async def test_a_thread_agent_cancelled_while_asking_lets_its_thread_go(api):
+    run = (await submit(api, "thread_asker", {})).json()
+    await waiting(api, run["run_id"])
+    await api.post(f"runs/{run['run_id']}/cancel")
+    assert (await wait_run(api, run["run_id"]))["status"] == "cancelled"
+    name = f"agentruns-{run['run_id']}"
+    for _ in range(200):
+        if not any(thread.name == name for thread in threading.enumerate()):
+            break
+        await asyncio.sleep(0.02)
+    else:
+        raise AssertionError("the agent's thread still waits in run.ask()")
+
+
+async def test_an_answer_another_server_recorded_but_that_lost_is_409(api, engine, jp_serverapp):
+    # A second engine on the same store stands for another server.
+    app = jp_serverapp.extension_manager.extension_points["jupyter_agentruns"].app
+    other = Engine(parent=app, store=SQLiteStore(app.db_path, "FULL"), agents=engine.agents)
+    await other.start()
+    try:
+        run = (await submit(api, input=ASK)).json()
+        question = open_question(await waiting(api, run["run_id"]))
+        owner = next(iter(engine.live.values())).owner
+        remote = asyncio.ensure_future(
+            other.answer(owner, "bob", run["run_id"], question["request_id"], "deny", None)
+        )
+        await asyncio.sleep(0.01)
+        local = await answer(api, run["run_id"], question["request_id"], "approve")
+        assert local.status_code == 200
+        with pytest.raises(Exception) as lost:
+            await remote
+        assert getattr(lost.value, "code", None) == "input_resolved"
+        assert lost.value.extra == {"choice": "approve"}
+    finally:
+        await other.stop()

@@ -187,3 +187,30 @@ async def test_a_queued_run_is_answered_as_json_that_browsers_parse(api):
     assert [run["queued_behind"] for run in listed] == [first["run_id"], None]
     await api.post(f"runs/{first['run_id']}/cancel")
     assert (await wait_run(api, queued.json()["run_id"]))["status"] == "succeeded"
+
+
+@pytest.mark.parametrize("agentruns_config", [{"lease_seconds": 1}])
+async def test_a_run_claimed_as_its_server_stops_goes_back_to_its_queue(api, engine, jp_serverapp):
+    from jupyter_agentruns.engine import Engine
+    from jupyter_agentruns.store.sqlite import SQLiteStore
+
+    app = jp_serverapp.extension_manager.extension_points["jupyter_agentruns"].app
+    first = (await submit(api, input=SLOW, session="stop")).json()
+    queued = (await submit(api, input=QUICK, session="stop", session_policy="enqueue")).json()
+    engine._dispatching = True  # this server leaves the queue to the other one, for now
+    await api.post(f"runs/{first['run_id']}/cancel")
+    await wait_run(api, first["run_id"])
+    other = Engine(parent=app, store=SQLiteStore(app.db_path, "FULL"), agents=engine.agents)
+    other._dispatching = True
+    await other.start()
+    other._dispatching = False
+    ready = await other.reader.run(lambda conn: conn.startable_queued_runs())
+    assert [row["run_id"] for row in ready] == [queued["run_id"]]
+    claiming = asyncio.ensure_future(other._claim_and_start(ready))
+    await asyncio.sleep(0)  # the claim is in the other server's writer queue
+    await other.stop()
+    assert await claiming == 0
+    row = await engine.reader.run(lambda conn: conn.get_run(queued["run_id"]))
+    assert (row["status"], row["executor_id"]) == ("queued", None)
+    engine._dispatching = False
+    assert (await wait_run(api, queued["run_id"], timeout=20))["status"] == "succeeded"

@@ -116,13 +116,28 @@ def test_older_runs_keep_their_token_totals_for_the_day_budget(tmp_path, monkeyp
         old.conn.execute(
             "INSERT INTO snapshots (run_id, seq, snapshot) VALUES (?, 3, ?)", [run_id, snapshot]
         )
+    # A run of megabytes has its snapshot in parts; its usage ends the last one.
+    old.conn.execute(
+        "INSERT INTO runs (run_id, owner, agent, status, created_at, last_seq, first_seq) "
+        "VALUES ('run_big', 'me', 'demo', 'succeeded', '2026-01-01T00:00:00.000Z', 3, 1)"
+    )
+    old.conn.execute(
+        "INSERT INTO snapshots (run_id, seq, snapshot, parts) VALUES ('run_big', 3, ?, 2)",
+        ['{"messages": [{"text": "aaaa'],
+    )
+    old.conn.execute(
+        "INSERT INTO snapshot_parts (run_id, part, data) VALUES ('run_big', 1, ?)",
+        ['aaaa"}], "tools": [], "progress": null, "usage":{"input_tokens":7,"output_tokens":3}}'],
+    )
     old.conn.close()
     monkeypatch.undo()
     db = connect(path)
     totals = dict(
         ((run_id, (i, o)) for run_id, _, i, o in db.usage_since("me", "2020-01-01T00:00:00.000Z"))
     )
-    assert totals == {"run_used": (120, 30), "run_none": (0, 0), "run_odd": (0, 0)}
+    assert totals == {
+        "run_used": (120, 30), "run_none": (0, 0), "run_odd": (0, 0), "run_big": (7, 3),
+    }  # fmt: skip
 
 
 def test_a_snapshot_is_stored_in_parts_and_read_back_whole(tmp_path, monkeypatch):

@@ -149,6 +149,10 @@ class StoreConnection(abc.ABC):
     # Writes (inside transaction()) ---------------------------------------------
 
     @abc.abstractmethod
+    def release_claims(self, run_ids: list[str], executor_id: str) -> None:
+        """Put claimed runs that never started back in their session's queue."""
+
+    @abc.abstractmethod
     def record_input_answer(
         self, run_id: str, request_id: str, answer: dict[str, Any], now: float
     ) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -169,6 +170,9 @@ def _migration_6(db: Database) -> None:
     )
 
 
+_TRAILING_USAGE = re.compile(r'"usage":(\{[^{}]*\})\}\s*$')
+
+
 def _migration_7(db: Database) -> None:
     # Token budgets: a run's usage totals (its last usage event), summed per
     # owner over a sliding day by every server sharing the store.
@@ -184,6 +188,17 @@ def _migration_7(db: Database) -> None:
             continue
         if isinstance(usage, dict):
             updates.append((*budgets.tokens(usage), run_id))
+    # A snapshot in parts (a run of megabytes) ends with its usage: read the last part only.
+    for run_id, tail in db.conn.execute(
+        "SELECT p.run_id, p.data FROM snapshot_parts AS p JOIN snapshots AS s "
+        "ON s.run_id = p.run_id AND p.part = s.parts - 1 WHERE s.parts > 1"
+    ):
+        found = _TRAILING_USAGE.search(tail)
+        if found:
+            try:
+                updates.append((*budgets.tokens(json.loads(found.group(1))), run_id))
+            except ValueError:
+                continue
     db.conn.executemany(
         "UPDATE runs SET input_tokens = ?, output_tokens = ? WHERE run_id = ?", updates
     )
@@ -623,6 +638,13 @@ class SQLiteConnection(StoreConnection):
             [owner, since],
         ).fetchall()
         return [tuple(row) for row in rows]
+
+    def release_claims(self, run_ids: list[str], executor_id: str) -> None:
+        self.conn.executemany(
+            "UPDATE runs SET executor_id = NULL, lease_expires = NULL "
+            "WHERE run_id = ? AND executor_id = ? AND status = 'queued' AND last_seq = 0",
+            [(run_id, executor_id) for run_id in run_ids],
+        )
 
     def record_input_answer(
         self, run_id: str, request_id: str, answer: dict[str, Any], now: float
