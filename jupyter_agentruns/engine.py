@@ -170,6 +170,8 @@ class Engine(LoggingConfigurable):
         for task in self._background[1:]:
             task.cancel()
         finishing = [*self._background[:1], *self._dispatches]
+        if self._starting is not None and not self._starting.done():
+            finishing.append(self._starting)  # its first dispatch may be claiming runs
         if finishing:
             await asyncio.wait(finishing, timeout=30)
         loop = asyncio.get_running_loop()

@@ -190,27 +190,35 @@ async def test_a_queued_run_is_answered_as_json_that_browsers_parse(api):
 
 
 @pytest.mark.parametrize("agentruns_config", [{"lease_seconds": 1}])
-async def test_a_run_claimed_as_its_server_stops_goes_back_to_its_queue(api, engine, jp_serverapp):
+async def test_a_run_claimed_as_its_server_stops_goes_back_to_its_queue(
+    api, engine, jp_serverapp, monkeypatch
+):
     from jupyter_agentruns.engine import Engine
     from jupyter_agentruns.store.sqlite import SQLiteStore
+
+    async def leave_the_queue_alone() -> int:
+        return 0
 
     app = jp_serverapp.extension_manager.extension_points["jupyter_agentruns"].app
     first = (await submit(api, input=SLOW, session="stop")).json()
     queued = (await submit(api, input=QUICK, session="stop", session_policy="enqueue")).json()
-    engine._dispatching = True  # this server leaves the queue to the other one, for now
+    # This server leaves the queue to the other one, for now.
+    monkeypatch.setattr(engine, "dispatch_queued", leave_the_queue_alone)
+    if engine._dispatches:
+        await asyncio.wait(set(engine._dispatches))
     await api.post(f"runs/{first['run_id']}/cancel")
     await wait_run(api, first["run_id"])
     other = Engine(parent=app, store=SQLiteStore(app.db_path, "FULL"), agents=engine.agents)
-    other._dispatching = True
+    other.dispatch_queued = leave_the_queue_alone  # the test claims, below
     await other.start()
-    other._dispatching = False
     ready = await other.reader.run(lambda conn: conn.startable_queued_runs())
     assert [row["run_id"] for row in ready] == [queued["run_id"]]
     claiming = asyncio.ensure_future(other._claim_and_start(ready))
+    other._dispatches.add(claiming)  # as a dispatch of its own would be
     await asyncio.sleep(0)  # the claim is in the other server's writer queue
     await other.stop()
     assert await claiming == 0
     row = await engine.reader.run(lambda conn: conn.get_run(queued["run_id"]))
     assert (row["status"], row["executor_id"]) == ("queued", None)
-    engine._dispatching = False
+    monkeypatch.undo()  # this server's upkeep starts it now
     assert (await wait_run(api, queued["run_id"], timeout=20))["status"] == "succeeded"
