@@ -29,7 +29,10 @@ class InputHandler(AgentRunsHandler):
             raise invalid_request(
                 f"The field 'note' must be a string of at most {MAX_NOTE_CHARS} characters."
             )
-        by = self.current_user.username
+        # Who answered, as people read it: the user's name (a hub's username;
+        # a single-user server's token login is an anonymous display name).
+        user = self.current_user
+        by = getattr(user, "name", None) or user.username
         run = await self.engine.answer(self.owner, by, run_id, request_id, choice, note)
         self.write_json(run)
 
