@@ -7,8 +7,10 @@ day; the engine reads those from the store and keeps live runs' totals.
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
+
+from .timeutil import iso
 
 DAY_SECONDS = 86400
 
@@ -24,13 +26,8 @@ def _count(value: Any) -> int:
     return max(0, int(value))
 
 
-def iso(ts: float) -> str:
-    """``ts`` as the API's timestamps are written, comparable with ``created_at`` as text."""
-    stamp = datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds")
-    return stamp.replace("+00:00", "Z")
-
-
 def day_start(now: float) -> str:
+    """The window's start, comparable with ``created_at`` as text."""
     return iso(now - DAY_SECONDS)
 
 

@@ -203,7 +203,9 @@ class Engine(LoggingConfigurable):
             # No longer counted from memory: its last total joins the owner's stored day.
             self._day_tokens[execution.owner][execution.run_id] = execution.tokens
         self.activity_changed()
-        self._dispatch_soon()
+        if execution.row.get("session") is not None:
+            # Only a run of a session can be what queued runs wait for.
+            self._dispatch_soon()
 
     def _dispatch_soon(self) -> None:
         """Start, in a moment, what waited in a session's queue for a run that just ended."""
@@ -280,7 +282,7 @@ class Engine(LoggingConfigurable):
             execution = self.live.get(run_id)
             if execution is None or execution.closed:
                 continue
-            request = find_input(execution.snapshot.structure(), request_id)
+            request = reducer.find_input(execution.snapshot.structure(), request_id)
             if request is None or answer["choice"] not in (request.get("choices") or []):
                 continue
             try:
@@ -446,7 +448,11 @@ class Engine(LoggingConfigurable):
             if key is not None:
                 conn.insert_key(owner, key, fp, run_id, now, key_with_run)
             if policy == "interrupt":
-                self._interrupt(conn, active, {"interrupted_by": run_id})
+                # A run still in the queue ends cancelled here; one a server
+                # executes gets a cancel request (this server's own are
+                # cancelled at once after the commit, others' within a lease upkeep).
+                for other in active:
+                    request_cancel(conn, other["run_id"], {"interrupted_by": run_id})
                 interrupted[:] = [other["run_id"] for other in active]
             return conn.get_run(run_id), False
 
@@ -467,18 +473,6 @@ class Engine(LoggingConfigurable):
                 self._dispatch_soon()  # its turn may already have come (its session emptied)
             self.activity_changed()
         return run, replayed
-
-    def _interrupt(
-        self, conn: StoreConnection, active: list[dict[str, Any]], reason: dict[str, Any]
-    ) -> None:
-        """Cancel a session's active runs for the run that interrupts them (in its transaction).
-
-        A run still in the session's queue ends ``cancelled`` here; one a
-        server executes gets a cancel request (this server's own are
-        cancelled at once after the commit, others' within a lease upkeep).
-        """
-        for other in active:
-            request_cancel(conn, other["run_id"], reason)
 
     async def dispatch_queued(self) -> int:
         """Claim and start the runs whose turn came in their session's queue; how many.
@@ -742,7 +736,7 @@ class Engine(LoggingConfigurable):
         if execution is not None:
             if not execution.closed:
                 # Checked and resolved with no await in between: two racing answers, one wins.
-                request = find_input(execution.snapshot.structure(), request_id)
+                request = reducer.find_input(execution.snapshot.structure(), request_id)
                 if not check_answer(request, request_id, choice):
                     execution.resolve(request_id, choice, note=note, by=by)
             try:
@@ -750,10 +744,10 @@ class Engine(LoggingConfigurable):
             except RunClosed:
                 pass  # another server ended it: the store says how
             run = await self.get_run(owner, run_id)
-            check_answer(find_input(run["snapshot"], request_id), request_id, choice)
+            check_answer(reducer.find_input(run["snapshot"], request_id), request_id, choice)
             return run
         run = await self.get_run(owner, run_id)
-        if check_answer(find_input(run["snapshot"], request_id), request_id, choice):
+        if check_answer(reducer.find_input(run["snapshot"], request_id), request_id, choice):
             return run
         if lifecycle.is_terminal(run["status"]):
             raise ApiError(409, "input_resolved", "The run has ended: its questions are closed.")
@@ -767,10 +761,15 @@ class Engine(LoggingConfigurable):
             raise input_resolved(kept["choice"])
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(3.0, 3 * min(1.0, self.settings.lease_seconds / 3))
+        seen = run["last_seq"]
         while loop.time() < deadline:
             await asyncio.sleep(0.05)
+            # The run's head is a small read; the whole run only once it has new events.
+            if (await self.owned_head(owner, run_id))["last_seq"] == seen:
+                continue
             run = await self.get_run(owner, run_id)
-            request = find_input(run["snapshot"], request_id)
+            seen = run["last_seq"]
+            request = reducer.find_input(run["snapshot"], request_id)
             if (request or {}).get("status") == "resolved":
                 # Resolved otherwise (another answer first, a timeout, the run's end): 409.
                 check_answer(request, request_id, choice)
@@ -871,13 +870,6 @@ class Engine(LoggingConfigurable):
 def approximate_size(snapshot: dict) -> int:
     """Roughly the bytes a snapshot holds: its text, plus a little per tool call."""
     return sum(len(m["text"]) for m in snapshot["messages"]) + 512 * (len(snapshot["tools"]) + 1)
-
-
-def find_input(snapshot: dict[str, Any], request_id: str) -> dict[str, Any] | None:
-    for request in snapshot.get("inputs", []):
-        if request["request_id"] == request_id:
-            return request
-    return None
 
 
 def input_resolved(choice: Any) -> ApiError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from tornado.web import HTTPError
@@ -44,6 +45,16 @@ def run_not_found(run_id: str) -> ApiError:
 
 def invalid_request(message: str) -> ApiError:
     return ApiError(400, "invalid_request", message)
+
+
+def refuse_unknown_fields(body: dict[str, Any], allowed: Iterable[str]) -> None:
+    """400 ``invalid_request`` naming the fields of ``body`` that are not ``allowed``."""
+    allowed = list(allowed)
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise invalid_request(
+            f"Unknown field(s) {', '.join(unknown)}; allowed: {', '.join(allowed)}."
+        )
 
 
 def error_object(exc: BaseException) -> dict[str, str]:

@@ -268,10 +268,8 @@ class Execution:
 
         A question that is not open (answered, timed out, given up) is left as it is (None).
         """
-        if not any(
-            request["request_id"] == request_id
-            for request in reducer.open_inputs(self.snapshot.structure())
-        ):
+        request = reducer.find_input(self.snapshot.structure(), request_id)
+        if request is None or request["status"] != "open":
             return None
         data: dict[str, Any] = {"request_id": request_id, "choice": choice, "note": note, "by": by}
         if reason is not None:

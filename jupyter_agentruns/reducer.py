@@ -102,7 +102,7 @@ def apply(snapshot: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
             }
         )
     elif kind == "input.resolved":
-        request = _find(snapshot.get("inputs", []), "request_id", data.get("request_id"))
+        request = find_input(snapshot, data.get("request_id"))
         if request is not None:
             request["status"] = "resolved"
             request["choice"] = data.get("choice")
@@ -110,6 +110,11 @@ def apply(snapshot: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
                 if data.get(name) is not None:
                     request[name] = data[name]
     return snapshot
+
+
+def find_input(snapshot: dict[str, Any], request_id: str) -> dict[str, Any] | None:
+    """The question ``request_id`` of a run, open or resolved."""
+    return _find(snapshot.get("inputs", []), "request_id", request_id)
 
 
 def open_inputs(snapshot: dict[str, Any]) -> list[dict[str, Any]]:

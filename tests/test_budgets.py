@@ -8,7 +8,7 @@ import pytest
 from traitlets import TraitError
 
 from jupyter_agentruns.app import AgentRuns
-from jupyter_agentruns.budgets import iso
+from jupyter_agentruns.timeutil import iso
 
 from agents_for_tests import TEST_AGENTS
 from conftest import all_events, submit, wait_run

@@ -5,7 +5,7 @@ from __future__ import annotations
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..errors import invalid_request
+from ..errors import invalid_request, refuse_unknown_fields
 from .base import AgentRunsHandler
 from .runs import RUN_ID
 
@@ -19,9 +19,7 @@ class InputHandler(AgentRunsHandler):
     @authorized
     async def post(self, run_id: str, request_id: str) -> None:
         body = self.json_body()
-        unknown = sorted(set(body) - {"choice", "note"})
-        if unknown:
-            raise invalid_request(f"Unknown field(s) {', '.join(unknown)}; allowed: choice, note.")
+        refuse_unknown_fields(body, ["choice", "note"])
         choice, note = body.get("choice"), body.get("note")
         if not isinstance(choice, str):
             raise invalid_request("The field 'choice' is required: one of the question's choices.")

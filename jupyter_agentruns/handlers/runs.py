@@ -11,7 +11,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from ..engine import SubmitRequest
-from ..errors import ApiError, invalid_request
+from ..errors import ApiError, invalid_request, refuse_unknown_fields
 from ..idempotency import key_problem
 from ..lifecycle import ALL_STATUSES, SESSION_POLICIES
 from .base import AgentRunsHandler
@@ -31,11 +31,7 @@ LIST_LIMIT_MAX = 500
 
 def submit_request(body: dict[str, Any]) -> SubmitRequest:
     """Check a submit body's shape (400 ``invalid_request``) and read it."""
-    unknown = sorted(set(body) - set(SUBMIT_FIELDS))
-    if unknown:
-        raise invalid_request(
-            f"Unknown field(s) {', '.join(unknown)}; allowed: {', '.join(SUBMIT_FIELDS)}."
-        )
+    refuse_unknown_fields(body, SUBMIT_FIELDS)
     for name in ("agent", "input"):
         if name not in body:
             raise invalid_request(f"The field {name!r} is required.")
@@ -159,11 +155,7 @@ class CancelHandler(AgentRunsHandler):
     @authorized
     async def post(self, run_id: str) -> None:
         body = self.json_body(required=False)
-        unknown = sorted(set(body) - {"reason"})
-        if unknown:
-            raise invalid_request(
-                f"Unknown field(s) {', '.join(unknown)}; only 'reason' is allowed."
-            )
+        refuse_unknown_fields(body, ["reason"])
         reason = body.get("reason")
         if reason is not None and (not isinstance(reason, str) or len(reason) > 1000):
             raise invalid_request("The field 'reason' must be a string of at most 1000 characters.")
