@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
+import threading
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -79,6 +82,29 @@ async def submit(api, agent="demo", input=None, *, key=None, headers=None, **bod
     return await api.post("runs", json=payload, headers=headers)
 
 
+@contextmanager
+def write_lock_held(path):
+    """Another connection's write transaction on the SQLite file at ``path``, for the block."""
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_lock():
+        db = sqlite3.connect(path)
+        db.execute("BEGIN IMMEDIATE")
+        locked.set()
+        release.wait(10)
+        db.rollback()
+        db.close()
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    try:
+        locked.wait(5)
+        yield
+    finally:
+        release.set()
+        holder.join()
+
+
 async def wait_run(api, run_id, *, timeout=30, headers=None):
     """Wait until the run is terminal; returns the run object."""
     deadline = asyncio.get_running_loop().time() + timeout
@@ -114,6 +140,21 @@ async def wait_seq(api, run_id, seq, *, timeout=30, headers=None):
             raise AssertionError(f"run {run_id} reached seq {body['last_seq']}, not {seq}")
         if body["events"]:
             after = body["events"][-1]["seq"]
+
+
+async def waiting(api, run_id, headers=None, count=1, asked=1, timeout=30):
+    """The run once it asked ``asked`` questions and waits with ``count`` of them open."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        run = (await api.get(f"runs/{run_id}", headers=headers)).json()
+        inputs = run["snapshot"].get("inputs", [])
+        opened = sum(i["status"] == "open" for i in inputs)
+        if run["status"] == "waiting" and opened == count and len(inputs) == asked:
+            return run
+        assert run["status"] not in TERMINAL, f"{run_id} ended {run['status']} without asking"
+        assert loop.time() < deadline, f"{run_id} is {run['status']}, not waiting"
+        await asyncio.sleep(0.02)
 
 
 async def wait_for(predicate, *, timeout=10, what="a condition"):

@@ -9,24 +9,10 @@ from jupyter_agentruns.engine import Engine
 from jupyter_agentruns.store.sqlite import SQLiteStore
 
 from agents_for_tests import TEST_AGENTS
-from conftest import all_events, demo_input, submit, wait_run
+from conftest import all_events, demo_input, submit, wait_run, waiting
 
 PER_USER = {"identity_provider_class": "identity.HeaderIdentityProvider"}
 ASK = demo_input(ask=True, chunks=5)
-
-
-async def waiting(api, run_id, headers=None, count=1, asked=1, timeout=30):
-    """The run once it asked ``asked`` questions and waits with ``count`` of them open."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        run = (await api.get(f"runs/{run_id}", headers=headers)).json()
-        inputs = run["snapshot"].get("inputs", [])
-        opened = sum(i["status"] == "open" for i in inputs)
-        if run["status"] == "waiting" and opened == count and len(inputs) == asked:
-            return run
-        assert loop.time() < deadline, f"{run_id} is {run['status']}, not waiting"
-        await asyncio.sleep(0.02)
 
 
 def open_question(run):

@@ -5,14 +5,13 @@ A locked database loses nothing.
 
 import asyncio
 import sqlite3
-import threading
 import time
 
 import pytest
 
 from jupyter_agentruns.store import sqlite as store
 
-from conftest import all_events, demo_input, submit, wait_for, wait_run, wait_seq
+from conftest import all_events, demo_input, submit, wait_for, wait_run, wait_seq, write_lock_held
 
 
 def insert_foreign_run(db_path, run_id, lease_expires):
@@ -72,22 +71,8 @@ def agentruns_config(monkeypatch):
 async def test_a_database_locked_by_another_process_delays_but_loses_nothing(api, engine, caplog):
     run_id = (await submit(api, input=demo_input(chunks=200, delay=0.005))).json()["run_id"]
     await wait_seq(api, run_id, 5)
-    locked, release = threading.Event(), threading.Event()
-
-    def hold_lock():
-        db = sqlite3.connect(engine.settings.db_path)
-        db.execute("BEGIN IMMEDIATE")
-        locked.set()
-        release.wait(10)
-        db.rollback()
-        db.close()
-
-    holder = threading.Thread(target=hold_lock)
-    holder.start()
-    locked.wait(5)
-    await asyncio.sleep(1.0)
-    release.set()
-    holder.join()
+    with write_lock_held(engine.settings.db_path):
+        await asyncio.sleep(1.0)
     run = await wait_run(api, run_id)
     assert run["status"] == "succeeded"
     events = await all_events(api, run_id)

@@ -17,7 +17,7 @@ from jupyter_agentruns.agents.openai_chat import describe_tool, tool
 from jupyter_agentruns.errors import error_object
 
 import tools_for_tests
-from conftest import all_events, submit, wait_run
+from conftest import all_events, submit, wait_run, waiting
 from fake_openai import (
     MODEL,
     FakeOpenAI,
@@ -277,15 +277,8 @@ async def test_a_local_server_without_a_key_gets_a_placeholder_key(api, fake, mo
 
 
 async def wait_question(api, run_id, asked):
-    """The run's open question once it asked ``asked`` of them."""
-    for _ in range(1500):
-        run = (await api.get(f"runs/{run_id}")).json()
-        inputs = run["snapshot"].get("inputs", [])
-        if run["status"] == "waiting" and len(inputs) == asked:
-            return inputs[-1]
-        assert run["status"] not in ("succeeded", "failed", "cancelled"), run
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{run_id} never asked question {asked}")
+    """The run's newest question, open, once it asked ``asked`` of them."""
+    return (await waiting(api, run_id, asked=asked))["snapshot"]["inputs"][-1]
 
 
 @pytest.mark.parametrize("openai_config", [{"approve_tools": ["add"]}])

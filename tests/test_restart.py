@@ -256,16 +256,6 @@ def test_a_day_s_token_budget_counts_the_runs_of_every_server_sharing_the_store(
         assert refused.json()["error"] == "token_budget_exhausted"
 
 
-def wait_waiting(client, run_id, timeout=30):
-    deadline = time.monotonic() + timeout
-    while True:
-        run = client.get(f"runs/{run_id}").json()
-        if run["status"] == "waiting":
-            return run
-        assert time.monotonic() < deadline, f"{run_id} still {run['status']}"
-        time.sleep(0.05)
-
-
 ASKING = {"prompt": "p", "chunks": 3, "delay": 0, "ask": True}
 
 
@@ -275,7 +265,7 @@ def test_a_question_answered_on_another_server_resumes_the_run_where_it_waits(se
     b = servers("b")
     with a.client() as client_a, b.client() as client_b:
         run = client_a.post("runs", json={"agent": "demo", "input": ASKING}).json()
-        [question] = wait_waiting(client_a, run["run_id"])["snapshot"]["inputs"]
+        [question] = wait_status(client_a, run["run_id"], {"waiting"})["snapshot"]["inputs"]
         url = f"runs/{run['run_id']}/inputs/{question['request_id']}"
         answered = client_b.post(url, json={"choice": "approve"})
         assert answered.status_code == 200
@@ -292,7 +282,7 @@ def test_a_run_waiting_when_its_server_is_killed_ends_interrupted_with_its_quest
     first = servers("a", lease_seconds=1.5)
     with first.client() as client:
         run = client.post("runs", json={"agent": "demo", "input": ASKING}).json()
-        [question] = wait_waiting(client, run["run_id"])["snapshot"]["inputs"]
+        [question] = wait_status(client, run["run_id"], {"waiting"})["snapshot"]["inputs"]
     first.kill()
     with servers("b", lease_seconds=1.5).client() as client:
         ended = wait_status(client, run["run_id"], TERMINAL)

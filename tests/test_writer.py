@@ -3,7 +3,6 @@
 import asyncio
 import logging
 import sqlite3
-import threading
 
 import pytest
 
@@ -11,6 +10,8 @@ from jupyter_agentruns.events import Append
 from jupyter_agentruns.store import sqlite as sqlite_store
 from jupyter_agentruns.store.sqlite import SQLiteStore
 from jupyter_agentruns.writer import Writer
+
+from conftest import write_lock_held
 
 LOG = logging.getLogger("test-writer")
 
@@ -115,29 +116,14 @@ async def test_a_database_locked_by_another_process_delays_a_batch_but_loses_not
     monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT_MS", 50)
     commits = Commits(tmp_path / "w.sqlite3")
     writer = await started_writer(SQLiteStore(tmp_path / "w.sqlite3", "NORMAL"), commits)
-    locked, release = threading.Event(), threading.Event()
-
-    def hold_lock():
-        db = sqlite3.connect(tmp_path / "w.sqlite3")
-        db.execute("BEGIN IMMEDIATE")
-        locked.set()
-        release.wait(10)
-        db.rollback()
-        db.close()
-
-    holder = threading.Thread(target=hold_lock)
-    holder.start()
     try:
-        locked.wait(5)
-        for seq in range(1, 101):
-            writer.append(event("run_a", seq))
-        await asyncio.sleep(0.3)  # the writer backs off and retries meanwhile
-        assert "run_a" not in commits.seqs
-        release.set()
+        with write_lock_held(tmp_path / "w.sqlite3"):
+            for seq in range(1, 101):
+                writer.append(event("run_a", seq))
+            await asyncio.sleep(0.3)  # the writer backs off and retries meanwhile
+            assert "run_a" not in commits.seqs
         await drained(writer)
     finally:
-        release.set()
-        holder.join()
         writer.close()
     assert commits.seqs["run_a"] == list(range(1, 101))
     assert "retrying" in caplog.text
