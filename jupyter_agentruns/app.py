@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 from jupyter_core.paths import jupyter_data_dir
@@ -17,7 +18,14 @@ from .agents import load_agents
 from .engine import Engine
 from .handlers import default_handlers
 from .lifecycle import SESSION_POLICIES
+from .store import Store
+from .store.filesystems import network_filesystem
+from .store.postgres import PostgresStore, is_postgres_url, redact
 from .store.sqlite import SQLiteStore
+
+
+class UnsafeStore(Exception):
+    """A store that would open but must not be used: the message says why and what to do."""
 
 
 class AgentRuns(ExtensionApp):
@@ -28,6 +36,14 @@ class AgentRuns(ExtensionApp):
 
     db_path = Unicode(
         help="The SQLite file holding runs and events (on a local disk: WAL needs one)."
+    ).tag(config=True)
+    store_url = Unicode(
+        help=(
+            "Where runs are kept, when not in the SQLite file at db_path: "
+            "'postgresql://user:password@host:port/database' (optionally '?schema=name', "
+            "default agentruns) for a PostgreSQL database shared by servers on many machines. "
+            "Default: the environment variable AGENTRUNS_STORE_URL, else empty (SQLite)."
+        )
     ).tag(config=True)
     owner_mode = Enum(
         ["auto", "shared", "per-user"],
@@ -139,6 +155,36 @@ class AgentRuns(ExtensionApp):
     def _default_db_path(self) -> str:
         return str(Path(jupyter_data_dir()) / "agentruns.sqlite3")
 
+    @default("store_url")
+    def _default_store_url(self) -> str:
+        return os.environ.get("AGENTRUNS_STORE_URL", "")
+
+    @validate("store_url")
+    def _known_store(self, proposal):
+        value = proposal["value"].strip()
+        if value and not is_postgres_url(value):
+            raise TraitError(
+                "c.AgentRuns.store_url must be empty (SQLite at db_path) or a "
+                f"postgresql:// URL, not {redact(value)!r}"
+            )
+        return value
+
+    def open_store(self) -> Store:
+        """The store configured: PostgreSQL at ``store_url``, else SQLite at ``db_path``."""
+        if self.store_url:
+            return PostgresStore(self.store_url)
+        if fstype := network_filesystem(self.db_path):
+            raise UnsafeStore(
+                f"the agentruns SQLite file {self.db_path} is on a network file system "
+                f"({fstype}), where SQLite's locking is unsafe and a database can be corrupted: "
+                "set c.AgentRuns.db_path to a local disk, or c.AgentRuns.store_url to a "
+                "PostgreSQL database"
+            )
+        return SQLiteStore(self.db_path, self.sqlite_synchronous)
+
+    def store_location(self) -> str:
+        return redact(self.store_url) if self.store_url else self.db_path
+
     def effective_owner_mode(self) -> str:
         if self.owner_mode != "auto":
             return self.owner_mode
@@ -150,7 +196,7 @@ class AgentRuns(ExtensionApp):
         self.startup_error: str | None = None
         agents, failures = load_agents(self.agents, self.log, parent=self)
         try:
-            store = SQLiteStore(self.db_path, self.sqlite_synchronous)
+            store = self.open_store()
             self.engine = Engine(
                 parent=self,
                 store=store,
@@ -158,9 +204,15 @@ class AgentRuns(ExtensionApp):
                 agent_failures=failures,
                 on_activity=self._record_activity,
             )
+        except UnsafeStore as exc:
+            self.startup_error = str(exc)
+            self.log.error("agentruns: %s", self.startup_error)
         except Exception as exc:
             # The server goes on (and stops cleanly); the API answers 503 saying why.
-            self.startup_error = f"the agentruns store at {self.db_path} cannot be opened: {type(exc).__name__}: {exc}"
+            self.startup_error = (
+                f"the agentruns store at {self.store_location()} cannot be opened: "
+                f"{type(exc).__name__}: {exc}"
+            )
             self.log.error("agentruns: %s", self.startup_error)
         self.settings.update(
             {

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 
 from .events import Event, envelope
 from .reader import Reader
-from .store import StoreConnection
+from .store import Listener, Store, StoreConnection
 
 WINDOW_EVENTS = 2048
 WINDOW_BYTES = 4 * 1024 * 1024
@@ -29,6 +30,11 @@ READ_MAX_BYTES = 1024 * 1024
 CHANGE_POLL_SECONDS = 0.05
 # ...and a waiter rereads the store at least this often anyway.
 STORE_POLL_SECONDS = 0.5
+# A store that notifies (PostgreSQL) wakes waiters itself: this is only the
+# safety net, no more often than a stream's heartbeat.
+NOTIFIED_POLL_SECONDS = 15.0
+# A remote run someone asked about within this many seconds: a notification naming it wakes waiters.
+REMOTE_INTEREST_SECONDS = 60.0
 
 
 class Signal:
@@ -139,19 +145,49 @@ class Channel:
 class Broadcaster:
     """The channels of the runs this server executes, and a wake-up for the others.
 
-    ``watch`` is a connection of its own whose change token moves when any
-    other connection commits: the runs another server executes (sharing the
-    store) have no channel here, and their subscribers wake on that.
+    The runs another server executes (sharing the store) have no channel
+    here: their subscribers wait on ``remote``, which fires after other
+    servers' commits. A store that notifies (``Store.listen``) says which
+    runs a commit appended to; for one that cannot, a connection of its own
+    polls the store's change token while someone waits.
     """
 
-    def __init__(self, reader: Reader, watch: StoreConnection | None = None) -> None:
+    def __init__(self, reader: Reader, store: Store | None = None) -> None:
         self.reader = reader
         self._channels: dict[str, Channel] = {}
-        self._watch = watch
+        self._store = store
+        self._watch: StoreConnection | None = None
+        self._listener: Listener | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._remote_waiters = 0
+        # Runs of other servers someone asked about, with when (loop time).
+        self._interest: dict[str, float] = {}
         # Fired after a commit by any other connection to the store.
         self.remote = Signal()
+        self.remote_poll_seconds = STORE_POLL_SECONDS
         self._poller: asyncio.Task | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Listen to the store's notifications, or get ready to poll it (on the event loop)."""
+        if self._store is None or self._loop is not None:
+            return
+        self._loop = loop
+        self._listener = self._store.listen(self._changed_elsewhere)
+        if self._listener is not None:
+            self.remote_poll_seconds = NOTIFIED_POLL_SECONDS
+        else:
+            self._watch = self._store.connect()
+
+    def _changed_elsewhere(self, runs: dict[str, int] | None) -> None:
+        # The listener's thread: over to the loop.
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+                loop.call_soon_threadsafe(self._remote_commit, runs)
+
+    def _remote_commit(self, runs: dict[str, int] | None) -> None:
+        if runs is None or any(run_id in self._interest for run_id in runs):
+            self.remote.fire()
 
     def subscriber(self, run_id: str, cursor: int) -> Subscriber:
         return Subscriber(self, run_id, cursor)
@@ -183,6 +219,9 @@ class Broadcaster:
             self._poller = None
 
     def close_watch(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         if self._watch is not None:
             self._watch.close()
             self._watch = None
@@ -202,7 +241,15 @@ class Broadcaster:
     def signal_for(self, run_id: str) -> tuple[Signal, bool]:
         """What wakes a waiter for ``run_id``, and whether it is the remote poll (another server's run)."""
         channel = self._channels.get(run_id)
-        return (self.remote, True) if channel is None else (channel.signal, False)
+        if channel is not None:
+            return channel.signal, False
+        now = time.monotonic()
+        if len(self._interest) > 10000:  # forget runs nobody asked about for a while
+            self._interest = {
+                r: t for r, t in self._interest.items() if now - t < REMOTE_INTEREST_SECONDS
+            }
+        self._interest[run_id] = now
+        return self.remote, True
 
 
 class Subscriber:
@@ -284,8 +331,11 @@ class Subscriber:
             if events or self.done or remaining <= 0 or waiter.released:
                 return events
             if remote:
+                if signal.generation != generation:
+                    continue  # another server committed while the read was away
                 with self._broadcaster.watching_remote():
-                    await waiter.wait([signal], min(remaining, STORE_POLL_SECONDS))
+                    poll = self._broadcaster.remote_poll_seconds
+                    await waiter.wait([signal], min(remaining, poll))
             elif signal.generation == generation:  # else it fired while the read was away
                 await waiter.wait([signal], remaining)
 
@@ -310,4 +360,4 @@ async def wait_since(
         await waiter.wait(signals, timeout)
         return
     with broadcaster.watching_remote():
-        await waiter.wait(signals, min(timeout, STORE_POLL_SECONDS))
+        await waiter.wait(signals, min(timeout, broadcaster.remote_poll_seconds))

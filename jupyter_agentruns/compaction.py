@@ -118,6 +118,7 @@ class Compactor:
         watermark = target - 1
 
         def record(conn: StoreConnection) -> bool:
+            conn.lock_run(run_id)
             current = conn.get_run_head(run_id)
             if current is None or current["first_seq"] >= target:
                 return False

@@ -32,7 +32,7 @@ from .executor import Executor
 from .idempotency import fingerprint
 from .reader import Reader
 from .record import run_markdown
-from .store import Store, StoreConnection, reduce_stored
+from .store import Store, StoreConnection, StoreUnavailable, reduce_stored
 from .timeutil import now_iso
 from .writer import Writer
 
@@ -84,7 +84,7 @@ class Engine(LoggingConfigurable):
         self._on_activity = on_activity
         self.executor_id = "exec_" + secrets.token_urlsafe(12)
         self.reader = Reader(store)
-        self.broadcaster = Broadcaster(self.reader, store.connect())
+        self.broadcaster = Broadcaster(self.reader, store)
         self.writer: Writer | None = None
         self.executor: Executor | None = None
         self.compactor: Compactor | None = None
@@ -130,6 +130,7 @@ class Engine(LoggingConfigurable):
             return  # the server stopped before its start came round: start nothing
         loop = asyncio.get_running_loop()
         settings = self.settings
+        self.broadcaster.start(loop)
         if self.writer is None:
             self.writer = Writer(self.store, loop, self._on_commit, self.log)
             self.executor = Executor(
@@ -224,6 +225,7 @@ class Engine(LoggingConfigurable):
         # Often enough that a cancel sent to another server sharing the
         # database takes effect within a second.
         interval = max(0.05, min(1.0, self.settings.lease_seconds / 3))
+        unavailable = False
         while not self._stopping:
             try:
                 await asyncio.wait_for(self._stop_requested.wait(), interval)
@@ -235,8 +237,15 @@ class Engine(LoggingConfigurable):
                 await self.sweep()
                 await self.dispatch_queued()
                 await self._refresh_day_tokens()
+            except StoreUnavailable as exc:
+                # Said once per outage; the writer says when it commits again.
+                if not unavailable:
+                    self.log.warning("agentruns: lease upkeep waits for the store: %s", exc)
+                unavailable = True
             except Exception:
                 self.log.exception("agentruns: lease upkeep failed")
+            else:
+                unavailable = False
 
     async def _compact_live(self, channel) -> None:
         try:
@@ -386,6 +395,9 @@ class Engine(LoggingConfigurable):
         day_rows: list[tuple[str, str, int, int]] = []  # the owner's day, for the budget
 
         def create(conn: StoreConnection) -> tuple[dict[str, Any], bool]:
+            # The owner's submits one at a time, across servers sharing the store:
+            # the key, the session and the active runs are read and written as one.
+            conn.serialize(f"submit:{owner}")
             if key is not None:
                 existing = conn.find_key(owner, key, now - ttl)
                 if existing is not None:
@@ -785,6 +797,7 @@ class Engine(LoggingConfigurable):
         await self.owned_head(owner, run_id)  # 404, or 410 for a run retention deleted
 
         def delete(conn: StoreConnection) -> None:
+            conn.lock_run(run_id)
             row = conn.get_run_head(run_id)
             if row is None or row["owner"] != owner:
                 raise run_not_found(run_id)
@@ -905,6 +918,7 @@ def request_cancel(conn: StoreConnection, run_id: str, reason: Any) -> bool:
 
     A run queued in its session, which no server executes yet, ends ``cancelled`` here.
     """
+    conn.lock_run(run_id)  # a server claiming the queued run waits, then finds it ended
     row = conn.get_run(run_id)
     if (
         row is None

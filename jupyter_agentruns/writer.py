@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .events import Append
-from .store import SeqTaken, Store, StoreBusy, StoreConnection
+from .store import SeqTaken, Store, StoreBusy, StoreConnection, StoreUnavailable
 
 MAX_BATCH = 5000
 MAX_PENDING_EVENTS = 20000
@@ -77,6 +77,9 @@ class Writer:
         # Runs whose appends were refused once: later ones would leave a hole.
         # Touched on the writer thread only.
         self._refused: set[str] = set()
+        # Why the database cannot be reached, while it cannot (set by the writer
+        # thread, read on the loop): new one-off operations fail at once (503).
+        self.unavailable: StoreUnavailable | None = None
         # Touched on the event loop only.
         self.pending_events = 0
         self.pending_bytes = 0
@@ -110,8 +113,18 @@ class Writer:
         self.pending_bytes += item.size
 
     def run(self, fn: Callable[[StoreConnection], Any]) -> asyncio.Future:
-        """Run ``fn(connection)`` in the writer's next transaction; the future gets its result."""
+        """Run ``fn(connection)`` in the writer's next transaction; the future gets its result.
+
+        While the database cannot be reached the future fails at once with
+        ``StoreUnavailable`` and nothing is queued: a request is answered 503,
+        not held until the database is back. (Events still queue: their
+        producers wait for room.)
+        """
         future = self._loop.create_future()
+        unavailable = self.unavailable
+        if unavailable is not None:
+            future.set_exception(StoreUnavailable(str(unavailable)))
+            return future
         self._put(Op(fn, future))
         return future
 
@@ -188,7 +201,10 @@ class Writer:
         while True:
             try:
                 outcome = self._write(batch)
+                self.unavailable = None
             except StoreBusy as exc:
+                if isinstance(exc, StoreUnavailable):
+                    self.unavailable = exc
                 # Locked by another process, disk full, I/O error: nothing
                 # is dropped; producers wait (the queue is bounded) until
                 # the same batch commits.

@@ -2,8 +2,9 @@
 
 import asyncio
 import os
-import sqlite3
 import time
+
+import rawdb
 
 from jupyter_agentruns import agent
 
@@ -58,7 +59,7 @@ async def durable_count(run, input):
     for index in range(input["n"]):
         await run.text(f"{index} ")
     await run.durable()
-    db = sqlite3.connect(os.environ["AGENTRUNS_TEST_DB"])
+    db = rawdb.connect(os.environ["AGENTRUNS_TEST_DB"])
     try:
         stored = db.execute(
             "SELECT count(*) FROM events WHERE run_id = ?", [run.run_id]

@@ -1,12 +1,22 @@
-"""Fixtures: a real Jupyter server with the extension, a real SQLite file, real HTTP on loopback."""
+"""Fixtures: a real Jupyter server with the extension, a real store, real HTTP on loopback.
+
+Every test that starts a server runs twice, once on each store: SQLite (a
+file of the test's own) and PostgreSQL (a schema of the test's own in a
+database of the test session's own, dropped after). Without a PostgreSQL
+server the PostgreSQL runs skip with one reason, except in CI, where they fail.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import os
+import secrets
 import sqlite3
 import threading
 from contextlib import contextmanager
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
@@ -24,6 +34,74 @@ def pytest_runtest_makereport(item, call):
     setattr(item, "rep_" + report.when, report)
 
 
+POSTGRES_URL = os.environ.get(
+    "AGENTRUNS_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
+STORES = ("sqlite", "postgres")
+_schemas = itertools.count(1)
+
+
+def pytest_generate_tests(metafunc):
+    """Each test of a server runs on both stores (``sqlite_only`` ones on SQLite alone)."""
+    if "store_kind" in metafunc.fixturenames:
+        only_sqlite = metafunc.definition.get_closest_marker("sqlite_only") is not None
+        metafunc.parametrize("store_kind", STORES[:1] if only_sqlite else STORES, indirect=True)
+
+
+@pytest.fixture
+def store_kind(request):
+    return getattr(request, "param", "sqlite")
+
+
+@pytest.fixture(scope="session")
+def postgres_database():
+    """The URL of a database of this test session's own, dropped at its end."""
+    try:
+        import psycopg
+
+        admin = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=3)
+    except Exception as exc:
+        reason = f"no PostgreSQL at {POSTGRES_URL} ({type(exc).__name__}); set AGENTRUNS_TEST_POSTGRES_URL"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason}: CI must run the PostgreSQL tests")
+        pytest.skip(reason)
+    name = f"agentruns_test_{os.getpid()}_{secrets.token_hex(3)}"
+    admin.execute(f"CREATE DATABASE {name}")
+    yield urlunsplit(urlsplit(POSTGRES_URL)._replace(path="/" + name))
+    admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    admin.close()
+
+
+@pytest.fixture
+def postgres_url(postgres_database):
+    """A store URL of the test's own: a fresh schema in the session's database."""
+    return f"{postgres_database}?schema=t{next(_schemas)}"
+
+
+@pytest.fixture
+def store_config(store_kind, request):
+    """The ``c.AgentRuns`` settings that choose the test's store."""
+    if store_kind == "postgres":
+        return {"store_url": request.getfixturevalue("postgres_url")}
+    return {}
+
+
+@pytest.fixture
+def make_store(store_kind, tmp_path, request):
+    """A function making the test's store (the same one each call), SQLite or PostgreSQL."""
+    from jupyter_agentruns.store.postgres import PostgresStore
+    from jupyter_agentruns.store.sqlite import SQLiteStore
+
+    url = request.getfixturevalue("postgres_url") if store_kind == "postgres" else None
+
+    def make():
+        if url is not None:
+            return PostgresStore(url)
+        return SQLiteStore(tmp_path / "store.sqlite3", "NORMAL")
+
+    return make
+
+
 @pytest.fixture
 def agentruns_config():
     """Per-test ``c.AgentRuns`` settings; override with ``@pytest.mark.parametrize``."""
@@ -37,10 +115,10 @@ def server_config():
 
 
 @pytest.fixture
-def jp_server_config(agentruns_config, server_config):
+def jp_server_config(agentruns_config, server_config, store_config):
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agentruns": True}, **server_config},
-        "AgentRuns": {"heartbeat_interval": 0.5, **agentruns_config},
+        "AgentRuns": {"heartbeat_interval": 0.5, **store_config, **agentruns_config},
     }
 
 

@@ -4,6 +4,7 @@ import asyncio
 import gc
 
 import pytest
+import rawdb
 
 from agents_for_tests import TEST_AGENTS
 from conftest import all_events, submit, wait_run
@@ -79,7 +80,7 @@ async def test_agents_cannot_forge_lifecycle_events(api):
 
 
 async def test_durable_waits_until_every_emitted_event_is_in_the_database(api, engine, monkeypatch):
-    monkeypatch.setenv("AGENTRUNS_TEST_DB", engine.settings.db_path)
+    monkeypatch.setenv("AGENTRUNS_TEST_DB", rawdb.target(engine))
     run = await run_agent(api, "durable_count", {"n": 500})
     assert run["output"] == {"stored": 502, "emitted": 502}
 

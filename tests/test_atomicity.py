@@ -2,7 +2,8 @@
 
 import asyncio
 import json
-import sqlite3
+
+import rawdb
 
 from conftest import demo_input, submit, wait_run, wait_seq
 
@@ -14,8 +15,8 @@ TERMINAL_EVENT = {
 }
 
 
-def check_consistency(db_path, stop, problems, checks):
-    db = sqlite3.connect(db_path)
+def check_consistency(where, stop, problems, checks):
+    db = rawdb.connect(where)
     try:
         while not stop.is_set():
             db.execute("BEGIN")
@@ -55,7 +56,7 @@ async def test_no_reader_ever_sees_a_status_without_its_event_or_a_terminal_with
 
     stop, problems, checks = threading.Event(), [], []
     checker = asyncio.get_running_loop().run_in_executor(
-        None, check_consistency, engine.settings.db_path, stop, problems, checks
+        None, check_consistency, rawdb.target(engine), stop, problems, checks
     )
     try:
         run_ids = []

@@ -1,10 +1,10 @@
 """Token budgets: per run, per owner over a sliding day (across servers sharing the store), GET usage."""
 
 import asyncio
-import sqlite3
 import time
 
 import pytest
+import rawdb
 from traitlets import TraitError
 
 from jupyter_agentruns.app import AgentRuns
@@ -82,7 +82,7 @@ async def test_a_day_budget_per_owner_fails_the_crossing_run_then_refuses_submit
     # Bob has his own day.
     assert (await run_to_end(api, spend((100, 90)), BOB))["status"] == "succeeded"
     # Once Alice's first run is older than a day, she is under the limit again.
-    db = sqlite3.connect(jp_serverapp.web_app.settings["agentruns_engine"].store.path)
+    db = rawdb.connect(rawdb.target(jp_serverapp.web_app.settings["agentruns_engine"]))
     first = (await api.get("runs", headers=ALICE)).json()["runs"][-1]["run_id"]
     with db:
         db.execute(
@@ -102,7 +102,7 @@ async def test_retry_after_says_when_enough_of_the_day_leaves_the_window(api, jp
     for steps in ((300, 0), (300, 0), (400, 0)):
         assert (await run_to_end(api, spend(steps)))["status"] == "succeeded"
     runs = (await api.get("runs")).json()["runs"][::-1]  # oldest first
-    db = sqlite3.connect(jp_serverapp.web_app.settings["agentruns_engine"].store.path)
+    db = rawdb.connect(rawdb.target(jp_serverapp.web_app.settings["agentruns_engine"]))
     now = time.time()
     with db:  # the first two runs were made 23 h 50 min and 23 h 40 min ago
         for run, age in zip(runs[:2], (86400 - 600, 86400 - 1200), strict=True):

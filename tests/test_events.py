@@ -2,9 +2,9 @@
 
 import asyncio
 import re
-import sqlite3
 
 import pytest
+import rawdb
 
 from agents_for_tests import TEST_AGENTS
 from conftest import (
@@ -183,7 +183,7 @@ async def test_many_subscribers_at_random_cursors_during_appends_see_no_hole_and
 async def test_nothing_reaches_a_subscriber_before_it_is_committed(api, engine):
     response = await submit(api, input=demo_input(chunks=200, delay=0.001))
     run_id = response.json()["run_id"]
-    db = sqlite3.connect(engine.settings.db_path)
+    db = rawdb.connect(rawdb.target(engine))
     try:
         async with api.stream(
             "GET", f"runs/{run_id}/events", headers={"Accept": "text/event-stream"}

@@ -6,7 +6,6 @@ import threading
 import pytest
 
 from jupyter_agentruns.engine import Engine
-from jupyter_agentruns.store.sqlite import SQLiteStore
 
 from agents_for_tests import TEST_AGENTS
 from conftest import all_events, demo_input, submit, wait_run, waiting
@@ -207,7 +206,7 @@ async def test_a_thread_agent_cancelled_while_asking_lets_its_thread_go(api):
 async def test_an_answer_another_server_recorded_but_that_lost_is_409(api, engine, jp_serverapp):
     # A second engine on the same store stands for another server.
     app = jp_serverapp.extension_manager.extension_points["jupyter_agentruns"].app
-    other = Engine(parent=app, store=SQLiteStore(app.db_path, "FULL"), agents=engine.agents)
+    other = Engine(parent=app, store=app.open_store(), agents=engine.agents)
     await other.start()
     try:
         run = (await submit(api, input=ASK)).json()

@@ -4,19 +4,19 @@ A locked database loses nothing.
 """
 
 import asyncio
-import sqlite3
 import time
 
 import pytest
+import rawdb
 
 from jupyter_agentruns.store import sqlite as store
 
 from conftest import all_events, demo_input, submit, wait_for, wait_run, wait_seq, write_lock_held
 
 
-def insert_foreign_run(db_path, run_id, lease_expires):
+def insert_foreign_run(where, run_id, lease_expires):
     """A running run of another server (executor) sharing the database."""
-    db = sqlite3.connect(db_path)
+    db = rawdb.connect(where)
     db.execute(
         "INSERT INTO runs (run_id, owner, agent, status, created_at, last_seq, first_seq, "
         "executor_id, lease_expires, metadata, input) VALUES (?, '~shared', 'demo', 'running', "
@@ -32,8 +32,8 @@ def insert_foreign_run(db_path, run_id, lease_expires):
     db.close()
 
 
-def set_lease(db_path, run_id, lease_expires):
-    db = sqlite3.connect(db_path)
+def set_lease(where, run_id, lease_expires):
+    db = rawdb.connect(where)
     db.execute("UPDATE runs SET lease_expires = ? WHERE run_id = ?", [lease_expires, run_id])
     db.commit()
     db.close()
@@ -42,7 +42,7 @@ def set_lease(db_path, run_id, lease_expires):
 @pytest.mark.parametrize("agentruns_config", [{"lease_seconds": 0.6}])
 async def test_an_expired_lease_that_is_renewed_in_time_is_never_interrupted(api, engine):
     await engine.start()
-    path = engine.settings.db_path
+    path = rawdb.target(engine)
     insert_foreign_run(path, "run_other", time.time() - 100)  # looks long dead (a clock jump)
     assert await engine.sweep() == 0  # first seen: not yet
     set_lease(path, "run_other", time.time() + 60)  # its server wakes up and renews
@@ -68,6 +68,7 @@ def agentruns_config(monkeypatch):
     return {}
 
 
+@pytest.mark.sqlite_only
 async def test_a_database_locked_by_another_process_delays_but_loses_nothing(api, engine, caplog):
     run_id = (await submit(api, input=demo_input(chunks=200, delay=0.005))).json()["run_id"]
     await wait_seq(api, run_id, 5)
@@ -87,7 +88,7 @@ async def test_a_run_whose_seqs_another_server_took_stops_and_the_others_go_on(a
     other = (await submit(api, input=demo_input(chunks=100, delay=0.01))).json()["run_id"]
     await wait_seq(api, taken, 10)
     # Another server takes the run's next seqs, in one transaction against our writer.
-    db = sqlite3.connect(engine.settings.db_path, isolation_level=None)
+    db = rawdb.connect(rawdb.target(engine))
     try:
         db.execute("BEGIN IMMEDIATE")
         (last,) = db.execute("SELECT last_seq FROM runs WHERE run_id = ?", [taken]).fetchone()

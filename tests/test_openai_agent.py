@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import sys
 from datetime import date
 from pathlib import Path
 from typing import Annotated
 
 import pytest
+import rawdb
 
 from jupyter_agentruns.agents import openai_chat
 from jupyter_agentruns.agents.openai_chat import describe_tool, tool
@@ -522,12 +522,12 @@ async def test_a_failing_or_unknown_tool_completes_not_ok_and_the_model_reads_th
 async def test_a_tool_call_is_durable_before_it_runs_and_its_result_before_the_next_model_call(
     api, fake, engine, monkeypatch
 ):
-    monkeypatch.setenv("AGENTRUNS_TEST_DB", engine.settings.db_path)
+    monkeypatch.setenv("AGENTRUNS_TEST_DB", rawdb.target(engine))
     committed_at_second_request = []
 
     def count_committed(request):
         if len(fake.requests) == 2:
-            db = sqlite3.connect(engine.settings.db_path)
+            db = rawdb.connect(rawdb.target(engine))
             try:
                 query = "SELECT type, count(*) FROM events WHERE type LIKE 'tool.%' GROUP BY type"
                 committed_at_second_request.append(dict(db.execute(query).fetchall()))

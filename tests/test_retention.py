@@ -3,6 +3,7 @@
 import asyncio
 
 import pytest
+import rawdb
 
 from jupyter_agentruns.compaction import compaction_target
 from jupyter_agentruns.reducer import apply, reduce
@@ -57,9 +58,8 @@ async def test_an_old_finished_run_keeps_its_snapshot_and_terminal_event_only(ap
     before, after = await compacted_run(api, engine, chunks=30)
     assert after["first_seq"] == after["last_seq"] == before["last_seq"]
     assert after["snapshot"] == before["snapshot"] and after["output"] == before["output"]
-    import sqlite3
 
-    db = sqlite3.connect(engine.settings.db_path)
+    db = rawdb.connect(rawdb.target(engine))
     kept = db.execute(
         "SELECT seq, type FROM events WHERE run_id = ?", [before["run_id"]]
     ).fetchall()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 import threading
 from typing import Literal
+
+import rawdb
 
 from jupyter_agentruns.agents.openai_chat import tool
 
@@ -42,7 +43,7 @@ def broken(city: str) -> str:
 @tool(description="Count the tool.started events committed to the test database.",
       schema={"type": "object", "properties": {}})  # fmt: skip
 def committed_tool_calls():
-    db = sqlite3.connect(os.environ["AGENTRUNS_TEST_DB"])
+    db = rawdb.connect(os.environ["AGENTRUNS_TEST_DB"])
     try:
         return db.execute("SELECT count(*) FROM events WHERE type = 'tool.started'").fetchone()[0]
     finally:

@@ -13,6 +13,7 @@ from .. import jsonio
 from ..broadcaster import Waiter
 from ..engine import Engine
 from ..errors import ApiError, invalid_request
+from ..store import StoreUnavailable
 
 AUTH_RESOURCE = "agentruns"
 SHARED_OWNER = "~shared"
@@ -102,8 +103,18 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
         self.set_status(status)
         self.finish(body if isinstance(body, (str, bytes)) else jsonio.dumps(body))
 
+    def log_exception(self, typ, value, tb) -> None:
+        if isinstance(value, StoreUnavailable):
+            # A database that went away is news for the log, not a traceback per request.
+            self.log.warning("agentruns: %s %s: %s", self.request.method, self.request.path, value)
+            return
+        super().log_exception(typ, value, tb)
+
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, StoreUnavailable):
+            exc = store_unavailable()
+            self.set_status(exc.status)
         if isinstance(exc, ApiError):
             body = exc.body()
             for name, value in exc.headers.items():
@@ -158,6 +169,16 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
             bound = f"between {low} and {high}" if high is not None else f"at least {low}"
             raise invalid_request(f"{name} must be {bound}, not {value}.")
         return value
+
+
+def store_unavailable() -> ApiError:
+    return ApiError(
+        503,
+        "store_unavailable",
+        "The agentruns database cannot be reached just now; nothing was changed. Try again "
+        "in a few seconds (the server log says why).",
+        headers={"Retry-After": "5"},
+    )
 
 
 def parse_body(raw: bytes, *, required: bool = True) -> dict[str, Any]:

@@ -5,7 +5,7 @@ asks of storage. Writes happen on the writer thread only, inside
 ``transaction()`` (see ``writer.py``); reads happen on reader threads (see
 ``reader.py``), never on the event loop. ``sqlite.py`` implements it on one
 SQLite file; another database implements the same methods and raises the
-same two errors.
+same errors.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from .. import reducer
@@ -21,6 +21,10 @@ from .. import reducer
 
 class StoreBusy(Exception):
     """A passing failure (locked by another process, disk full): the same write may be retried."""
+
+
+class StoreUnavailable(StoreBusy):
+    """The database cannot be reached (restarting, a network cut): the API answers 503 meanwhile."""
 
 
 class SeqTaken(Exception):
@@ -45,7 +49,23 @@ class StoreConnection(abc.ABC):
 
     @abc.abstractmethod
     def change_token(self) -> int:
-        """A number that changes whenever another connection commits (wakes readers of others' runs)."""
+        """A number that changes whenever another connection commits (wakes readers of others' runs).
+
+        Only asked of a store that cannot ``listen``.
+        """
+
+    @abc.abstractmethod
+    def serialize(self, scope: str) -> None:
+        """Inside a transaction: others serializing on ``scope`` wait until it ends.
+
+        What makes a read-then-write race-free across servers (one run per
+        Idempotency-Key, one active run in a ``reject`` session). A store
+        whose write transactions already run one at a time does nothing.
+        """
+
+    @abc.abstractmethod
+    def lock_run(self, run_id: str) -> None:
+        """Inside a transaction: another server's change to the run waits until it ends."""
 
     # Reads -------------------------------------------------------------------
 
@@ -238,6 +258,36 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def describe(self) -> str:
         """Where the store is, for the server log (never with credentials)."""
+
+    def listen(self, on_change: Callable[[dict[str, int] | None], None]) -> Listener | None:
+        """Call ``on_change`` (from a thread of the store's) after other servers' commits.
+
+        With ``{run_id: last_seq}`` of the runs a commit appended to, or None
+        when anything may have changed (a reconnect). None: the store cannot,
+        and its readers poll ``change_token`` instead.
+        """
+        return None
+
+
+class Listener(abc.ABC):
+    """Notifications of other servers' commits, until closed."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+
+def split_parts(pieces: Iterable[str], size: int) -> Iterator[str]:
+    """Pieces of text joined into parts of at least ``size`` characters (the last one shorter)."""
+    buffer: list[str] = []
+    length = 0
+    for piece in pieces:
+        buffer.append(piece)
+        length += len(piece)
+        if length >= size:
+            yield "".join(buffer)
+            buffer, length = [], 0
+    if buffer:
+        yield "".join(buffer)
 
 
 def reduce_stored(

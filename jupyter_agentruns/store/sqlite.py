@@ -21,7 +21,7 @@ from sqlite_utils import Database
 
 from .. import budgets, jsonio, reducer
 from ..lifecycle import ACTIVE_STATUSES, CANCELLABLE, TERMINAL_STATUSES
-from . import SeqTaken, Store, StoreBusy, StoreConnection
+from . import SeqTaken, Store, StoreBusy, StoreConnection, split_parts
 
 # How long a connection waits for another process's write lock before the
 # writer backs off and retries (it never gives up on a batch).
@@ -335,6 +335,12 @@ class SQLiteConnection(StoreConnection):
     def change_token(self) -> int:
         return self.conn.execute("PRAGMA data_version").fetchone()[0]
 
+    def serialize(self, scope: str) -> None:
+        pass  # BEGIN IMMEDIATE: every write transaction on the file already runs alone
+
+    def lock_run(self, run_id: str) -> None:
+        pass  # the same
+
     # Reads -------------------------------------------------------------------
 
     def get_run(self, run_id: str, *, snapshot: bool = True) -> dict[str, Any] | None:
@@ -574,7 +580,7 @@ class SQLiteConnection(StoreConnection):
         )
         self.conn.execute("DELETE FROM snapshot_parts WHERE run_id = ?", [run_id])
         first, count = "", 0
-        for data in _parts(builder.json_chunks(), SNAPSHOT_PART_CHARS):
+        for data in split_parts(builder.json_chunks(), SNAPSHOT_PART_CHARS):
             if count == 0:
                 first = data  # kept for the snapshots row; the others are written as they fill
             else:
@@ -711,17 +717,3 @@ def _encode(fields: dict[str, Any]) -> dict[str, Any]:
         name: jsonio.dumps(value) if name in JSON_COLUMNS and value is not None else value
         for name, value in fields.items()
     }
-
-
-def _parts(pieces: Iterable[str], size: int) -> Iterator[str]:
-    """Pieces of text joined into parts of at least ``size`` characters (the last one shorter)."""
-    buffer: list[str] = []
-    length = 0
-    for piece in pieces:
-        buffer.append(piece)
-        length += len(piece)
-        if length >= size:
-            yield "".join(buffer)
-            buffer, length = [], 0
-    if buffer:
-        yield "".join(buffer)

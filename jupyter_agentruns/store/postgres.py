@@ -1,0 +1,811 @@
+"""The store on PostgreSQL, through psycopg 3: runs shared by servers on many machines.
+
+The same tables as the SQLite store, in a schema of their own (``agentruns``
+unless the URL's ``schema`` parameter names another) so that the store can
+live in a database that holds other things. What SQLite gets from its one
+write lock, PostgreSQL gets from locks of its own:
+
+- Submits of one owner serialize on an advisory lock held until their
+  transaction ends (``serialize``): two servers given the same
+  Idempotency-Key, or a ``reject`` session, make one run between them. The
+  unique keys remain the backstop.
+- A read that decides a write locks the run's row (``lock_run``), and the
+  lease sweep skips rows another server is ending (``SKIP LOCKED``).
+- A deadlock or a serialization failure is a passing failure: the writer
+  retries its batch.
+
+Every commit that appends events sends one ``NOTIFY`` (sent by PostgreSQL
+only once the transaction commits: publish-after-commit) naming the runs and
+their new ``last_seq``; each server's listener wakes the subscribers of runs
+other servers execute, with no polling.
+
+A connection lost (the database restarted, a network cut) raises
+``StoreUnavailable``; the next use connects again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import secrets
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from .. import jsonio, reducer
+from ..lifecycle import ACTIVE_STATUSES, CANCELLABLE, TERMINAL_STATUSES
+from . import (
+    Listener,
+    SeqTaken,
+    Store,
+    StoreBusy,
+    StoreConnection,
+    StoreUnavailable,
+    split_parts,
+)
+
+try:
+    import psycopg
+    from psycopg.rows import dict_row
+except ImportError:  # the extra is not installed: PostgresStore says how to get it
+    psycopg = None
+
+log = logging.getLogger(__name__)
+
+JSON_COLUMNS = ("metadata", "input", "output", "error", "cancel", "cancel_request")
+SNAPSHOT_PART_CHARS = 1 << 20
+CONNECT_TIMEOUT_SECONDS = 5
+# NOTIFY payloads are at most 8000 bytes: a batch naming more runs sends several.
+NOTIFY_MAX_BYTES = 7000
+SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+# One advisory lock key for schema migrations (two servers starting at once).
+MIGRATION_LOCK = 0x61676E7472756E73  # "agntruns"
+
+_MIGRATIONS = [
+    # 1: the schema of SQLite's eight migrations, in one step.
+    """
+    CREATE TABLE runs (
+        run_id text PRIMARY KEY,
+        position bigserial NOT NULL,
+        owner text NOT NULL,
+        agent text NOT NULL,
+        status text NOT NULL,
+        session text,
+        metadata text,
+        input text,
+        retry_of text,
+        created_at text NOT NULL,
+        started_at text,
+        finished_at text,
+        finished_ts double precision,
+        last_seq bigint NOT NULL DEFAULT 0,
+        first_seq bigint NOT NULL DEFAULT 1,
+        output text,
+        error text,
+        cancel text,
+        executor_id text,
+        lease_expires double precision,
+        cancel_request text,
+        input_tokens bigint NOT NULL DEFAULT 0,
+        output_tokens bigint NOT NULL DEFAULT 0
+    );
+    CREATE INDEX runs_owner_status ON runs (owner, status);
+    CREATE INDEX runs_status_lease ON runs (status, lease_expires);
+    CREATE INDEX runs_status_finished ON runs (status, finished_ts);
+    CREATE INDEX runs_owner_created ON runs (owner, created_at, run_id);
+    CREATE INDEX runs_retry_of ON runs (retry_of) WHERE retry_of IS NOT NULL;
+    CREATE INDEX runs_cancel_requests ON runs (executor_id) WHERE cancel_request IS NOT NULL;
+    CREATE INDEX runs_session_queue ON runs (owner, session, position)
+        WHERE executor_id IS NULL AND status = 'queued';
+    CREATE INDEX runs_position ON runs (position);
+    CREATE TABLE events (
+        run_id text NOT NULL,
+        seq bigint NOT NULL,
+        type text NOT NULL,
+        ts text NOT NULL,
+        data text NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    );
+    CREATE TABLE snapshots (
+        run_id text PRIMARY KEY,
+        seq bigint NOT NULL,
+        snapshot text NOT NULL,
+        parts integer NOT NULL DEFAULT 1
+    );
+    CREATE TABLE snapshot_parts (
+        run_id text NOT NULL,
+        part integer NOT NULL,
+        data text NOT NULL,
+        PRIMARY KEY (run_id, part)
+    );
+    CREATE TABLE idempotency_keys (
+        owner text NOT NULL,
+        key text NOT NULL,
+        fingerprint text NOT NULL,
+        run_id text NOT NULL,
+        created_ts double precision NOT NULL,
+        with_run integer NOT NULL DEFAULT 0,
+        PRIMARY KEY (owner, key)
+    );
+    CREATE INDEX idempotency_keys_created ON idempotency_keys (created_ts);
+    CREATE INDEX idempotency_keys_run ON idempotency_keys (run_id);
+    CREATE TABLE tombstones (
+        run_id text PRIMARY KEY,
+        owner text,
+        deleted_ts double precision
+    );
+    CREATE TABLE input_answers (
+        run_id text NOT NULL,
+        request_id text NOT NULL,
+        choice text NOT NULL,
+        note text,
+        "by" text,
+        answered_ts double precision NOT NULL,
+        PRIMARY KEY (run_id, request_id)
+    );
+    """,
+]
+
+RUN_SELECT = (
+    "SELECT runs.*, coalesce(snapshots.seq, 0) AS snapshot_seq, snapshots.snapshot AS snapshot, "
+    "snapshots.parts AS snapshot_parts FROM runs LEFT JOIN snapshots ON snapshots.run_id = runs.run_id"
+)
+UNCLAIMED = "executor_id IS NULL AND status = 'queued'"
+HEAD_COLUMNS = "run_id, owner, status, last_seq, first_seq, finished_ts"
+
+
+def is_postgres_url(url: str) -> bool:
+    return urlsplit(url).scheme in ("postgres", "postgresql")
+
+
+def redact(url: str) -> str:
+    """The URL without its password (for logs and messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = (parts.username or "") + ":***"
+    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
+
+
+class PostgresStore(Store):
+    """A PostgreSQL database (``postgresql://user:pass@host:port/db?schema=agentruns``)."""
+
+    local_reads = False
+
+    def __init__(self, url: str):
+        if psycopg is None:
+            raise RuntimeError(
+                "c.AgentRuns.store_url names a PostgreSQL database, which needs the psycopg "
+                "driver: pip install 'jupyter_agentruns[postgres]'"
+            )
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        schemas = [value for name, value in query if name == "schema"]
+        self.schema = schemas[-1] if schemas else "agentruns"
+        if not SCHEMA_NAME.match(self.schema):
+            raise ValueError(
+                f"the store_url's schema must be a lower-case SQL name, not {self.schema!r}"
+            )
+        rest = [(name, value) for name, value in query if name != "schema"]
+        self._conninfo = urlunsplit(parts._replace(query=urlencode(rest)))
+        self._redacted = redact(self._conninfo)
+        self.channel = f"agentruns.{self.schema}"
+        # Names this process in its notifications: its own commits wake nobody here.
+        self.instance = secrets.token_hex(8)
+        conn = self.connect()
+        try:
+            conn.migrate()
+        finally:
+            conn.close()
+
+    def open(self) -> psycopg.Connection:
+        """A new autocommit connection with the store's schema first in its search path."""
+        try:
+            return psycopg.connect(
+                self._conninfo,
+                autocommit=True,
+                connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                options=f"-c search_path={self.schema}",
+            )
+        except psycopg.Error as exc:
+            raise StoreUnavailable(
+                f"PostgreSQL at {self._redacted} cannot be reached: {exc}"
+            ) from exc
+
+    def connect(self) -> PostgresConnection:
+        return PostgresConnection(self)
+
+    def describe(self) -> str:
+        return f"PostgreSQL {self._redacted} (schema {self.schema})"
+
+    def listen(self, on_change: Callable[[dict[str, int] | None], None]) -> Listener:
+        return _Listener(self, on_change)
+
+
+class PostgresConnection(StoreConnection):
+    """One connection, reconnected on its next use after it was lost."""
+
+    def __init__(self, store: PostgresStore):
+        self._store = store
+        self._conn: psycopg.Connection | None = store.open()
+        self._in_transaction = False
+        self._savepoints = 0
+        # Runs whose events this transaction appended (or that it deleted): their new last_seq.
+        self._touched: dict[str, int] = {}
+
+    # Plumbing ----------------------------------------------------------------
+
+    def _connection(self) -> psycopg.Connection:
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken:
+            if self._in_transaction:
+                raise StoreUnavailable("the connection to PostgreSQL was lost mid-transaction")
+            self._discard()
+            conn = self._conn = self._store.open()
+        return conn
+
+    def _discard(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        """psycopg's failures as the store's: a lost connection, or a batch to retry."""
+        try:
+            yield
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            conn = self._conn
+            if conn is None or conn.closed or conn.broken:
+                raise StoreUnavailable(f"the connection to PostgreSQL was lost: {exc}") from exc
+            raise StoreBusy(str(exc)) from exc
+
+    def _execute(self, sql: str, params: Iterable[Any] | dict | None = None) -> psycopg.Cursor:
+        conn = self._connection()
+        with self._errors():
+            return conn.execute(sql, params, prepare=False)
+
+    def _dicts(self, sql: str, params: Iterable[Any] | None = None) -> list[dict[str, Any]]:
+        conn = self._connection()
+        with self._errors():
+            cursor = conn.cursor(row_factory=dict_row)
+            return cursor.execute(sql, params).fetchall()
+
+    # Transactions ------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        self._execute("BEGIN")
+        self._in_transaction = True
+        self._touched = {}
+        try:
+            yield
+            self._notify()
+            self._execute("COMMIT")
+        except BaseException:
+            conn = self._conn
+            if conn is not None and not conn.closed and not conn.broken:
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute("ROLLBACK")
+            raise
+        finally:
+            self._in_transaction = False
+            self._touched = {}
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        self._savepoints += 1
+        name = f"s{self._savepoints}"
+        self._execute(f"SAVEPOINT {name}")
+        try:
+            yield
+        except BaseException:
+            conn = self._conn
+            if conn is not None and not conn.closed and not conn.broken:
+                self._execute(f"ROLLBACK TO SAVEPOINT {name}")
+                self._execute(f"RELEASE SAVEPOINT {name}")
+            raise
+        else:
+            self._execute(f"RELEASE SAVEPOINT {name}")
+        finally:
+            self._savepoints -= 1
+
+    def _notify(self) -> None:
+        if not self._touched:
+            return
+        runs: dict[str, int] = {}
+        size = 0
+        for run_id, seq in self._touched.items():
+            runs[run_id] = seq
+            size += len(run_id) + 16
+            if size >= NOTIFY_MAX_BYTES:
+                self._send(runs)
+                runs, size = {}, 0
+        if runs:
+            self._send(runs)
+
+    def _send(self, runs: dict[str, int]) -> None:
+        payload = json.dumps({"from": self._store.instance, "runs": runs}, separators=(",", ":"))
+        self._execute("SELECT pg_notify(%s, %s)", [self._store.channel, payload])
+
+    def close(self) -> None:
+        self._discard()
+
+    def change_token(self) -> int:
+        return 0  # other servers' commits arrive as notifications (see listen)
+
+    def serialize(self, scope: str) -> None:
+        self._execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [scope])
+
+    def lock_run(self, run_id: str) -> None:
+        self._execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", [run_id])
+
+    def migrate(self) -> None:
+        """Bring the schema forward, one step at a time; two servers starting at once take turns."""
+        with self.transaction():
+            self._execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
+            self._execute(f"CREATE SCHEMA IF NOT EXISTS {self._store.schema}")
+            self._execute("CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL)")
+            row = self._execute("SELECT max(version) FROM schema_version").fetchone()
+            version = row[0] or 0
+            if version > len(_MIGRATIONS):
+                raise RuntimeError(
+                    f"the agentruns database has schema version {version}, newer than this "
+                    f"jupyter_agentruns knows ({len(_MIGRATIONS)}): upgrade the package"
+                )
+            for number, sql in enumerate(_MIGRATIONS[version:], start=version + 1):
+                self._execute(sql)
+                self._execute("INSERT INTO schema_version (version) VALUES (%s)", [number])
+
+    # Reads -------------------------------------------------------------------
+
+    def get_run(self, run_id: str, *, snapshot: bool = True) -> dict[str, Any] | None:
+        select = RUN_SELECT if snapshot else RUN_SELECT.replace("snapshots.snapshot AS", "NULL AS")
+        rows = self._dicts(f"{select} WHERE runs.run_id = %s", [run_id])
+        return self._decode(rows[0]) if rows else None
+
+    def snapshot_json(self, run_id: str) -> list[str]:
+        first = self._execute(
+            "SELECT snapshot FROM snapshots WHERE run_id = %s", [run_id]
+        ).fetchone()
+        if first is None:
+            return []
+        rest = self._execute(
+            "SELECT data FROM snapshot_parts WHERE run_id = %s ORDER BY part", [run_id]
+        ).fetchall()
+        return [first[0], *(data for (data,) in rest)]
+
+    def get_run_head(self, run_id: str) -> dict[str, Any] | None:
+        rows = self._dicts(f"SELECT {HEAD_COLUMNS} FROM runs WHERE run_id = %s", [run_id])
+        return rows[0] if rows else None
+
+    def list_runs(
+        self,
+        owner: str,
+        *,
+        status: str | None,
+        session: str | None,
+        limit: int,
+        before: tuple[str, str] | None,
+        retry_of: str | None = None,
+    ) -> list[dict[str, Any]]:
+        where = ["owner = %s"]
+        params: list[Any] = [owner]
+        for column, value in (("status", status), ("session", session), ("retry_of", retry_of)):
+            if value is not None:
+                where.append(f"{column} = %s")
+                params.append(value)
+        if before is not None:
+            where.append("(created_at, run_id) < (%s, %s)")
+            params.extend(before)
+        params.append(limit)
+        rows = self._dicts(
+            f"SELECT * FROM runs WHERE {' AND '.join(where)} "
+            "ORDER BY created_at DESC, run_id DESC LIMIT %s",
+            params,
+        )
+        return [self._decode(row) for row in rows]
+
+    def read_events(
+        self,
+        run_id: str,
+        after: int,
+        limit: int,
+        upto: int | None = None,
+        max_bytes: int | None = None,
+    ) -> list[tuple[int, str, str, str]]:
+        bound = "" if upto is None else " AND seq <= %(upto)s"
+        params = {"run_id": run_id, "after": after, "upto": upto, "limit": limit}
+        head = (
+            f"SELECT seq, type, ts, data FROM events WHERE run_id = %(run_id)s AND seq > %(after)s"
+            f"{bound} ORDER BY seq LIMIT %(limit)s"
+        )
+        if max_bytes is None:
+            return self._execute(head, params).fetchall()
+        # Sizes from the rows' headers (octet_length reads no text), summed over
+        # the page only: the rows before the one that reaches max_bytes, and it.
+        params["max_bytes"] = max_bytes
+        return self._execute(
+            "SELECT seq, type, ts, data FROM ("
+            "  SELECT seq, type, ts, data,"
+            "         sum(octet_length(data)) OVER (ORDER BY seq) - octet_length(data) AS before"
+            f"  FROM ({head}) AS page"
+            ") AS sized WHERE before < %(max_bytes)s ORDER BY seq",
+            params,
+        ).fetchall()
+
+    def get_tombstone(self, run_id: str) -> dict[str, Any] | None:
+        rows = self._dicts("SELECT * FROM tombstones WHERE run_id = %s", [run_id])
+        return rows[0] if rows else None
+
+    def compaction_candidates(
+        self, finished_before: float, max_events: int, limit: int = 100
+    ) -> list[str]:
+        rows = self._execute(
+            "SELECT run_id FROM runs WHERE (status = ANY(%s) AND finished_ts < %s "
+            "AND first_seq < last_seq) OR last_seq - first_seq + 1 > %s LIMIT %s",
+            [list(TERMINAL_STATUSES), finished_before, max_events, limit],
+        ).fetchall()
+        return [row[0] for row in rows]
+
+    def snapshot_seq(self, run_id: str) -> int:
+        row = self._execute("SELECT seq FROM snapshots WHERE run_id = %s", [run_id]).fetchone()
+        return row[0] if row else 0
+
+    def expired_runs(self, finished_before: float, limit: int = 1000) -> list[tuple[str, str]]:
+        rows = self._execute(
+            "SELECT run_id, owner FROM runs WHERE status = ANY(%s) AND finished_ts < %s LIMIT %s",
+            [list(TERMINAL_STATUSES), finished_before, limit],
+        ).fetchall()
+        return [tuple(row) for row in rows]
+
+    def find_key(self, owner: str, key: str, not_before: float) -> dict[str, Any] | None:
+        rows = self._dicts(
+            "SELECT * FROM idempotency_keys WHERE owner = %s AND key = %s "
+            "AND (created_ts >= %s OR with_run = 1)",
+            [owner, key, not_before],
+        )
+        return rows[0] if rows else None
+
+    def count_active(self, owner: str) -> int:
+        return self._execute(
+            "SELECT count(*) FROM runs WHERE owner = %s AND status = ANY(%s)",
+            [owner, list(ACTIVE_STATUSES)],
+        ).fetchone()[0]
+
+    def expired_active_runs(self, now: float) -> list[dict[str, Any]]:
+        # Locked until the sweep's transaction ends; rows another server is
+        # ending right now are left to it.
+        rows = self._dicts(
+            f"{RUN_SELECT} WHERE status = ANY(%s) AND (lease_expires IS NULL OR lease_expires < %s) "
+            f"AND NOT ({UNCLAIMED}) FOR UPDATE OF runs SKIP LOCKED",
+            [list(ACTIVE_STATUSES), now],
+        )
+        return [self._decode(row) for row in rows]
+
+    def active_in_session(self, owner: str, session: str) -> list[dict[str, Any]]:
+        rows = self._execute(
+            "SELECT run_id, status, executor_id, cancel_request FROM runs "
+            "WHERE owner = %s AND session = %s AND status = ANY(%s) ORDER BY position",
+            [owner, session, list(ACTIVE_STATUSES)],
+        ).fetchall()
+        return [
+            {
+                "run_id": run_id,
+                "status": status,
+                "executor_id": executor_id,
+                "cancel_request": json.loads(request) if request else None,
+            }
+            for run_id, status, executor_id, request in rows
+        ]
+
+    def queued_behind(self, run_id: str) -> str | None:
+        row = self._execute(
+            """
+            SELECT earlier.run_id FROM runs AS queued JOIN runs AS earlier
+              ON earlier.owner = queued.owner AND earlier.session = queued.session
+             AND earlier.position < queued.position AND earlier.status = ANY(%s)
+            WHERE queued.run_id = %s AND queued.status = 'queued' AND queued.executor_id IS NULL
+            ORDER BY earlier.position LIMIT 1
+            """,
+            [list(ACTIVE_STATUSES), run_id],
+        ).fetchone()
+        return row[0] if row else None
+
+    def startable_queued_runs(self, limit: int = 100) -> list[dict[str, Any]]:
+        rows = self._dicts(
+            f"""
+            {RUN_SELECT} WHERE runs.run_id IN (
+                SELECT queued.run_id FROM runs AS queued
+                WHERE queued.executor_id IS NULL AND queued.status = 'queued'
+                  AND NOT EXISTS (
+                    SELECT 1 FROM runs AS earlier
+                    WHERE earlier.owner = queued.owner AND earlier.session = queued.session
+                      AND earlier.position < queued.position AND earlier.status = ANY(%s)
+                  )
+                ORDER BY queued.position LIMIT %s
+            )
+            ORDER BY runs.position
+            """,
+            [list(ACTIVE_STATUSES), limit],
+        )
+        return [self._decode(row) for row in rows]
+
+    def usage_since(self, owner: str, since: str) -> list[tuple[str, str, int, int]]:
+        rows = self._execute(
+            "SELECT run_id, created_at, input_tokens, output_tokens FROM runs "
+            "WHERE owner = %s AND created_at >= %s ORDER BY created_at, run_id",
+            [owner, since],
+        ).fetchall()
+        return [tuple(row) for row in rows]
+
+    def _decode(self, row: dict[str, Any]) -> dict[str, Any]:
+        row.pop("position", None)
+        for column in JSON_COLUMNS:
+            if row.get(column) is not None:
+                row[column] = json.loads(row[column])
+        parts = row.pop("snapshot_parts", None)
+        if row.get("snapshot") is not None:
+            text = row["snapshot"]
+            if parts is not None and parts > 1:
+                rest = self._execute(
+                    "SELECT data FROM snapshot_parts WHERE run_id = %s ORDER BY part",
+                    [row["run_id"]],
+                ).fetchall()
+                text = "".join([text, *(data for (data,) in rest)])
+            row["snapshot"] = json.loads(text)
+        return row
+
+    # Writes (inside transaction()) ---------------------------------------------
+
+    def insert_run(self, run: dict[str, Any]) -> None:
+        columns = _encode(run)
+        names = ", ".join(columns)
+        values = ", ".join("%s" for _ in columns)
+        self._execute(f"INSERT INTO runs ({names}) VALUES ({values})", list(columns.values()))
+
+    def insert_key(
+        self,
+        owner: str,
+        key: str,
+        fingerprint: str,
+        run_id: str,
+        now: float,
+        with_run: bool = False,
+    ) -> None:
+        self._execute(
+            "INSERT INTO idempotency_keys (owner, key, fingerprint, run_id, created_ts, with_run) "
+            "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (owner, key) DO UPDATE SET "
+            "fingerprint = excluded.fingerprint, run_id = excluded.run_id, "
+            "created_ts = excluded.created_ts, with_run = excluded.with_run",
+            [owner, key, fingerprint, run_id, now, int(with_run)],
+        )
+
+    def update_run(self, run_id: str, fields: dict[str, Any]) -> None:
+        columns = _encode(fields)
+        snapshot, seq = columns.pop("snapshot", None), columns.pop("snapshot_seq", None)
+        if snapshot is not None:
+            self.write_snapshot(run_id, seq, snapshot)
+        if columns:
+            assignments = ", ".join(f"{name} = %s" for name in columns)
+            self._execute(
+                f"UPDATE runs SET {assignments} WHERE run_id = %s", [*columns.values(), run_id]
+            )
+        if "last_seq" in columns:
+            self._touched[run_id] = columns["last_seq"]
+
+    def write_snapshot(
+        self, run_id: str, seq: int, snapshot: dict[str, Any] | reducer.Snapshot
+    ) -> None:
+        builder = (
+            snapshot if isinstance(snapshot, reducer.Snapshot) else reducer.Snapshot.wrap(snapshot)
+        )
+        self._execute("DELETE FROM snapshot_parts WHERE run_id = %s", [run_id])
+        first, count = "", 0
+        for data in split_parts(builder.json_chunks(), SNAPSHOT_PART_CHARS):
+            if count == 0:
+                first = data
+            else:
+                self._execute(
+                    "INSERT INTO snapshot_parts (run_id, part, data) VALUES (%s, %s, %s)",
+                    [run_id, count, data],
+                )
+            count += 1
+        self._execute(
+            "INSERT INTO snapshots (run_id, seq, snapshot, parts) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (run_id) DO UPDATE SET seq = excluded.seq, "
+            "snapshot = excluded.snapshot, parts = excluded.parts",
+            [run_id, seq, first, count],
+        )
+
+    def append_events(self, rows: Iterable[tuple[str, int, str, str, str]]) -> None:
+        conn = self._connection()
+        touched = self._touched
+        try:
+            with self._errors(), conn.cursor() as cursor:
+                with cursor.copy("COPY events (run_id, seq, type, ts, data) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row(row)
+                        touched[row[0]] = row[1]
+        except psycopg.errors.UniqueViolation as exc:
+            raise SeqTaken(str(exc)) from exc
+
+    def set_last_seqs(self, pairs: list[tuple[int, str]]) -> None:
+        if not pairs:
+            return
+        self._execute(
+            "UPDATE runs SET last_seq = v.seq FROM unnest(%s::bigint[], %s::text[]) AS v(seq, run_id) "
+            "WHERE runs.run_id = v.run_id",
+            [[seq for seq, _ in pairs], [run_id for _, run_id in pairs]],
+        )
+
+    def delete_events_before(self, run_id: str, seq: int, limit: int) -> int:
+        return self._execute(
+            "DELETE FROM events WHERE run_id = %s AND seq IN "
+            "(SELECT seq FROM events WHERE run_id = %s AND seq < %s ORDER BY seq LIMIT %s)",
+            [run_id, run_id, seq, limit],
+        ).rowcount
+
+    def bury(self, run_id: str, owner: str, now: float) -> None:
+        self.delete_run(run_id)
+        self._execute(
+            "INSERT INTO tombstones (run_id, owner, deleted_ts) VALUES (%s, %s, %s) "
+            "ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, deleted_ts = excluded.deleted_ts",
+            [run_id, owner, now],
+        )
+
+    def delete_run(self, run_id: str) -> None:
+        for table in (
+            "events",
+            "idempotency_keys",
+            "snapshots",
+            "snapshot_parts",
+            "input_answers",
+            "runs",
+        ):
+            self._execute(f"DELETE FROM {table} WHERE run_id = %s", [run_id])
+        self._touched[run_id] = 0  # its subscribers on other servers learn it is gone
+
+    def renew_leases(self, executor_id: str, run_ids: list[str], expires: float) -> None:
+        self._execute(
+            "UPDATE runs SET lease_expires = %s WHERE executor_id = %s AND run_id = ANY(%s)",
+            [expires, executor_id, run_ids],
+        )
+
+    def release_claims(self, run_ids: list[str], executor_id: str) -> None:
+        self._execute(
+            "UPDATE runs SET executor_id = NULL, lease_expires = NULL "
+            "WHERE run_id = ANY(%s) AND executor_id = %s AND status = 'queued' AND last_seq = 0",
+            [run_ids, executor_id],
+        )
+
+    def record_input_answer(
+        self, run_id: str, request_id: str, answer: dict[str, Any], now: float
+    ) -> dict[str, Any]:
+        self._execute(
+            'INSERT INTO input_answers (run_id, request_id, choice, note, "by", answered_ts) '
+            "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            [run_id, request_id, answer["choice"], answer.get("note"), answer.get("by"), now],
+        )
+        choice, note, by = self._execute(
+            'SELECT choice, note, "by" FROM input_answers WHERE run_id = %s AND request_id = %s',
+            [run_id, request_id],
+        ).fetchone()
+        return {"choice": choice, "note": note, "by": by}
+
+    def take_input_answers(self, executor_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+        rows = self._execute(
+            "DELETE FROM input_answers AS a USING runs WHERE runs.run_id = a.run_id "
+            'AND runs.executor_id = %s RETURNING a.run_id, a.request_id, a.choice, a.note, a."by", '
+            "a.answered_ts",
+            [executor_id],
+        ).fetchall()
+        rows.sort(key=lambda row: row[5])
+        return [
+            (run_id, request_id, {"choice": choice, "note": note, "by": by})
+            for run_id, request_id, choice, note, by, _ in rows
+        ]
+
+    def claim_run(self, run_id: str, executor_id: str, lease_expires: float) -> bool:
+        cursor = self._execute(
+            f"UPDATE runs SET executor_id = %s, lease_expires = %s WHERE run_id = %s AND {UNCLAIMED}",
+            [executor_id, lease_expires, run_id],
+        )
+        return cursor.rowcount == 1
+
+    def record_cancel_request(self, run_id: str, request: dict[str, Any]) -> None:
+        self._execute(
+            "UPDATE runs SET cancel_request = %s WHERE run_id = %s AND status = ANY(%s)",
+            [jsonio.dumps(request), run_id, list(CANCELLABLE)],
+        )
+
+    def take_cancel_requests(self, executor_id: str) -> list[tuple[str, dict[str, Any]]]:
+        rows = self._execute(
+            "WITH taken AS (SELECT run_id, cancel_request FROM runs WHERE executor_id = %s "
+            "AND cancel_request IS NOT NULL FOR UPDATE) "
+            "UPDATE runs SET cancel_request = NULL FROM taken WHERE runs.run_id = taken.run_id "
+            "RETURNING taken.run_id, taken.cancel_request",
+            [executor_id],
+        ).fetchall()
+        return [(run_id, json.loads(request)) for run_id, request in rows]
+
+    def purge_keys(self, older_than: float) -> None:
+        self._execute(
+            "DELETE FROM idempotency_keys WHERE created_ts < %s AND with_run = 0", [older_than]
+        )
+
+
+class _Listener(Listener):
+    """A thread with its own connection that ``LISTEN``s for other servers' commits.
+
+    After it (re)connects it reports ``None`` (everything may have changed):
+    what was committed while it was away is read from the store by the
+    subscribers, from their cursors. No wake-up is missed.
+    """
+
+    def __init__(self, store: PostgresStore, on_change: Callable[[dict[str, int] | None], None]):
+        self._store = store
+        self._on_change = on_change
+        self._stop = threading.Event()
+        self._conn: psycopg.Connection | None = None
+        self.connected = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="agentruns-listener", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        delay, warned = 0.1, False
+        while not self._stop.is_set():
+            try:
+                conn = self._conn = self._store.open()
+                conn.execute(f'LISTEN "{self._store.channel}"')
+                self.connected.set()
+                if warned:
+                    log.warning("agentruns: listening to PostgreSQL again")
+                delay, warned = 0.1, False
+                self._on_change(None)
+                while not self._stop.is_set():
+                    for notice in conn.notifies(timeout=1.0):
+                        self._received(notice.payload)
+            except (psycopg.Error, StoreUnavailable) as exc:
+                self.connected.clear()
+                if self._stop.is_set():
+                    break
+                if not warned:
+                    log.warning(
+                        "agentruns: lost the PostgreSQL notification connection (%s); reconnecting",
+                        exc,
+                    )
+                    warned = True
+                self._stop.wait(delay)
+                delay = min(delay * 2, 2.0)
+            finally:
+                if self._conn is not None:
+                    with contextlib.suppress(Exception):
+                        self._conn.close()
+                    self._conn = None
+
+    def _received(self, payload: str) -> None:
+        try:
+            message = json.loads(payload)
+        except ValueError:
+            self._on_change(None)
+            return
+        if message.get("from") == self._store.instance:
+            return  # this server's own commit: its subscribers were woken already
+        self._on_change(message.get("runs") or None)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def _encode(fields: dict[str, Any]) -> dict[str, Any]:
+    return {
+        name: jsonio.dumps(value) if name in JSON_COLUMNS and value is not None else value
+        for name, value in fields.items()
+    }

@@ -1,0 +1,265 @@
+"""What the engine asks of a store, held to both stores: SQLite and PostgreSQL.
+
+The API suite runs on both stores too (see conftest); these pin down the
+store interface itself, where a difference between the two databases would
+hide (ordering, size bounds, locks, notifications, lost connections).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from jupyter_agentruns import reducer
+from jupyter_agentruns.store import SeqTaken, StoreUnavailable
+
+# These tests use make_store, so run on both stores.
+pytestmark = pytest.mark.usefixtures("store_kind")
+
+
+def run_row(run_id, owner="me", session=None, status="queued", executor_id="exec_a", **fields):
+    return {
+        "run_id": run_id,
+        "owner": owner,
+        "agent": "demo",
+        "status": status,
+        "session": session,
+        "metadata": {},
+        "input": {"prompt": "p"},
+        "created_at": f"2026-01-01T00:00:{len(run_id):02d}Z",
+        "last_seq": 0,
+        "first_seq": 1,
+        "executor_id": executor_id,
+        "lease_expires": time.time() + 30,
+        **fields,
+    }
+
+
+def add_events(conn, run_id, first, last, size=10):
+    with conn.transaction():
+        conn.append_events(
+            [(run_id, seq, "text.delta", "t", '{"text":"' + "x" * size + '"}')
+             for seq in range(first, last + 1)]
+        )  # fmt: skip
+        conn.set_last_seqs([(last, run_id)])
+
+
+@pytest.fixture
+def store(make_store):
+    return make_store()
+
+
+@pytest.fixture
+def conn(store):
+    conn = store.connect()
+    yield conn
+    conn.close()
+
+
+def test_events_read_back_in_order_and_a_taken_seq_is_refused_whole(conn):
+    with conn.transaction():
+        conn.insert_run(run_row("run_a"))
+    add_events(conn, "run_a", 1, 50)
+    assert [row[0] for row in conn.read_events("run_a", 10, 5)] == [11, 12, 13, 14, 15]
+    assert [row[0] for row in conn.read_events("run_a", 40, 100, upto=45)] == [41, 42, 43, 44, 45]
+    with pytest.raises(SeqTaken), conn.transaction():
+        conn.append_events([("run_a", 51, "t", "t", "{}"), ("run_a", 50, "t", "t", "{}")])
+    assert conn.get_run_head("run_a")["last_seq"] == 50
+    assert conn.read_events("run_a", 50, 10) == []
+
+
+def test_a_read_stops_at_its_byte_bound_but_returns_at_least_one_event(conn):
+    with conn.transaction():
+        conn.insert_run(run_row("run_a"))
+    add_events(conn, "run_a", 1, 20, size=1000)
+    rows = conn.read_events("run_a", 0, 100, max_bytes=3500)
+    assert [row[0] for row in rows] == [1, 2, 3, 4]  # the fourth reaches the bound
+    assert len(conn.read_events("run_a", 0, 100, max_bytes=1)) == 1
+
+
+def test_the_data_of_an_event_is_stored_byte_for_byte(conn):
+    with conn.transaction():
+        conn.insert_run(run_row("run_a"))
+    data = '{"text":"tab\\t \\u00e9 \\u2028 emoji \\ud83d\\ude00 back\\\\slash \\"q\\""}'
+    with conn.transaction():
+        conn.append_events([("run_a", 1, "text.delta", "2026-01-01T00:00:00.123Z", data)])
+    assert conn.read_events("run_a", 0, 1) == [(1, "text.delta", "2026-01-01T00:00:00.123Z", data)]
+
+
+def test_a_snapshot_in_parts_reads_back_whole(conn, monkeypatch):
+    import jupyter_agentruns.store.postgres as postgres
+    import jupyter_agentruns.store.sqlite as sqlite
+
+    monkeypatch.setattr(postgres, "SNAPSHOT_PART_CHARS", 100)
+    monkeypatch.setattr(sqlite, "SNAPSHOT_PART_CHARS", 100)
+    builder = reducer.Snapshot(None)
+    for index in range(50):
+        builder.apply(
+            {"type": "text.delta", "data": {"message_id": "m", "delta": f"part {index} "}}
+        )
+    with conn.transaction():
+        conn.insert_run(run_row("run_a"))
+        conn.update_run("run_a", {"snapshot": builder, "snapshot_seq": 50, "last_seq": 50})
+    assert conn.get_run("run_a")["snapshot"] == builder.to_dict()
+    assert len(conn.snapshot_json("run_a")) > 1
+    assert "".join(conn.snapshot_json("run_a")) == "".join(builder.json_chunks())
+
+
+def test_runs_list_newest_first_and_page_by_created_at_and_id(conn):
+    with conn.transaction():
+        for index in range(5):
+            conn.insert_run(run_row(f"run_{index}", created_at=f"2026-01-01T00:00:0{index}Z"))
+        conn.insert_run(run_row("run_other", owner="you"))
+    first = conn.list_runs("me", status=None, session=None, limit=2, before=None)
+    assert [r["run_id"] for r in first] == ["run_4", "run_3"]
+    after = (first[-1]["created_at"], first[-1]["run_id"])
+    rest = conn.list_runs("me", status=None, session=None, limit=10, before=after)
+    assert [r["run_id"] for r in rest] == ["run_2", "run_1", "run_0"]
+    assert rest[0]["input"] == {"prompt": "p"} and rest[0]["metadata"] == {}
+
+
+def test_a_session_queue_is_in_submit_order(conn):
+    with conn.transaction():
+        conn.insert_run(run_row("run_z", session="s", status="running"))
+        conn.insert_run(run_row("run_b", session="s", executor_id=None, lease_expires=None))
+        conn.insert_run(run_row("run_a", session="s", executor_id=None, lease_expires=None))
+    assert [r["run_id"] for r in conn.active_in_session("me", "s")] == ["run_z", "run_b", "run_a"]
+    assert conn.queued_behind("run_a") == "run_z"
+    assert conn.startable_queued_runs() == []
+    with conn.transaction():
+        conn.update_run("run_z", {"status": "succeeded"})
+    assert [r["run_id"] for r in conn.startable_queued_runs()] == ["run_b"]
+    with conn.transaction():
+        assert conn.claim_run("run_b", "exec_b", time.time() + 30)
+        assert not conn.claim_run("run_b", "exec_c", time.time() + 30)
+
+
+def test_cancel_requests_and_answers_are_taken_once_by_the_executing_server(conn):
+    with conn.transaction():
+        conn.insert_run(run_row("run_a", status="running"))
+        conn.record_cancel_request("run_a", {"reason": "r"})
+        kept = conn.record_input_answer("run_a", "req_1", {"choice": "yes", "by": "A"}, 1.0)
+        again = conn.record_input_answer("run_a", "req_1", {"choice": "no", "by": "B"}, 2.0)
+    assert kept == again == {"choice": "yes", "note": None, "by": "A"}
+    with conn.transaction():
+        assert conn.take_cancel_requests("exec_other") == []
+        assert conn.take_cancel_requests("exec_a") == [("run_a", {"reason": "r"})]
+        assert conn.take_input_answers("exec_a") == [
+            ("run_a", "req_1", {"choice": "yes", "note": None, "by": "A"})
+        ]
+    with conn.transaction():
+        assert conn.take_cancel_requests("exec_a") == []
+        assert conn.take_input_answers("exec_a") == []
+
+
+def test_an_idempotency_key_lives_with_its_run_or_for_its_ttl(conn):
+    with conn.transaction():
+        conn.insert_key("me", "k1", "fp", "run_a", now=100.0)
+        conn.insert_key("me", "k2", "fp", "run_b", now=100.0, with_run=True)
+        conn.purge_keys(older_than=200.0)
+    assert conn.find_key("me", "k1", not_before=0) is None
+    assert conn.find_key("me", "k2", not_before=500.0)["run_id"] == "run_b"
+
+
+def test_a_buried_run_leaves_a_tombstone_and_nothing_else(conn):
+    with conn.transaction():
+        conn.insert_run(run_row("run_a", status="succeeded"))
+    add_events(conn, "run_a", 1, 3)
+    with conn.transaction():
+        conn.bury("run_a", "me", 5.0)
+    assert conn.get_run("run_a") is None and conn.read_events("run_a", 0, 10) == []
+    assert conn.get_tombstone("run_a")["owner"] == "me"
+
+
+def test_a_serialized_scope_makes_a_second_transaction_wait_for_the_first(store, store_kind):
+    first, second = store.connect(), store.connect()
+    order = []
+    entered = threading.Event()
+
+    def other():
+        entered.wait(5)
+        with second.transaction():
+            second.serialize("submit:me")
+            order.append("second")
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with first.transaction():
+        first.serialize("submit:me")
+        entered.set()
+        time.sleep(0.3)
+        order.append("first")
+    thread.join(5)
+    assert order == ["first", "second"]
+    first.close()
+    second.close()
+
+
+def test_other_connections_commits_are_noticed(store, store_kind):
+    """SQLite moves its change token; PostgreSQL notifies, naming the runs and their last_seq."""
+    writer = store.connect()
+    with writer.transaction():
+        writer.insert_run(run_row("run_a"))
+    if store_kind == "sqlite":
+        watch = store.connect()
+        before = watch.change_token()
+        add_events(writer, "run_a", 1, 3)
+        assert watch.change_token() != before
+        watch.close()
+    else:
+        from jupyter_agentruns.store.postgres import PostgresStore
+
+        seen, arrived = [], threading.Event()
+
+        def on_change(runs):
+            seen.append(runs)
+            if runs:
+                arrived.set()
+
+        other = PostgresStore(store._conninfo + f"?schema={store.schema}")  # another server
+        listener = other.listen(on_change)
+        assert listener.connected.wait(5)
+        add_events(writer, "run_a", 1, 3)
+        assert arrived.wait(5)
+        assert seen[-1] == {"run_a": 3}
+        # Its own commits wake nobody: the server published them already.
+        own = other.listen(lambda runs: runs and seen.append(("own", runs)))
+        mine = other.connect()
+        with mine.transaction():
+            mine.append_events([("run_a", 4, "t", "t", "{}")])
+        time.sleep(0.5)
+        assert not any(isinstance(s, tuple) for s in seen)
+        own.close()
+        listener.close()
+        mine.close()
+    writer.close()
+
+
+def test_a_lost_connection_is_unavailable_then_reconnects(store, store_kind):
+    if store_kind != "postgres":
+        pytest.skip("a SQLite file has no connection to lose")
+    import psycopg
+
+    conn = store.connect()
+    with conn.transaction():
+        conn.insert_run(run_row("run_a"))
+    pid = conn._conn.info.backend_pid
+    with psycopg.connect(store._conninfo, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+    with pytest.raises(StoreUnavailable):
+        conn.get_run_head("run_a")
+    assert conn.get_run_head("run_a")["run_id"] == "run_a"  # connected again
+    conn.close()
+
+
+def test_a_url_with_a_password_never_shows_it(store_kind):
+    if store_kind != "postgres":
+        pytest.skip("PostgreSQL URLs only")
+    from jupyter_agentruns.store.postgres import PostgresStore, redact
+
+    assert redact("postgresql://me:s3cret@db:5432/runs") == "postgresql://me:***@db:5432/runs"
+    with pytest.raises(StoreUnavailable) as failure:
+        PostgresStore("postgresql://me:s3cret@127.0.0.1:9/runs")
+    assert "s3cret" not in str(failure.value)
