@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 import pytest
+from traitlets import TraitError
 
 from jupyter_agentruns import _jupyter_server_extension_points
 from jupyter_agentruns.app import AgentRuns
@@ -31,6 +32,7 @@ DOCUMENTED = {
     "max_event_bytes": 262144,
     "max_run_seconds": 86400,
     "sqlite_synchronous": "FULL",
+    "store_url": "",
 }
 
 
@@ -50,7 +52,46 @@ def test_every_documented_setting_is_configurable_with_its_default():
 
 def test_the_default_database_is_in_the_jupyter_data_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("AGENTRUNS_STORE_URL", raising=False)
     assert AgentRuns().db_path == str(tmp_path / "agentruns.sqlite3")
+    assert AgentRuns().store_url == ""
+
+
+def test_the_store_url_comes_from_the_environment_and_must_be_postgresql(monkeypatch):
+    monkeypatch.setenv("AGENTRUNS_STORE_URL", "postgresql://me@db:5432/runs")
+    assert AgentRuns().store_url == "postgresql://me@db:5432/runs"
+    with pytest.raises(TraitError) as refused:
+        AgentRuns(store_url="mysql://me:s3cret@db/runs")
+    assert "postgresql://" in str(refused.value) and "s3cret" not in str(refused.value)
+
+
+@pytest.mark.sqlite_only  # chooses its own store
+@pytest.mark.parametrize(
+    "agentruns_config", [{"store_url": "postgresql://me:s3cret@127.0.0.1:9/runs"}]
+)
+async def test_a_database_that_cannot_be_reached_at_start_answers_503_without_its_password(
+    api, jp_serverapp
+):
+    response = await submit(api)
+    assert response.status_code == 503 and response.json()["error"] == "store_unavailable"
+    assert "127.0.0.1:9" in response.json()["message"]
+    assert "s3cret" not in response.text and "me:***@" in response.json()["message"]
+    assert (await api.get("agents")).status_code == 503
+
+
+@pytest.mark.sqlite_only  # chooses its own store
+@pytest.mark.parametrize("agentruns_config", [{"store_url": "postgresql://me@127.0.0.1/runs"}])
+async def test_postgresql_without_its_driver_says_which_extra_to_install(without_psycopg, api):
+    response = await submit(api)
+    assert response.status_code == 503
+    assert "jupyter_agentruns[postgres]" in response.json()["message"]
+
+
+@pytest.fixture
+def without_psycopg(monkeypatch):
+    import jupyter_agentruns.store.postgres as postgres
+
+    monkeypatch.setattr(postgres, "psycopg", None)
 
 
 def test_the_shipped_config_enables_the_extension():

@@ -263,3 +263,21 @@ def test_a_url_with_a_password_never_shows_it(store_kind):
     with pytest.raises(StoreUnavailable) as failure:
         PostgresStore("postgresql://me:s3cret@127.0.0.1:9/runs")
     assert "s3cret" not in str(failure.value)
+
+
+def test_events_written_again_exactly_as_stored_are_a_lost_commit_answer_not_a_conflict(
+    conn, store_kind
+):
+    """PostgreSQL: a connection lost during COMMIT leaves the writer unsure, and it writes again."""
+    if store_kind != "postgres":
+        pytest.skip("a local file's commit answer cannot be lost")
+    with conn.transaction():
+        conn.insert_run(run_row("run_a"))
+    add_events(conn, "run_a", 1, 3)
+    again = [(row_id, seq, "text.delta", "t", '{"text":"xxxxxxxxxx"}')
+             for row_id, seq in (("run_a", 2), ("run_a", 3))]  # fmt: skip
+    with conn.transaction():
+        conn.append_events(again)
+    with pytest.raises(SeqTaken), conn.transaction():
+        conn.append_events([("run_a", 3, "text.delta", "t", '{"text":"other"}')])
+    assert len(conn.read_events("run_a", 0, 10)) == 3

@@ -624,16 +624,29 @@ class PostgresConnection(StoreConnection):
         )
 
     def append_events(self, rows: Iterable[tuple[str, int, str, str, str]]) -> None:
+        rows = list(rows)
         conn = self._connection()
         touched = self._touched
         try:
-            with self._errors(), conn.cursor() as cursor:
+            with self.savepoint(), self._errors(), conn.cursor() as cursor:
                 with cursor.copy("COPY events (run_id, seq, type, ts, data) FROM STDIN") as copy:
                     for row in rows:
                         copy.write_row(row)
                         touched[row[0]] = row[1]
         except psycopg.errors.UniqueViolation as exc:
+            if self._stored_already(rows):
+                return  # a batch whose COMMIT was answered by a lost connection, written again
             raise SeqTaken(str(exc)) from exc
+
+    def _stored_already(self, rows: list[tuple[str, int, str, str, str]]) -> bool:
+        """Whether every one of these events is stored exactly so (the commit did happen)."""
+        stored = self._execute(
+            "SELECT e.run_id, e.seq, e.type, e.ts, e.data FROM events AS e "
+            "JOIN unnest(%s::text[], %s::bigint[]) AS k(run_id, seq) "
+            "ON e.run_id = k.run_id AND e.seq = k.seq",
+            [[row[0] for row in rows], [row[1] for row in rows]],
+        ).fetchall()
+        return sorted(stored) == sorted(tuple(row) for row in rows)
 
     def set_last_seqs(self, pairs: list[tuple[int, str]]) -> None:
         if not pairs:
