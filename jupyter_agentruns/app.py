@@ -18,7 +18,7 @@ from .agents import load_agents
 from .engine import Engine
 from .handlers import default_handlers
 from .lifecycle import SESSION_POLICIES
-from .store import Store
+from .store import Store, StoreUnavailable
 from .store.filesystems import network_filesystem
 from .store.postgres import PostgresStore, is_postgres_url, redact
 from .store.sqlite import SQLiteStore
@@ -245,6 +245,8 @@ class AgentRuns(ExtensionApp):
     async def _start_engine(self) -> None:
         try:
             await self.engine.start()
+        except StoreUnavailable as exc:
+            self.log.warning("agentruns: %s; the next request tries again", exc)
         except Exception:
             # Requests try again (the store may be locked by another process for a while).
             self.log.exception("agentruns: starting failed; the next request tries again")

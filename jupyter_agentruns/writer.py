@@ -115,10 +115,10 @@ class Writer:
     def run(self, fn: Callable[[StoreConnection], Any]) -> asyncio.Future:
         """Run ``fn(connection)`` in the writer's next transaction; the future gets its result.
 
-        While the database cannot be reached the future fails at once with
-        ``StoreUnavailable`` and nothing is queued: a request is answered 503,
-        not held until the database is back. (Events still queue: their
-        producers wait for room.)
+        While the database cannot be reached the future fails with
+        ``StoreUnavailable`` (at once, or when its batch finds out): a request
+        is answered 503, not held until the database is back. Events are
+        never failed: they stay queued and their producers wait for room.
         """
         future = self._loop.create_future()
         unavailable = self.unavailable
@@ -205,6 +205,18 @@ class Writer:
             except StoreBusy as exc:
                 if isinstance(exc, StoreUnavailable):
                     self.unavailable = exc
+                    # One-off operations are answered now (their requests get
+                    # a 503, not a wait of unknown length); events stay and retry.
+                    ops = [item for item in batch if isinstance(item, Op)]
+                    if ops:
+                        batch = [item for item in batch if not isinstance(item, Op)]
+                        failures = [(op.future, False, StoreUnavailable(str(exc))) for op in ops]
+                        try:
+                            self._loop.call_soon_threadsafe(self._committed, {}, {}, failures)
+                        except RuntimeError:
+                            return  # the event loop is closed: nobody is waiting any more
+                        if not batch:
+                            return
                 # Locked by another process, disk full, I/O error: nothing
                 # is dropped; producers wait (the queue is bounded) until
                 # the same batch commits.

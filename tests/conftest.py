@@ -44,8 +44,11 @@ _schemas = itertools.count(1)
 def pytest_generate_tests(metafunc):
     """Each test of a server runs on both stores (``sqlite_only`` ones on SQLite alone)."""
     if "store_kind" in metafunc.fixturenames:
-        only_sqlite = metafunc.definition.get_closest_marker("sqlite_only") is not None
-        metafunc.parametrize("store_kind", STORES[:1] if only_sqlite else STORES, indirect=True)
+        marked = metafunc.definition.get_closest_marker
+        if marked("own_store") is not None:
+            return
+        stores = STORES[:1] if marked("sqlite_only") is not None else STORES
+        metafunc.parametrize("store_kind", stores, indirect=True)
 
 
 @pytest.fixture
@@ -299,6 +302,7 @@ async def parse_sse(lines):
             name, _, value = line.partition(":")
             value = value[1:] if value.startswith(" ") else value
             if name == "data":
+                frame["raw"] = value  # as served, byte for byte
                 frame["data"] = json.loads(value)
             else:
                 frame[name] = value

@@ -260,8 +260,9 @@ def test_a_url_with_a_password_never_shows_it(store_kind):
     from jupyter_agentruns.store.postgres import PostgresStore, redact
 
     assert redact("postgresql://me:s3cret@db:5432/runs") == "postgresql://me:***@db:5432/runs"
+    store = PostgresStore("postgresql://me:s3cret@127.0.0.1:9/runs")  # connects when used
     with pytest.raises(StoreUnavailable) as failure:
-        PostgresStore("postgresql://me:s3cret@127.0.0.1:9/runs")
+        store.connect().get_run_head("run_a")
     assert "s3cret" not in str(failure.value)
 
 

@@ -113,7 +113,7 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
         if isinstance(exc, StoreUnavailable):
-            exc = store_unavailable()
+            exc = store_unavailable(exc)
             self.set_status(exc.status)
         if isinstance(exc, ApiError):
             body = exc.body()
@@ -171,12 +171,12 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
         return value
 
 
-def store_unavailable() -> ApiError:
+def store_unavailable(reason: StoreUnavailable) -> ApiError:
     return ApiError(
         503,
         "store_unavailable",
-        "The agentruns database cannot be reached just now; nothing was changed. Try again "
-        "in a few seconds (the server log says why).",
+        f"The agentruns database cannot be reached just now ({reason}). Try again in a few "
+        "seconds (a submit with the same Idempotency-Key never makes two runs).",
         headers={"Retry-After": "5"},
     )
 

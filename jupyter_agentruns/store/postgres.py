@@ -196,16 +196,15 @@ class PostgresStore(Store):
         self.channel = f"agentruns.{self.schema}"
         # Names this process in its notifications: its own commits wake nobody here.
         self.instance = secrets.token_hex(8)
-        conn = self.connect()
-        try:
-            conn.migrate()
-        finally:
-            conn.close()
+        # Migrated on the first connection that succeeds: a database that is
+        # down when the server starts is waited for, not fatal.
+        self._migrated = False
+        self._migrating = threading.Lock()
 
     def open(self) -> psycopg.Connection:
         """A new autocommit connection with the store's schema first in its search path."""
         try:
-            return psycopg.connect(
+            conn = psycopg.connect(
                 self._conninfo,
                 autocommit=True,
                 connect_timeout=CONNECT_TIMEOUT_SECONDS,
@@ -215,6 +214,19 @@ class PostgresStore(Store):
             raise StoreUnavailable(
                 f"PostgreSQL at {self._redacted} cannot be reached: {exc}"
             ) from exc
+        if not self._migrated:
+            with self._migrating:
+                if not self._migrated:
+                    try:
+                        _migrate(conn, self.schema)
+                    except Exception as exc:
+                        conn.close()
+                        raise StoreUnavailable(
+                            f"PostgreSQL at {self._redacted} cannot hold the agentruns "
+                            f"schema {self.schema!r}: {exc}"
+                        ) from exc
+                    self._migrated = True
+        return conn
 
     def connect(self) -> PostgresConnection:
         return PostgresConnection(self)
@@ -231,7 +243,7 @@ class PostgresConnection(StoreConnection):
 
     def __init__(self, store: PostgresStore):
         self._store = store
-        self._conn: psycopg.Connection | None = store.open()
+        self._conn: psycopg.Connection | None = None  # connected on first use
         self._in_transaction = False
         self._savepoints = 0
         # Runs whose events this transaction appended (or that it deleted): their new last_seq.
@@ -344,23 +356,6 @@ class PostgresConnection(StoreConnection):
 
     def lock_run(self, run_id: str) -> None:
         self._execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", [run_id])
-
-    def migrate(self) -> None:
-        """Bring the schema forward, one step at a time; two servers starting at once take turns."""
-        with self.transaction():
-            self._execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
-            self._execute(f"CREATE SCHEMA IF NOT EXISTS {self._store.schema}")
-            self._execute("CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL)")
-            row = self._execute("SELECT max(version) FROM schema_version").fetchone()
-            version = row[0] or 0
-            if version > len(_MIGRATIONS):
-                raise RuntimeError(
-                    f"the agentruns database has schema version {version}, newer than this "
-                    f"jupyter_agentruns knows ({len(_MIGRATIONS)}): upgrade the package"
-                )
-            for number, sql in enumerate(_MIGRATIONS[version:], start=version + 1):
-                self._execute(sql)
-                self._execute("INSERT INTO schema_version (version) VALUES (%s)", [number])
 
     # Reads -------------------------------------------------------------------
 
@@ -753,6 +748,23 @@ class PostgresConnection(StoreConnection):
         )
 
 
+def _migrate(conn: psycopg.Connection, schema: str) -> None:
+    """Bring the schema forward, one step at a time; two servers starting at once take turns."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL)")
+        version = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] or 0
+        if version > len(_MIGRATIONS):
+            raise RuntimeError(
+                f"the agentruns database has schema version {version}, newer than this "
+                f"jupyter_agentruns knows ({len(_MIGRATIONS)}): upgrade the package"
+            )
+        for number, sql in enumerate(_MIGRATIONS[version:], start=version + 1):
+            conn.execute(sql)
+            conn.execute("INSERT INTO schema_version (version) VALUES (%s)", [number])
+
+
 class _Listener(Listener):
     """A thread with its own connection that ``LISTEN``s for other servers' commits.
 
@@ -782,7 +794,7 @@ class _Listener(Listener):
                 delay, warned = 0.1, False
                 self._on_change(None)
                 while not self._stop.is_set():
-                    for notice in conn.notifies(timeout=1.0):
+                    for notice in conn.notifies(timeout=0.25):
                         self._received(notice.payload)
             except (psycopg.Error, StoreUnavailable) as exc:
                 self.connected.clear()

@@ -1,0 +1,121 @@
+"""PostgreSQL going away under a running server: 503s meanwhile, nothing committed lost.
+
+A proxy between the server and the database cuts every connection and
+refuses new ones for a while, as a database restart or a network cut does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import pytest
+from tcpproxy import TcpProxy
+
+from conftest import POSTGRES_URL, all_events, demo_input, parse_sse, submit, wait_run, wait_seq
+
+pytestmark = pytest.mark.own_store
+_schemas = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def session_proxy(postgres_database):
+    # For the session: a server stops after the test's own fixtures are gone,
+    # and must still reach its database then.
+    target = urlsplit(POSTGRES_URL)
+    proxy = TcpProxy(target.hostname or "127.0.0.1", target.port or 5432)
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture
+def proxy(session_proxy):
+    session_proxy.restore()
+    yield session_proxy
+    session_proxy.restore()
+
+
+@pytest.fixture
+def agentruns_config(proxy, postgres_database):
+    parts = urlsplit(postgres_database)
+    user = f"{parts.username}@" if parts.username else ""
+    through = urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{proxy.port}"))
+    return {"store_url": f"{through}?schema=outage{next(_schemas)}", "lease_seconds": 5}
+
+
+async def follow(api, run_id, seen):
+    """Stream the run to its end over SSE, resuming from the last id after each break."""
+    last = 0
+    while True:
+        try:
+            async with api.stream(
+                "GET",
+                f"runs/{run_id}/events",
+                headers={"Accept": "text/event-stream", "Last-Event-ID": str(last)},
+            ) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    await asyncio.sleep(0.2)
+                    continue
+                async for frame in parse_sse(response.aiter_lines()):
+                    if "event" not in frame:
+                        continue
+                    seen.append(frame["raw"])
+                    last = frame["data"]["seq"]
+                    if frame["event"] in ("run.succeeded", "run.failed", "run.cancelled",
+                                          "run.interrupted"):  # fmt: skip
+                        return
+        except (httpx.ReadError, httpx.RemoteProtocolError):
+            await asyncio.sleep(0.2)
+
+
+@pytest.mark.timeout(120)
+async def test_a_database_outage_mid_run_answers_503_then_the_run_ends_with_nothing_lost(
+    api, proxy
+):
+    run_id = (await submit(api, input=demo_input(chunks=400, delay=0.005))).json()["run_id"]
+    seen: list[str] = []
+    streaming = asyncio.ensure_future(follow(api, run_id, seen))
+    await wait_seq(api, run_id, 20)
+
+    proxy.cut()
+    answers = []
+    loop = asyncio.get_running_loop()
+    until = loop.time() + 2.5
+    while loop.time() < until:
+        for response in (
+            await api.get(f"runs/{run_id}"),
+            await submit(api, key="during-the-outage"),
+            await api.get("runs"),
+        ):
+            answers.append((response.status_code, response.headers.get("Retry-After"),
+                            response.json().get("error")))  # fmt: skip
+        await asyncio.sleep(0.1)
+    proxy.restore()
+
+    run = await wait_run(api, run_id, timeout=60)
+    await asyncio.wait_for(streaming, 30)
+    assert run["status"] == "succeeded"
+    unavailable = [a for a in answers if a[0] == 503]
+    assert unavailable, "the outage was never noticed"
+    assert all(a == (503, "5", "store_unavailable") for a in unavailable), unavailable
+    assert not [a for a in answers if a[0] >= 500 and a[0] != 503], answers
+
+    events = await all_events(api, run_id)
+    assert [e["seq"] for e in events] == list(range(1, run["last_seq"] + 1))
+    assert [e["type"] for e in events].count("run.succeeded") == 1
+    assert run["output"]["text"] == run["snapshot"]["messages"][0]["text"]
+    # What the stream served before, during and after the outage is what is stored.
+    replayed = "".join(
+        [(await api.get(f"runs/{run_id}/events", params={"after": after, "limit": 1000})).text
+         for after in range(0, run["last_seq"], 1000)]
+    )  # fmt: skip
+    for raw in seen:
+        assert raw in replayed  # the same bytes, not only the same values
+    assert [json.loads(raw)["seq"] for raw in seen] == list(range(1, run["last_seq"] + 1))
+    # The submit made during the outage, if it got through, made one run.
+    again = await submit(api, key="during-the-outage")
+    assert again.status_code in (200, 201)
