@@ -7,7 +7,6 @@ import pytest
 from jupyter_agentruns.broadcaster import Broadcaster, CursorExpired, RunGone, Waiter
 from jupyter_agentruns.events import Event, envelope
 from jupyter_agentruns.reader import Reader
-from jupyter_agentruns.store.sqlite import SQLiteStore
 
 
 def event(seq, type="text.delta"):
@@ -31,8 +30,8 @@ class CountingReader(Reader):
 
 
 @pytest.fixture
-def store(tmp_path):
-    store = SQLiteStore(tmp_path / "b.sqlite3", "NORMAL")
+def store(make_store):
+    store = make_store()
     conn = store.connect()
     with conn.transaction():
         conn.insert_run({"run_id": "run_a", "owner": "me", "agent": "demo", "status": "running",
@@ -101,16 +100,21 @@ async def test_the_terminal_event_ends_a_subscriber(reader):
 
 
 async def test_another_servers_run_wakes_its_subscribers_on_commits_of_other_connections(
-    store, reader
+    store, reader, make_store
 ):
-    broadcaster = Broadcaster(reader, store.connect())
+    broadcaster = Broadcaster(reader, store)
+    broadcaster.start(asyncio.get_running_loop())
+    listener = broadcaster._listener
+    if listener is not None:  # PostgreSQL: LISTENing before the commit
+        await asyncio.get_running_loop().run_in_executor(None, listener.connected.wait, 5)
     subscriber = broadcaster.subscriber("run_a", 5000)  # no channel: another server executes it
     pulling = asyncio.ensure_future(subscriber.pull(100, 30))
     await asyncio.sleep(0.1)
-    conn = store.connect()
+    conn = make_store().connect()  # another server's connection
     with conn.transaction():
         conn.append_events([("run_a", 5001, "text.delta", "t", "{}")])
-    events = await asyncio.wait_for(pulling, 5)
+    # At once: not at the safety net's reread (0.5 s polled, 15 s notified).
+    events = await asyncio.wait_for(pulling, 0.4)
     assert [e.seq for e in events] == [5001]
     conn.close()
     broadcaster.close_watch()

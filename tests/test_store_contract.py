@@ -282,3 +282,80 @@ def test_events_written_again_exactly_as_stored_are_a_lost_commit_answer_not_a_c
     with pytest.raises(SeqTaken), conn.transaction():
         conn.append_events([("run_a", 3, "text.delta", "t", '{"text":"other"}')])
     assert len(conn.read_events("run_a", 0, 10)) == 3
+
+
+def test_two_servers_starting_at_once_on_a_new_schema_migrate_it_once(postgres_database):
+    from jupyter_agentruns.store.postgres import PostgresStore
+
+    url = f"{postgres_database}?schema=racing_starts"
+    errors, barrier = [], threading.Barrier(4)
+
+    def start():
+        try:
+            barrier.wait(5)
+            conn = PostgresStore(url).connect()
+            conn.get_run_head("run_a")
+            conn.close()
+        except Exception as exc:  # pragma: no cover - the failure is the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    import psycopg
+
+    with psycopg.connect(postgres_database, options="-c search_path=racing_starts") as db:
+        versions = [row[0] for row in db.execute("SELECT version FROM schema_version")]
+    assert versions == [1]
+
+
+def test_the_listener_reconnects_after_its_connection_is_cut_and_says_to_catch_up(
+    store, store_kind, make_store
+):
+    if store_kind != "postgres":
+        pytest.skip("SQLite is polled, not listened to")
+    import psycopg
+
+    seen, caught_up = [], threading.Event()
+
+    def on_change(runs):
+        seen.append(runs)
+        if runs is None and len(seen) > 1:
+            caught_up.set()
+
+    listener = store.listen(on_change)
+    try:
+        assert listener.connected.wait(5)
+        with psycopg.connect(store._conninfo, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE query LIKE 'LISTEN %%' AND datname = current_database()"
+            )
+        assert caught_up.wait(10)  # connected again: everything may have changed meanwhile
+        writer = make_store().connect()  # another server's
+        with writer.transaction():
+            writer.insert_run(run_row("run_a"))
+        add_events(writer, "run_a", 1, 2)
+        writer.close()
+        deadline = time.monotonic() + 5
+        while {"run_a": 2} not in seen and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert {"run_a": 2} in seen
+    finally:
+        listener.close()
+
+
+def test_run_ids_order_byte_for_byte_on_both_stores(conn):
+    """Upper case before lower case, as SQLite compares: a page cursor means the same on both."""
+    with conn.transaction():
+        for run_id in ("run_a", "run_B", "run_-"):
+            conn.insert_run(run_row(run_id, created_at="2026-01-01T00:00:00Z"))
+    page = conn.list_runs("me", status=None, session=None, limit=10, before=None)
+    assert [r["run_id"] for r in page] == ["run_a", "run_B", "run_-"]
+    rest = conn.list_runs(
+        "me", status=None, session=None, limit=10, before=("2026-01-01T00:00:00Z", "run_a")
+    )
+    assert [r["run_id"] for r in rest] == ["run_B", "run_-"]

@@ -65,30 +65,31 @@ SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 MIGRATION_LOCK = 0x61676E7472756E73  # "agntruns"
 
 _MIGRATIONS = [
-    # 1: the schema of SQLite's eight migrations, in one step.
+    # 1: the schema of SQLite's eight migrations, in one step. Text compares byte
+    # for byte (COLLATE "C"), as in SQLite: lists and their pages order runs alike.
     """
     CREATE TABLE runs (
-        run_id text PRIMARY KEY,
+        run_id text COLLATE "C" PRIMARY KEY,
         position bigserial NOT NULL,
-        owner text NOT NULL,
-        agent text NOT NULL,
-        status text NOT NULL,
-        session text,
-        metadata text,
-        input text,
-        retry_of text,
-        created_at text NOT NULL,
-        started_at text,
-        finished_at text,
+        owner text COLLATE "C" NOT NULL,
+        agent text COLLATE "C" NOT NULL,
+        status text COLLATE "C" NOT NULL,
+        session text COLLATE "C",
+        metadata text COLLATE "C",
+        input text COLLATE "C",
+        retry_of text COLLATE "C",
+        created_at text COLLATE "C" NOT NULL,
+        started_at text COLLATE "C",
+        finished_at text COLLATE "C",
         finished_ts double precision,
         last_seq bigint NOT NULL DEFAULT 0,
         first_seq bigint NOT NULL DEFAULT 1,
-        output text,
-        error text,
-        cancel text,
-        executor_id text,
+        output text COLLATE "C",
+        error text COLLATE "C",
+        cancel text COLLATE "C",
+        executor_id text COLLATE "C",
         lease_expires double precision,
-        cancel_request text,
+        cancel_request text COLLATE "C",
         input_tokens bigint NOT NULL DEFAULT 0,
         output_tokens bigint NOT NULL DEFAULT 0
     );
@@ -102,30 +103,30 @@ _MIGRATIONS = [
         WHERE executor_id IS NULL AND status = 'queued';
     CREATE INDEX runs_position ON runs (position);
     CREATE TABLE events (
-        run_id text NOT NULL,
+        run_id text COLLATE "C" NOT NULL,
         seq bigint NOT NULL,
-        type text NOT NULL,
-        ts text NOT NULL,
-        data text NOT NULL,
+        type text COLLATE "C" NOT NULL,
+        ts text COLLATE "C" NOT NULL,
+        data text COLLATE "C" NOT NULL,
         PRIMARY KEY (run_id, seq)
     );
     CREATE TABLE snapshots (
-        run_id text PRIMARY KEY,
+        run_id text COLLATE "C" PRIMARY KEY,
         seq bigint NOT NULL,
-        snapshot text NOT NULL,
+        snapshot text COLLATE "C" NOT NULL,
         parts integer NOT NULL DEFAULT 1
     );
     CREATE TABLE snapshot_parts (
-        run_id text NOT NULL,
+        run_id text COLLATE "C" NOT NULL,
         part integer NOT NULL,
-        data text NOT NULL,
+        data text COLLATE "C" NOT NULL,
         PRIMARY KEY (run_id, part)
     );
     CREATE TABLE idempotency_keys (
-        owner text NOT NULL,
-        key text NOT NULL,
-        fingerprint text NOT NULL,
-        run_id text NOT NULL,
+        owner text COLLATE "C" NOT NULL,
+        key text COLLATE "C" NOT NULL,
+        fingerprint text COLLATE "C" NOT NULL,
+        run_id text COLLATE "C" NOT NULL,
         created_ts double precision NOT NULL,
         with_run integer NOT NULL DEFAULT 0,
         PRIMARY KEY (owner, key)
@@ -133,16 +134,16 @@ _MIGRATIONS = [
     CREATE INDEX idempotency_keys_created ON idempotency_keys (created_ts);
     CREATE INDEX idempotency_keys_run ON idempotency_keys (run_id);
     CREATE TABLE tombstones (
-        run_id text PRIMARY KEY,
-        owner text,
+        run_id text COLLATE "C" PRIMARY KEY,
+        owner text COLLATE "C",
         deleted_ts double precision
     );
     CREATE TABLE input_answers (
-        run_id text NOT NULL,
-        request_id text NOT NULL,
-        choice text NOT NULL,
-        note text,
-        "by" text,
+        run_id text COLLATE "C" NOT NULL,
+        request_id text COLLATE "C" NOT NULL,
+        choice text COLLATE "C" NOT NULL,
+        note text COLLATE "C",
+        "by" text COLLATE "C",
         answered_ts double precision NOT NULL,
         PRIMARY KEY (run_id, request_id)
     );
