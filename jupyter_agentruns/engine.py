@@ -248,8 +248,13 @@ class Engine(LoggingConfigurable):
                 unavailable = False
 
     async def _compact_live(self, channel) -> None:
+        limit = self.settings.max_retained_events
         try:
-            await self.compactor.compact(channel.run_id)
+            # Again while the run is still over its budget: the events committed
+            # during a pass (a fast run, a slow database) trigger no pass of their own.
+            while await self.compactor.compact(channel.run_id):
+                if channel.committed_seq - channel.first_seq + 1 <= limit + max(1, limit // 10):
+                    break
         except Exception:
             self.log.exception("agentruns: compacting %s failed", channel.run_id)
         finally:

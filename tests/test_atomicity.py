@@ -54,6 +54,7 @@ async def test_no_reader_ever_sees_a_status_without_its_event_or_a_terminal_with
 ):
     import threading
 
+    await engine.start()  # the store is made (and migrated) before the checker reads it
     stop, problems, checks = threading.Event(), [], []
     checker = asyncio.get_running_loop().run_in_executor(
         None, check_consistency, rawdb.target(engine), stop, problems, checks

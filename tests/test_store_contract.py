@@ -340,7 +340,7 @@ def test_the_listener_reconnects_after_its_connection_is_cut_and_says_to_catch_u
             writer.insert_run(run_row("run_a"))
         add_events(writer, "run_a", 1, 2)
         writer.close()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 10
         while {"run_a": 2} not in seen and time.monotonic() < deadline:
             time.sleep(0.02)
         assert {"run_a": 2} in seen
