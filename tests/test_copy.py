@@ -1,0 +1,458 @@
+"""Moving from SQLite to PostgreSQL: the copy keeps every run as it was, or refuses and writes nothing."""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+import rawdb
+
+from jupyter_agentruns.store.copy import CopyRefused, copy_store
+from jupyter_agentruns.store.sqlite import SQLiteStore
+
+from servers import ServerProcess
+
+# Every test copies into PostgreSQL: without a server they skip, before building their sources.
+pytestmark = pytest.mark.usefixtures("postgres_database")
+
+TERMINAL = {"succeeded", "failed", "cancelled", "interrupted"}
+QUICK = {"prompt": "quick", "chunks": 10, "delay": 0}
+SLOW = {"prompt": "slow", "chunks": 1000, "delay": 0.02}
+ASKING = {"prompt": "ask", "chunks": 5, "delay": 0, "ask": True}
+# A server that records an answer in the SQLite store and is killed before it can close it.
+RECORD_ANSWER_AND_DIE = """
+import os, signal, sys
+from jupyter_agentruns.store.sqlite import SQLiteStore
+conn = SQLiteStore(sys.argv[1]).connect()
+with conn.transaction():
+    conn.record_input_answer(sys.argv[2], sys.argv[3], {"choice": "approve"}, 1.0)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+# The command, then its peak memory: the high-water mark of its own memory map. A
+# child's ru_maxrss counts its parent's memory, taken across fork and exec.
+PEAK_MEMORY_OF_THE_COMMAND = """
+import re, runpy, sys
+try:
+    runpy.run_module("jupyter_agentruns.store.copy", run_name="__main__", alter_sys=True)
+finally:
+    status = open("/proc/self/status").read()
+    print("peak", re.search(r"VmHWM:\\s+(\\d+) kB", status).group(1), "kB", file=sys.stderr)
+"""
+# Every table, each with the columns that order its rows (PostgreSQL's runs add ``position``).
+TABLES = {
+    "runs": "run_id",
+    "events": "run_id, seq",
+    "snapshots": "run_id",
+    "snapshot_parts": "run_id, part",
+    "idempotency_keys": "owner, key",
+    "tombstones": "run_id",
+    "input_answers": "run_id, request_id",
+}
+
+
+def copy(source, url, *options, env=None):
+    """The command, as a person runs it; returns the finished process (text output)."""
+    command = [sys.executable, "-m", "jupyter_agentruns.store.copy", "--from", str(source)]
+    if url is not None:
+        command += ["--to", url]
+    return subprocess.run(
+        [*command, *options],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def wait_status(client, run_id, statuses, timeout=30):
+    deadline = time.monotonic() + timeout
+    while True:
+        run = client.get(f"runs/{run_id}").json()
+        if run["status"] in statuses:
+            return run
+        assert time.monotonic() < deadline, f"{run_id} still {run['status']}"
+        time.sleep(0.05)
+
+
+def submit(client, input, **body):
+    headers = body.pop("headers", None)
+    response = client.post("runs", json={"agent": "demo", "input": input, **body}, headers=headers)
+    assert response.status_code == 201, response.text
+    return response.json()["run_id"]
+
+
+def rows(where, table, exclude=()):
+    db = rawdb.connect(where)
+    try:
+        cursor = db.execute(f"SELECT * FROM {table} ORDER BY {TABLES[table]}")
+        names = [column[0] for column in cursor.description]
+        return [
+            {n: v for n, v in zip(names, row, strict=True) if n not in exclude}
+            for row in cursor.fetchall()
+        ]
+    finally:
+        db.close()
+
+
+def submit_order(where):
+    """Run ids in the order their store keeps submits: SQLite's rowid, PostgreSQL's position."""
+    order = "rowid" if not str(where).startswith("postgres") else "position"
+    db = rawdb.connect(where)
+    try:
+        return [row[0] for row in db.execute(f"SELECT run_id FROM runs ORDER BY {order}")]
+    finally:
+        db.close()
+
+
+def file_digests(path):
+    """The SQLite file and its write-ahead log, hashed: what a read-only copy must leave alone.
+
+    A reader may create an empty log where there was none: the same as none.
+    """
+    return [
+        hashlib.sha256(open(name, "rb").read() if os.path.exists(name) else b"").hexdigest()
+        for name in (str(path), f"{path}-wal")
+    ]
+
+
+def duplicate(path, to):
+    """A copy of a SQLite store with its write-ahead log (a killed server leaves one)."""
+    for suffix in ("", "-wal"):
+        if os.path.exists(f"{path}{suffix}"):
+            shutil.copyfile(f"{path}{suffix}", f"{to}{suffix}")
+    return to
+
+
+def schema_exists(url):
+    schema = dict(p.split("=") for p in urlsplit(url).query.split("&"))["schema"]
+    db = rawdb.connect(urlunsplit(urlsplit(url)._replace(query="schema=public")))
+    try:
+        return bool(db.execute("SELECT 1 FROM pg_namespace WHERE nspname = ?", [schema]).fetchall())
+    finally:
+        db.close()
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """A SQLite store real servers filled, then stopped: every ending, a key, a session, a compacted run, a tombstone.
+
+    Returns what they answered for each run, to hold the copy to.
+    """
+    home = tmp_path_factory.mktemp("sqlite")
+    path = home / "agentruns.sqlite3"
+    # Retention deletes a run within a second here, leaving its tombstone.
+    server = ServerProcess(home / "retention", path, {"run_retention_seconds": 1}).start()
+    try:
+        with server.client() as client:
+            buried = submit(client, QUICK)
+            deadline = time.monotonic() + 30
+            while client.get(f"runs/{buried}").status_code != 410:
+                assert time.monotonic() < deadline, "retention did not delete the run"
+                time.sleep(0.1)
+    finally:
+        server.terminate()
+    # Compaction keeps 40 events of a run: a long one keeps its snapshot and its last ones.
+    server = ServerProcess(home / "server", path, {"max_retained_events": 40}).start()
+    try:
+        with server.client() as client:
+            ids = {
+                "succeeded": submit(client, QUICK),
+                "failed": submit(client, {**QUICK, "fail": True}),
+                "keyed": submit(client, QUICK, headers={"Idempotency-Key": "notebook-cell-1"}),
+                "compacted": submit(client, {**QUICK, "chunks": 200}),
+                "cancelled": submit(client, SLOW),
+            }
+            wait_status(client, ids["cancelled"], {"running"})
+            assert client.post(f"runs/{ids['cancelled']}/cancel").status_code == 202
+            session = [
+                submit(client, QUICK, session="chat", session_policy="enqueue") for _ in range(3)
+            ]
+            for run_id in [*ids.values(), *session]:
+                wait_status(client, run_id, TERMINAL)
+    finally:
+        server.terminate()
+    # What the runs look like, from a server that changes nothing of them (a live
+    # compaction of the one above could still be going on).
+    server = ServerProcess(home / "reader", path).start()
+    try:
+        with server.client() as client:
+            runs = {
+                run_id: client.get(f"runs/{run_id}").text for run_id in [*ids.values(), *session]
+            }
+            events = {
+                run_id: [
+                    client.get(f"runs/{run_id}/events", params={"after": after}).text
+                    for after in (0, json.loads(run)["first_seq"] - 1)
+                ]
+                for run_id, run in runs.items()
+            }
+            listing = client.get("runs", params={"limit": 500}).text
+    finally:
+        server.terminate()
+    ended = {run_id: json.loads(run) for run_id, run in runs.items()}
+    assert {ended[ids[name]]["status"] for name in ("succeeded", "keyed")} == {"succeeded"}
+    assert ended[ids["failed"]]["status"] == "failed"
+    assert ended[ids["cancelled"]]["status"] == "cancelled"
+    assert ended[ids["compacted"]]["first_seq"] > 1, "the run was not compacted"
+    return {
+        "path": path,
+        "ids": ids,
+        "buried": buried,
+        "runs": runs,
+        "events": events,
+        "listing": listing,
+    }
+
+
+@pytest.fixture
+def servers(tmp_path):
+    started = []
+
+    def start(name, path=None, **agentruns):
+        path = path or tmp_path / f"{name}.sqlite3"
+        server = ServerProcess(tmp_path / name, path, agentruns).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.kill()
+
+
+@pytest.mark.timeout(120)
+def test_a_server_on_the_copy_answers_every_run_and_event_as_the_sqlite_server_did(
+    source, postgres_url, servers
+):
+    before = file_digests(source["path"])
+    done = copy(source["path"], postgres_url)
+    assert done.returncode == 0, done.stderr
+    assert f"runs: {len(source['runs'])} copied" in done.stdout and "copied in" in done.stdout
+    assert file_digests(source["path"]) == before, "the copy changed its source"
+
+    # Every table, row for row; runs keep their submit order (a session's queue its order).
+    for table in TABLES:
+        assert rows(postgres_url, table, exclude={"position"}) == rows(source["path"], table)
+    assert submit_order(postgres_url) == submit_order(source["path"])
+
+    with servers("postgres", store_url=postgres_url).client() as client:
+        assert client.get("runs", params={"limit": 500}).text == source["listing"]
+        for run_id, run in source["runs"].items():
+            assert client.get(f"runs/{run_id}").text == run
+            for after, body in zip(
+                (0, json.loads(run)["first_seq"] - 1), source["events"][run_id], strict=True
+            ):
+                assert client.get(f"runs/{run_id}/events", params={"after": after}).text == body
+        keyed = source["ids"]["keyed"]
+        replay = client.post(
+            "runs",
+            json={"agent": "demo", "input": QUICK},
+            headers={"Idempotency-Key": "notebook-cell-1"},
+        )
+        assert replay.status_code == 200 and replay.json() == json.loads(source["runs"][keyed])
+        gone = client.get(f"runs/{source['buried']}")
+        assert gone.status_code == 410 and gone.json()["error"] == "run_expired"
+
+
+def test_a_second_copy_into_the_same_schema_is_refused_and_changes_nothing(source, postgres_url):
+    assert copy(source["path"], postgres_url).returncode == 0
+    before = {table: rows(postgres_url, table) for table in TABLES}
+    again = copy(source["path"], postgres_url)
+    assert again.returncode == 1
+    assert f"is not empty ({len(source['runs'])} runs" in again.stderr
+    assert "they were copied already" in again.stderr and "?schema=NAME" in again.stderr
+    assert {table: rows(postgres_url, table) for table in TABLES} == before
+
+
+def test_a_schema_holding_anything_of_another_store_is_refused(source, postgres_url, tmp_path):
+    other = tmp_path / "other.sqlite3"
+    conn = SQLiteStore(other).connect()
+    with conn.transaction():
+        conn.bury("run_elsewhere", "someone", 1.0)
+    conn.close()
+    assert copy(other, postgres_url).returncode == 0
+    refused = copy(source["path"], postgres_url)
+    assert refused.returncode == 1
+    assert "is not empty (0 runs; rows in tombstones)" in refused.stderr
+    assert "copied already" not in refused.stderr
+    assert rows(postgres_url, "runs") == []
+
+
+@pytest.mark.timeout(120)
+def test_a_session_queue_left_by_a_clean_stop_is_copied_and_runs_in_its_order_on_postgres(
+    postgres_url, servers, tmp_path
+):
+    path = tmp_path / "stopped.sqlite3"
+    first = servers("sqlite", path)
+    with first.client() as client:
+        running = submit(client, SLOW, session="chat")
+        wait_status(client, running, {"running"})
+        queued = [
+            submit(client, {**QUICK, "tools": False}, session="chat", session_policy="enqueue")
+            for _ in range(3)
+        ]
+    first.terminate()  # ends the running run; the queue waits for the next server
+
+    done = copy(path, postgres_url)
+    assert done.returncode == 0, done.stderr
+    assert "3 runs waiting in a session's queue" in done.stdout
+    with servers("postgres", store_url=postgres_url).client() as client:
+        assert client.get(f"runs/{running}").json()["status"] == "interrupted"
+        ended = [wait_status(client, run_id, TERMINAL) for run_id in queued]
+        assert [run["status"] for run in ended] == ["succeeded"] * 3
+        assert ended[0]["finished_at"] <= ended[1]["started_at"]
+        assert ended[1]["finished_at"] <= ended[2]["started_at"]
+
+
+@pytest.mark.timeout(120)
+def test_runs_of_a_killed_server_are_refused_unless_forced_and_then_end_interrupted(
+    postgres_url, servers, tmp_path
+):
+    path = tmp_path / "killed.sqlite3"
+    first = servers("sqlite", path, lease_seconds=1.5)
+    with first.client() as client:
+        running = submit(client, SLOW)
+        asking = submit(client, ASKING)
+        [question] = wait_status(client, asking, {"waiting"})["snapshot"]["inputs"]
+        wait_status(client, running, {"running"})
+    first.kill()
+    # Another server recorded an answer for the run's own server, then died too: the
+    # answer is in the write-ahead log alone, where the copy must find it.
+    subprocess.run(
+        [sys.executable, "-c", RECORD_ANSWER_AND_DIE, str(path), asking, question["request_id"]],
+        check=False,
+        timeout=60,
+    )
+    assert os.path.getsize(f"{path}-wal") > 0
+    before = file_digests(path)
+
+    refused = copy(path, postgres_url)
+    assert refused.returncode == 1
+    assert "2 active runs (1 running, 1 waiting)" in refused.stderr
+    assert "--force" in refused.stderr and refused.stdout == ""
+    assert not schema_exists(postgres_url), "a refused copy wrote to PostgreSQL"
+
+    forced = copy(path, postgres_url, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert "copied 2 active runs (1 running, 1 waiting) with --force" in forced.stdout
+    assert file_digests(path) == before, "the copy changed its source"
+    assert rows(postgres_url, "input_answers") == rows(path, "input_answers") != []
+
+    with servers("postgres", store_url=postgres_url, lease_seconds=1.5).client() as client:
+        assert wait_status(client, running, TERMINAL)["status"] == "interrupted"
+        assert wait_status(client, asking, TERMINAL)["status"] == "interrupted"
+
+
+def test_a_password_in_the_url_never_appears_in_what_the_command_prints(source, postgres_url):
+    parts = urlsplit(postgres_url)
+    host = f"{parts.hostname}:{parts.port}"
+    with_password = urlunsplit(parts._replace(netloc=f"postgres:pa%40ss-w0rd@{host}"))
+    unreachable = urlunsplit(parts._replace(netloc="postgres:pa%40ss-w0rd@127.0.0.1:1"))
+    done = copy(source["path"], with_password)
+    refused = copy(source["path"], None, env={"AGENTRUNS_STORE_URL": with_password})
+    failed = copy(source["path"], unreachable)
+    assert [done.returncode, refused.returncode, failed.returncode] == [0, 1, 1]
+    assert "postgres:***@" in done.stdout and "postgres:***@" in refused.stderr
+    assert "cannot be reached" in failed.stderr
+    for process in (done, refused, failed):
+        for secret in ("pa%40ss-w0rd", "pa@ss-w0rd", "w0rd"):
+            assert secret not in process.stdout + process.stderr
+
+
+def test_a_source_of_an_older_schema_is_refused_with_how_to_migrate_it(postgres_url, tmp_path):
+    path = tmp_path / "old.sqlite3"
+    SQLiteStore(path).connect().close()
+    db = rawdb.connect(str(path))
+    db.execute("PRAGMA user_version = 7")
+    db.close()
+    refused = copy(path, postgres_url)
+    assert refused.returncode == 1
+    assert "schema version 7, older than this jupyter_agentruns's (8)" in refused.stderr
+    assert "start this version's server on the file once" in refused.stderr
+    missing = copy(tmp_path / "nowhere.sqlite3", postgres_url)
+    assert missing.returncode == 1 and "is not a file" in missing.stderr
+    assert not schema_exists(postgres_url)
+
+
+def test_a_source_a_server_writes_to_during_the_copy_is_refused_and_nothing_is_kept(
+    source, postgres_url, tmp_path
+):
+    path = duplicate(source["path"], tmp_path / "busy.sqlite3")
+
+    def a_server_commits(line):
+        if line.startswith("copying"):
+            db = rawdb.connect(str(path))
+            db.execute("INSERT INTO tombstones (run_id, owner, deleted_ts) VALUES ('late', 'x', 1)")
+            db.close()
+
+    with pytest.raises(CopyRefused, match="changed while it was copied: a server still uses it"):
+        copy_store(path, postgres_url, progress=a_server_commits)
+    assert all(rows(postgres_url, table) == [] for table in TABLES)
+    assert copy(path, postgres_url).returncode == 0, "a copy again after the refusal"
+
+
+@pytest.mark.timeout(120)
+def test_two_hundred_thousand_events_copy_in_seconds_in_bounded_memory(postgres_url, tmp_path):
+    path = tmp_path / "large.sqlite3"
+    conn = SQLiteStore(path, "NORMAL").connect()
+    runs, per_run, size = 20, 10_000, 800  # 160 MB of event data, more than the bound below
+    with conn.transaction():
+        for number in range(runs):
+            run_id = f"run_{number:02d}"
+            conn.insert_run(
+                {
+                    "run_id": run_id,
+                    "owner": "me",
+                    "agent": "demo",
+                    "status": "succeeded",
+                    "created_at": f"2026-01-01T00:00:{number:02d}.000000Z",
+                    "last_seq": per_run,
+                    "finished_ts": 1.0,
+                }
+            )
+            ts = "2026-01-01T00:00:00.000Z"
+            conn.append_events(
+                (run_id, seq, "text.delta", ts, f'{{"delta":"{seq:0{size}d}"}}')
+                for seq in range(1, per_run + 1)
+            )
+        # A snapshot of 3 MB, kept in parts of a megabyte.
+        text = "".join(f"{n:08d}" for n in range(375_000))
+        conn.write_snapshot("run_00", per_run, {"messages": [{"id": "m1", "text": text}]})
+    conn.close()
+
+    started = time.monotonic()
+    measured = subprocess.run(
+        [sys.executable, "-c", PEAK_MEMORY_OF_THE_COMMAND, "--from", str(path)],
+        env={**os.environ, "AGENTRUNS_STORE_URL": postgres_url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    seconds = time.monotonic() - started
+    assert measured.returncode == 0, measured.stderr
+    assert "events: 100,000 of 200,000" in measured.stdout
+    assert "200,000 events" in measured.stdout
+    assert seconds < 30, f"the copy took {seconds:.1f} s"
+    peak_mb = int(re.search(r"peak (\d+) kB", measured.stderr).group(1)) / 1024
+    assert peak_mb < 150, f"the copy peaked at {peak_mb:.0f} MB"
+
+    def digests(where):
+        db = rawdb.connect(where)
+        try:
+            found = db.execute(
+                "SELECT run_id, seq, type, ts, data FROM events ORDER BY run_id, seq"
+            )
+            return [hashlib.sha1("\0".join(map(str, row)).encode()).digest() for row in found]
+        finally:
+            db.close()
+
+    copied = digests(postgres_url)
+    assert len(copied) == runs * per_run and copied == digests(str(path))
+    for table in ("snapshots", "snapshot_parts"):
+        assert rows(postgres_url, table) == rows(str(path), table)
+    assert len(rows(postgres_url, "snapshot_parts")) == 2
