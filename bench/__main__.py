@@ -20,10 +20,14 @@ from pathlib import Path
 import jupyter_server
 import tornado
 
-from .scenarios import FULL, QUICK, SCENARIOS, Bench, Row, format_value, say
+from .postgres import SCENARIOS as POSTGRES_SCENARIOS
+from .scenarios import FULL, QUICK, Bench, Row, format_value, say
+from .scenarios import SCENARIOS as SQLITE_SCENARIOS
 from .servers import raise_open_files_limit
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# The PostgreSQL ones last: each skips when no PostgreSQL answers.
+SCENARIOS = {**SQLITE_SCENARIOS, **POSTGRES_SCENARIOS}
 
 
 def machine() -> dict:

@@ -24,7 +24,7 @@ from typing import Any
 
 from jupyter_agentruns.timeutil import now_iso
 
-from . import clients
+from . import clients, database
 from .agents import delta
 from .servers import BareServer, EngineServer, cpu_seconds, proc_status, reset_peak_rss
 
@@ -49,6 +49,13 @@ class Sizes:
     rate: int = 1000
     memory_events: int = 100_000
     memory_settle_seconds: float = 60
+    # PostgreSQL (bench/postgres.py).
+    pg_rows: int = 100_000
+    pg_resume_events: tuple[int, int] = (1_000_000, 10_000)
+    pg_resume_samples: int = 50
+    pg_servers: tuple[int, ...] = (1, 2, 3)
+    pg_runs_per_server: int = 50
+    pg_events_per_run: int = 2_000
 
 
 FULL = Sizes(
@@ -80,6 +87,12 @@ QUICK = Sizes(
     idle_connections=200,
     memory_events=20_000,
     memory_settle_seconds=5,
+    pg_rows=20_000,
+    pg_resume_events=(100_000, 10_000),
+    pg_resume_samples=10,
+    pg_servers=(1, 2),
+    pg_runs_per_server=10,
+    pg_events_per_run=500,
 )
 
 
@@ -149,9 +162,15 @@ def all_exist(paths: list[Path]) -> bool:
     return all(path.exists() for path in paths)
 
 
+def server_run_state(server: EngineServer, run_ids: list[str]) -> dict[str, tuple[str, int, int]]:
+    if server.store_url:
+        return database.run_state(server.store_url, run_ids)
+    return run_state(server.db_path, run_ids)
+
+
 def wait_terminal(server: EngineServer, run_ids: list[str], timeout: float = 900) -> None:
     def done() -> bool:
-        states = run_state(server.db_path, run_ids)
+        states = server_run_state(server, run_ids)
         failed = [
             run_id
             for run_id, (status, _, _) in states.items()
@@ -197,6 +216,7 @@ class Bench:
         self._servers: dict[str, EngineServer] = {}
         self._bare: BareServer | None = None
         self._big: dict[str, Any] | None = None
+        self._database: database.Database | None = None
 
     def add(self, row: Row) -> None:
         self.rows.append(row)
@@ -223,6 +243,14 @@ class Bench:
             self._bare = BareServer().start()
         return self._bare
 
+    def postgres(self) -> database.Database:
+        """The bench's own PostgreSQL database, created on first use (its ``reason`` if none)."""
+        if self._database is None:
+            self._database = database.Database.open()
+            if self._database.reason is None:
+                say(f"  PostgreSQL {self._database.version}: database {self._database.name}")
+        return self._database
+
     def profile(self, server: EngineServer, scenario: str):
         return self.profiler.record(server.pid, scenario) if self.profiler else nullcontext()
 
@@ -232,6 +260,8 @@ class Bench:
             server.stop()
         if self._bare is not None:
             self._bare.stop()
+        if self._database is not None:
+            self._database.drop()
         for path in sorted(self.root.rglob("*"), reverse=True):
             path.unlink() if path.is_file() or path.is_symlink() else path.rmdir()
         self.root.rmdir()
@@ -481,18 +511,25 @@ def append_runs(bench: Bench) -> None:
 
 
 async def engine_latencies(
-    bench: Bench, server: EngineServer, events: int, clients_count: int, cpu: dict | None = None
+    bench: Bench,
+    server: EngineServer,
+    events: int,
+    clients_count: int,
+    cpu: dict | None = None,
+    via: EngineServer | None = None,
 ) -> tuple[array, list[int]]:
     """Latencies (ns) of a run at ``rate`` ev/s to ``clients_count`` SSE clients.
 
     With them, each client's count of text deltas. ``cpu`` accumulates the CPU
     seconds of the server and of the clients (this process) and the wall time,
-    from the first event to the last.
+    from the first event to the last. The clients stream from ``via`` when
+    given (another server on the same store), else from the run's server.
     """
     go = bench.path("go")
     run_id, _ = bench.flood(server, events, rate=bench.sizes.rate, go=str(go))
     path = f"/api/agentruns/runs/{run_id}/events"
-    streams = await clients.open_streams(server.port, path, server.headers, clients_count)
+    reading = via or server
+    streams = await clients.open_streams(reading.port, path, reading.headers, clients_count)
     before = cpu_seconds(server.pid), cpu_seconds(), time.monotonic()
     go.touch()
     outs = [array("q") for _ in streams]

@@ -93,11 +93,16 @@ class Subprocess:
 
 
 class EngineServer(Subprocess):
-    """``jupyter server`` with jupyter_agentruns and the bench agents, on a given database."""
+    """``jupyter server`` with jupyter_agentruns and the bench agents, on a given database.
+
+    The SQLite file at ``db_path``, unless ``agentruns`` names a ``store_url``.
+    """
 
     def __init__(self, home: Path, db_path: Path, agentruns: dict | None = None):
         self.home = home
         self.db_path = db_path
+        # A PostgreSQL store when the config names one; else the SQLite file at db_path.
+        self.store_url = (agentruns or {}).get("store_url")
         self.port = free_port()
         self.token = "bench-" + os.urandom(8).hex()
         home.mkdir(parents=True, exist_ok=True)
