@@ -254,6 +254,19 @@ def test_a_lost_connection_is_unavailable_then_reconnects(store, store_kind):
     conn.close()
 
 
+def test_a_schema_named_like_a_keyword_is_created_and_used(store_kind, request):
+    if store_kind != "postgres":
+        pytest.skip("PostgreSQL schemas only")
+    from jupyter_agentruns.store.postgres import PostgresStore
+
+    store = PostgresStore(request.getfixturevalue("postgres_database") + "?schema=order")
+    conn = store.connect()
+    with conn.transaction():
+        conn.insert_run(run_row("run_a"))
+    assert conn.get_run_head("run_a")["run_id"] == "run_a"
+    conn.close()
+
+
 def test_a_url_with_a_password_never_shows_it(store_kind):
     if store_kind != "postgres":
         pytest.skip("PostgreSQL URLs only")

@@ -753,7 +753,8 @@ def _migrate(conn: psycopg.Connection, schema: str) -> None:
     """Bring the schema forward, one step at a time; two servers starting at once take turns."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
-        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        # Quoted: a lower-case name may still be a keyword (user, order, cross).
+        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
         conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL)")
         version = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] or 0
         if version > len(_MIGRATIONS):
