@@ -160,6 +160,14 @@ class EngineServer(Subprocess):
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()  # one that answers but never gets ready must not outlive the bench
+            raise
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         with self.client() as client:
             while True:
@@ -169,13 +177,12 @@ class EngineServer(Subprocess):
                     )
                 try:
                     if client.get("agents", timeout=2).status_code == 200:
-                        break
+                        return
                 except httpx.TransportError:
                     pass
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"server did not start:\n{self.log_tail()}")
                 time.sleep(0.1)
-        return self
 
     def stop(self, timeout: float = 30) -> None:
         super().stop(timeout)
