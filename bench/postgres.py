@@ -281,32 +281,15 @@ def pg_throughput(bench: Bench) -> None:
         try:
             for index in range(count):
                 servers.append(bench.new_server(f"pg-throughput-{index}", store_url=url))
-            for rep in range(bench.repeat):
-                go = bench.path("go")
-                runs = {
-                    server: [
-                        bench.flood(server, sizes.pg_events_per_run, go=str(go))
-                        for _ in range(per_server)
-                    ]
-                    for server in servers
-                }
-                meter = Meter(db, [server.pid for server in servers])
-                meter.start()
-                go.touch()
-                paths = [path for pairs in runs.values() for _, path in pairs]
-                wait_until(functools.partial(all_exist, paths), 900, "the flood reports")
-                measures.append(meter.stop())
-                for server, pairs in runs.items():
-                    wait_terminal(server, [run_id for run_id, _ in pairs])
-                reports = [json.loads(path.read_text()) for path in paths]
-                span = max(r["end"] for r in reports) - min(r["start"] for r in reports)
-                rates.append(sum(r["events"] for r in reports) / span)
-                say(
-                    f"  {count} server(s), rep {rep + 1}/{bench.repeat}: {k(rates[-1])} ev/s; "
-                    + busy(measures[-1])
-                    + "; "
-                    + limit(measures[-1], count)
-                )
+            with bench.profile(servers[0], f"pg-throughput-{count}"):
+                for rep in range(bench.repeat):
+                    rate, measured = throughput_sample(bench, db, servers)
+                    rates.append(rate)
+                    measures.append(measured)
+                    say(
+                        f"  {count} server(s), rep {rep + 1}/{bench.repeat}: {k(rate)} ev/s; "
+                        f"{busy(measured)}; {limit(measured, count)}"
+                    )
         finally:
             for server in servers:
                 server.http.close()
@@ -323,6 +306,30 @@ def pg_throughput(bench: Bench) -> None:
                  + f"; {limit(middle(rates, measures), count)}; " + busy(middle(rates, measures)),
             samples=rates, details={"meter": measures},
         ))  # fmt: skip
+
+
+def throughput_sample(bench: Bench, db, servers: list) -> tuple[float, dict]:
+    """``pg_runs_per_server`` flood runs on each server, started at once: events/s and who was busy."""
+    sizes = bench.sizes
+    go = bench.path("go")
+    runs = {
+        server: [
+            bench.flood(server, sizes.pg_events_per_run, go=str(go))
+            for _ in range(sizes.pg_runs_per_server)
+        ]
+        for server in servers
+    }
+    meter = Meter(db, [server.pid for server in servers])
+    meter.start()
+    go.touch()
+    paths = [path for pairs in runs.values() for _, path in pairs]
+    wait_until(functools.partial(all_exist, paths), 900, "the flood reports")
+    measured = meter.stop()
+    for server, pairs in runs.items():
+        wait_terminal(server, [run_id for run_id, _ in pairs])
+    reports = [json.loads(path.read_text()) for path in paths]
+    span = max(r["end"] for r in reports) - min(r["start"] for r in reports)
+    return sum(r["events"] for r in reports) / span, measured
 
 
 SCENARIOS = {
