@@ -52,7 +52,7 @@ class Sizes:
     # PostgreSQL (bench/postgres.py).
     pg_rows: int = 100_000
     pg_resume_events: tuple[int, int] = (1_000_000, 10_000)
-    pg_resume_samples: int = 50
+    pg_resume_samples: int = 200
     pg_servers: tuple[int, ...] = (1, 2, 3)
     pg_runs_per_server: int = 50
     pg_events_per_run: int = 2_000
