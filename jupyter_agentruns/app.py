@@ -92,6 +92,11 @@ class AgentRuns(ExtensionApp):
     max_run_seconds = Float(
         86400, help="A run still going after this fails with deadline_exceeded."
     ).tag(config=True)
+    max_resume_attempts = Int(
+        3,
+        help="Takeovers of a resumable agent's run (after its server died or stopped) before "
+        "it ends interrupted.",
+    ).tag(config=True)
     max_tokens_per_run = Int(
         0,
         help="A run whose usage (input + output tokens) goes over this fails with "
@@ -139,6 +144,15 @@ class AgentRuns(ExtensionApp):
         if value < 1:
             raise TraitError(
                 f"c.AgentRuns.{proposal['trait'].name} must be at least 1, not {value!r}"
+            )
+        return value
+
+    @validate("max_resume_attempts")
+    def _attempts(self, proposal):
+        value = proposal["value"]
+        if value < 0:
+            raise TraitError(
+                f"c.AgentRuns.max_resume_attempts must be 0 (never take a run over) or more, not {value!r}"
             )
         return value
 

@@ -10,6 +10,7 @@ server's log.
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import threading
 import time
@@ -40,7 +41,7 @@ SNAPSHOT_CACHE_BYTES = 64 * 1024 * 1024
 LIST_PAGE_BYTES = 16 * 1024 * 1024
 RUN_FIELDS = (
     "run_id", "agent", "status", "session", "metadata", "input", "retry_of",
-    "created_at", "started_at", "finished_at", "last_seq", "first_seq",
+    "created_at", "started_at", "finished_at", "last_seq", "first_seq", "attempt",
 )  # fmt: skip
 
 
@@ -141,6 +142,8 @@ class Engine(LoggingConfigurable):
                 log=self.log,
                 on_finished=self._run_finished,
                 check_usage=self._check_usage,
+                history=self._history,
+                max_resume_attempts=settings.max_resume_attempts,
             )
             self.compactor = Compactor(
                 writer=self.writer,
@@ -318,43 +321,112 @@ class Engine(LoggingConfigurable):
         self.activity_changed()
 
     async def sweep(self) -> int:
-        """End ``interrupted`` every unfinished run whose executor's lease expired.
+        """Take over, or end ``interrupted``, every unfinished run whose executor is gone.
 
-        Wall clocks jump (a laptop sleeps, a VM is paused): a lease that looks
-        expired may belong to a server about to renew it. So a run is
-        interrupted only once this server has seen the same expired lease,
-        unrenewed, for ``lease_seconds`` of its own monotonic time.
+        A run of a resumable agent is taken over (``run.resumed``, this server
+        its executor) up to ``max_resume_attempts`` times; any other ends
+        ``interrupted``. Wall clocks jump (a laptop sleeps, a VM is paused): a
+        lease that looks expired may belong to a server about to renew it. So
+        a run is touched only once this server has seen the same expired
+        lease, unrenewed, for ``lease_seconds`` of its own monotonic time;
+        a run its server handed over at a clean shutdown is taken at once.
         """
         live = set(self.live)
         ttl = self.settings.idempotency_ttl_seconds
         lease = self.settings.lease_seconds
         seen = self._expired_seen
 
-        def interrupt_expired(conn: StoreConnection) -> int:
+        def sweep_expired(conn: StoreConnection) -> tuple[int, list]:
             now, clock = time.time(), time.monotonic()
             still: dict[str, tuple[float | None, float]] = {}
-            count = 0
+            ended, resumed = 0, []
             for row in conn.expired_active_runs(now):
                 run_id, expires = row["run_id"], row["lease_expires"]
                 if run_id in live:
                     continue
+                handed_over = row["executor_id"] is None
                 first = seen.get(run_id)
-                if first is None or first[0] != expires:
+                if not handed_over and (first is None or first[0] != expires):
                     still[run_id] = (expires, clock)
-                elif clock - first[1] >= lease:
-                    end_stored(conn, row, lifecycle.interrupted("lease_expired"))
-                    count += 1
+                elif handed_over or clock - first[1] >= lease:
+                    reason = "server_shutdown" if handed_over else "lease_expired"
+                    taken = self._take_over(conn, row, reason, now + lease)
+                    if taken is None:
+                        end_stored(conn, row, lifecycle.interrupted(reason))
+                        ended += 1
+                    else:
+                        resumed.append(taken)
                 else:
                     still[run_id] = first
             seen.clear()
             seen.update(still)
             conn.purge_keys(now - ttl)
-            return count
+            return ended, resumed
 
-        count = await self.writer.run(interrupt_expired)
-        if count:
-            self.log.info("agentruns: %d run(s) whose server stopped ended interrupted", count)
-        return count
+        ended, resumed = await self.writer.run(sweep_expired)
+        if ended:
+            self.log.info("agentruns: %d run(s) whose server stopped ended interrupted", ended)
+        if resumed:
+            self.log.info("agentruns: took over %d run(s) whose server stopped", len(resumed))
+            await self._load_day_tokens({row["owner"] for row, _ in resumed})
+            for row, snapshot in resumed:
+                self.executor.resume(row, self.agents[row["agent"]], snapshot)
+            self.activity_changed()
+        return ended + len(resumed)
+
+    def _take_over(
+        self, conn: StoreConnection, row: dict[str, Any], reason: str, lease_expires: float
+    ) -> tuple[dict[str, Any], reducer.Snapshot] | None:
+        """Commit ``run.resumed`` with this server as the run's executor, or None: it cannot resume.
+
+        In the sweep's transaction, on the row it locked: one executor at a time.
+        """
+        spec = self.agents.get(row["agent"])
+        takeovers = (row.get("attempt") or 1) - 1
+        if (
+            self._stopping
+            or spec is None
+            or not spec.resumable
+            or row["status"] == lifecycle.RunStatus.CANCELLING.value
+            or takeovers >= self.settings.max_resume_attempts
+        ):
+            return None
+        run_id, seq = row["run_id"], row["last_seq"]
+        snapshot = reduce_stored(
+            conn, run_id, reducer.Snapshot(row["snapshot"]), row["snapshot_seq"], seq
+        )
+        status = "waiting" if reducer.open_inputs(snapshot.structure()) else "running"
+        transition = lifecycle.resumed(takeovers + 2, reason, seq, status)
+        conn.append_events(
+            [(run_id, seq + 1, transition.type, now_iso(),
+              jsonio.dumps(transition.data, compact=True))]
+        )  # fmt: skip
+        fields = {
+            **transition.fields,
+            "last_seq": seq + 1,
+            "executor_id": self.executor_id,
+            "lease_expires": lease_expires,
+        }
+        conn.update_run(run_id, fields)
+        snapshot.apply({"type": transition.type, "data": transition.data})
+        return {**row, **fields, "snapshot": None}, snapshot
+
+    async def _history(self, run_id: str) -> list[dict[str, Any]]:
+        """A run's kept events, decoded (for a resumed agent's ``run.history()``)."""
+
+        def read(conn: StoreConnection) -> list[dict[str, Any]]:
+            events, after = [], 0
+            while True:
+                rows = conn.read_events(run_id, after, 5000)
+                if not rows:
+                    return events
+                events.extend(
+                    {"seq": seq, "type": type, "ts": ts, "data": json.loads(data)}
+                    for seq, type, ts, data in rows
+                )
+                after = rows[-1][0]
+
+        return await self.reader.run(read)
 
     def activity_changed(self) -> None:
         self._on_activity()

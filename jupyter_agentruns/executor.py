@@ -67,6 +67,7 @@ class Stop(enum.Enum):
     SHUTDOWN = "shutdown"  # the server stops: ends interrupted
     DEADLINE = "deadline"  # max_run_seconds: ends failed
     LOST = "lost"  # another server ended it: its events are refused, nothing more is written
+    HANDOVER = "handover"  # the server stops: a resumable run is left for the next executor
 
 
 class Execution:
@@ -106,6 +107,10 @@ class Execution:
         self._max_event_bytes = max_event_bytes
         self._run_id_json = json.dumps(self.run_id)
         self._since_yield = 0
+        # A run taken over from another executor: the snapshot it was taken at.
+        self.resumed_from: dict[str, Any] | None = None
+        self.resumable = False
+        self.history: Callable[[], Any] | None = None
 
     @property
     def ending(self) -> bool:
@@ -218,6 +223,18 @@ class Execution:
                 raise RunClosed(f"run {self.run_id} lost its store writes")
             await Waiter().wait([channel.signal], None)
 
+    async def save_checkpoint(self, value: Any) -> None:
+        """Store ``value`` in the run's row, in the writer's queue after the events before it."""
+        if self.closed:
+            raise RunClosed(f"run {self.run_id} has ended")
+        data_json = _ENCODER.encode(value)
+        if len(data_json) > self._max_event_bytes:
+            raise EventTooLarge(
+                f"a checkpoint of {len(data_json)} bytes is over max_event_bytes ({self._max_event_bytes})"
+            )
+        stored = json.loads(data_json)
+        await self._writer.run(lambda conn: conn.update_run(self.run_id, {"checkpoint": stored}))
+
     def status(self) -> str:
         """The run's status now, as its events so far make it."""
         if self.stop is Stop.CANCEL:
@@ -252,6 +269,23 @@ class Execution:
                 if not self.closed:
                     self.resolve(request_id, None, reason="timeout")
                 raise TimeoutError(f"nobody answered {title!r} within {timeout:g} s") from None
+        finally:
+            self.asked.pop(request_id, None)
+
+    async def await_answer(self, request_id: str) -> str:
+        """Wait for the answer to a question still open from an earlier attempt."""
+        request = reducer.find_input(self.snapshot.structure(), request_id)
+        if request is None:
+            raise ValueError(f"the run has no question {request_id!r}")
+        if request["status"] != "open":
+            if request.get("choice") is None:
+                raise TimeoutError(f"the question {request_id!r} was closed unanswered")
+            return request["choice"]
+        answered = self.asked.get(request_id)
+        if answered is None:
+            answered = self.asked[request_id] = asyncio.get_running_loop().create_future()
+        try:
+            return await asyncio.shield(answered)
         finally:
             self.asked.pop(request_id, None)
 
@@ -340,9 +374,16 @@ class RunContext:
         self.input = row["input"]
         self.owner: str = row["owner"]
         self.session: str | None = row["session"]
-        self._messages = 0
-        self._calls = 0
-        self._message_id: str | None = None
+        self.attempt: int = row.get("attempt") or 1
+        self.checkpoint: Any = row.get("checkpoint")
+        resumed = execution.resumed_from
+        self.snapshot: dict[str, Any] = resumed if resumed is not None else reducer.empty_snapshot()
+        # Ids go on from an earlier attempt's: m1, m2, ... and c1, c2, ...
+        self._messages = len(self.snapshot["messages"])
+        self._calls = len(self.snapshot["tools"])
+        streaming = [m for m in self.snapshot["messages"] if not m.get("done")]
+        # A message that was streaming when the last attempt's server died goes on.
+        self._message_id: str | None = streaming[-1]["id"] if streaming else None
 
     @property
     def cancelled(self) -> bool:
@@ -456,6 +497,20 @@ class RunContext:
         """
         await self._execution.durable()
 
+    async def history(self) -> list[dict[str, Any]]:
+        """The run's kept events so far, oldest first (``{seq, type, ts, data}``)."""
+        read = self._execution.history
+        return [] if read is None else await read()
+
+    async def save_checkpoint(self, value: Any) -> None:
+        """Keep a JSON value for a later attempt, committed after every event emitted before it."""
+        await self._execution.save_checkpoint(value)
+        self.checkpoint = value
+
+    async def answer_to(self, request_id: str) -> str:
+        """Wait for the answer to a question an earlier attempt asked."""
+        return await self._execution.await_answer(request_id)
+
 
 class SyncRun:
     """The ``run`` a plain-function agent gets: the same methods, blocking, from its worker thread."""
@@ -463,6 +518,7 @@ class SyncRun:
     _METHODS = {
         "emit", "custom", "message_started", "text", "message_completed",
         "tool_started", "tool_completed", "progress", "usage", "durable", "ask",
+        "history", "save_checkpoint", "answer_to",
     }  # fmt: skip
 
     def __init__(self, run: RunContext, execution: Execution, loop: asyncio.AbstractEventLoop):
@@ -471,10 +527,16 @@ class SyncRun:
         self._loop = loop
         self.run_id = run.run_id
         self.input = run.input
+        self.attempt = run.attempt
+        self.snapshot = run.snapshot
 
     @property
     def cancelled(self) -> bool:
         return self._run.cancelled
+
+    @property
+    def checkpoint(self) -> Any:
+        return self._run.checkpoint
 
     def __getattr__(self, name: str):
         if name not in self._METHODS:
@@ -507,7 +569,11 @@ class Executor:
         log: logging.Logger,
         on_finished: Callable[[Execution], None],
         check_usage: Callable[[Execution], str | None] | None = None,
+        history: Callable[[str], Any] | None = None,
+        max_resume_attempts: int = 0,
     ):
+        self._history = history
+        self._max_resume_attempts = max_resume_attempts
         self._writer = writer
         self._broadcaster = broadcaster
         self._max_event_bytes = max_event_bytes
@@ -520,34 +586,54 @@ class Executor:
 
     def start(self, row: dict[str, Any], spec: AgentSpec) -> None:
         """Start executing a freshly created (queued) run."""
+        execution = self._execution(row, spec)
+        self._spawn(self._execute(execution, spec))
+
+    def resume(self, row: dict[str, Any], spec: AgentSpec, snapshot: reducer.Snapshot) -> None:
+        """Go on with a run taken over from another executor (its ``run.resumed`` is committed).
+
+        ``snapshot`` is the run's, up to and with that event: the agent is called
+        again and sees what the run did so far as ``run.snapshot``.
+        """
+        execution = self._execution(row, spec)
+        execution.snapshot = snapshot
+        execution.resumed_from = json.loads(json.dumps(snapshot.to_dict()))
+        execution.started = True
+        self._spawn(self._execute(execution, spec, resumed=True))
+
+    def _execution(self, row: dict[str, Any], spec: AgentSpec) -> Execution:
         execution = Execution(
             row, self._writer, self._broadcaster, self._max_event_bytes, self._check_usage
         )
+        execution.resumable = spec.resumable
+        if self._history is not None:
+            execution.history = functools.partial(self._history, execution.run_id)
         self.live[execution.run_id] = execution
         self._broadcaster.open(execution.run_id, execution.seq)
-        self._spawn(self._execute(execution, spec))
+        return execution
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _execute(self, execution: Execution, spec: AgentSpec) -> None:
+    async def _execute(self, execution: Execution, spec: AgentSpec, resumed: bool = False) -> None:
         try:
-            if execution.ending:
+            if execution.ending and not resumed:
                 return  # stopped while queued: cancel() or shutdown() end it
             execution.started = True
             await execution.reserve()
             if execution.ending:  # asked to stop while waiting for queue space
                 await self._finish(execution)
                 return
-            started = lifecycle.started()
-            execution.append(
-                started.type,
-                started.data,
-                execution.encode(started.type, started.data),
-                started.fields,
-            )
+            if not resumed:
+                started = lifecycle.started()
+                execution.append(
+                    started.type,
+                    started.data,
+                    execution.encode(started.type, started.data),
+                    started.fields,
+                )
             agent = execution.task = asyncio.ensure_future(self._call_agent(execution, spec))
             # The end may be decided by something else (a cancel, an oversized
             # event): retrieve the agent's exception anyway, or asyncio logs
@@ -604,7 +690,19 @@ class Executor:
         return await result
 
     async def _finish(self, execution: Execution) -> None:
-        """Commit the run's one terminal event, wait for it, let the run go."""
+        """Commit the run's one terminal event, wait for it, let the run go.
+
+        A resumable run the server hands over at its shutdown gets none: its
+        lease is released, and the next server takes it over.
+        """
+        if execution.stop is Stop.HANDOVER and not execution.closed:
+            execution.closed = True  # the agent's last events are in; nothing more
+            execution.stop_asking()
+            await self._forget(execution)
+            if not self._writer.closed:
+                run_id, executor_id = execution.run_id, execution.row.get("executor_id")
+                await self._writer.run(lambda conn: conn.release_run(run_id, executor_id))
+            return
         if not execution.closed:
             transition = self._outcome(execution)
             execution.give_up_asking()
@@ -708,11 +806,17 @@ class Executor:
             self._writer.forget_refused(run_id)
 
     async def shutdown(self) -> None:
-        """End every live run ``interrupted`` (reason ``server_shutdown``) and wait for it."""
+        """End every live run ``interrupted`` (reason ``server_shutdown``) and wait for it.
+
+        A resumable run is handed over instead: its agent is stopped, its lease
+        released, and the next server to look takes it over.
+        """
         for execution in list(self.live.values()):
             if execution.ending:
                 continue
-            execution.request_stop(Stop.SHUTDOWN)
+            takeovers = (execution.row.get("attempt") or 1) - 1
+            hand_over = execution.resumable and takeovers < self._max_resume_attempts
+            execution.request_stop(Stop.HANDOVER if hand_over else Stop.SHUTDOWN)
             if not execution.started:
                 self._spawn(self._finish(execution))
         if self._tasks:

@@ -115,6 +115,19 @@ def input_resolved(data: dict[str, Any], status: str, still_open: int) -> Transi
     )
 
 
+def resumed(attempt: int, reason: str, from_seq: int, status: str) -> Transition:
+    """Another executor takes the run over (``reason``: ``lease_expired`` or ``server_shutdown``).
+
+    The run goes on ``running``, or ``waiting`` while a question is open.
+    """
+    goes_on = RunStatus.WAITING if status == RunStatus.WAITING.value else RunStatus.RUNNING
+    return Transition(
+        "run.resumed",
+        {"attempt": attempt, "reason": reason, "from_seq": from_seq},
+        {"status": goes_on.value, "attempt": attempt},
+    )
+
+
 def succeeded(output: Any) -> Transition:
     return _end("run.succeeded", {"output": output}, {"output": output})
 

@@ -33,6 +33,7 @@ DOCUMENTED = {
     "max_run_seconds": 86400,
     "sqlite_synchronous": "FULL",
     "store_url": "",
+    "max_resume_attempts": 3,
 }
 
 

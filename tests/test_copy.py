@@ -14,7 +14,7 @@ import pytest
 import rawdb
 
 from jupyter_agentruns.store.copy import CopyRefused, copy_store
-from jupyter_agentruns.store.sqlite import SQLiteStore
+from jupyter_agentruns.store.sqlite import MIGRATIONS, SQLiteStore
 
 from servers import ServerProcess
 
@@ -296,15 +296,18 @@ def test_a_session_queue_left_by_a_clean_stop_is_copied_and_runs_in_its_order_on
             submit(client, {**QUICK, "tools": False}, session="chat", session_policy="enqueue")
             for _ in range(3)
         ]
-    first.terminate()  # ends the running run; the queue waits for the next server
+    first.terminate()  # hands the running (resumable) run over; the queue waits for the next server
 
     done = copy(path, postgres_url)
     assert done.returncode == 0, done.stderr
     assert "3 runs waiting in a session's queue" in done.stdout
     with servers("postgres", store_url=postgres_url).client() as client:
-        assert client.get(f"runs/{running}").json()["status"] == "interrupted"
+        # Taken over on PostgreSQL where the SQLite server left it, then the queue in order.
+        taken = wait_status(client, running, TERMINAL)
+        assert taken["status"] == "succeeded" and taken["attempt"] == 2
         ended = [wait_status(client, run_id, TERMINAL) for run_id in queued]
         assert [run["status"] for run in ended] == ["succeeded"] * 3
+        assert taken["finished_at"] <= ended[0]["started_at"]
         assert ended[0]["finished_at"] <= ended[1]["started_at"]
         assert ended[1]["finished_at"] <= ended[2]["started_at"]
 
@@ -343,7 +346,9 @@ def test_runs_of_a_killed_server_are_refused_unless_forced_and_then_end_interrup
     assert file_digests(path) == before, "the copy changed its source"
     assert rows(postgres_url, "input_answers") == rows(path, "input_answers") != []
 
-    with servers("postgres", store_url=postgres_url, lease_seconds=1.5).client() as client:
+    # No takeovers: a forced copy's runs end as their lease runs out.
+    config = {"store_url": postgres_url, "lease_seconds": 1.5, "max_resume_attempts": 0}
+    with servers("postgres", **config).client() as client:
         assert wait_status(client, running, TERMINAL)["status"] == "interrupted"
         assert wait_status(client, asking, TERMINAL)["status"] == "interrupted"
 
@@ -368,11 +373,15 @@ def test_a_source_of_an_older_schema_is_refused_with_how_to_migrate_it(postgres_
     path = tmp_path / "old.sqlite3"
     SQLiteStore(path).connect().close()
     db = rawdb.connect(str(path))
-    db.execute("PRAGMA user_version = 7")
+    current = len(MIGRATIONS)
+    db.execute(f"PRAGMA user_version = {current - 1}")
     db.close()
     refused = copy(path, postgres_url)
     assert refused.returncode == 1
-    assert "schema version 7, older than this jupyter_agentruns's (8)" in refused.stderr
+    assert (
+        f"schema version {current - 1}, older than this jupyter_agentruns's ({current})"
+        in refused.stderr
+    )
     assert "start this version's server on the file once" in refused.stderr
     missing = copy(tmp_path / "nowhere.sqlite3", postgres_url)
     assert missing.returncode == 1 and "is not a file" in missing.stderr

@@ -179,7 +179,7 @@ def test_a_server_killed_at_random_moments_keeps_everything_any_client_received(
     rng = random.Random(7)
     seen: dict[str, list[str]] = {}
     for _ in range(5):
-        server = server_factory(lease_seconds=1)
+        server = server_factory(lease_seconds=1, max_resume_attempts=0)
         with server.client() as client:
             run_id = client.post(
                 "runs",
@@ -191,7 +191,7 @@ def test_a_server_killed_at_random_moments_keeps_everything_any_client_received(
         seen[run_id] = received_before_kill(server, run_id, rng.uniform(0.2, 1.5))
         server.kill()
 
-    final = server_factory(lease_seconds=1)
+    final = server_factory(lease_seconds=1, max_resume_attempts=0)
     with final.client() as client:
         deadline = time.monotonic() + 60
         while any(

@@ -39,7 +39,8 @@ def set_lease(where, run_id, lease_expires):
     db.close()
 
 
-@pytest.mark.parametrize("agentruns_config", [{"lease_seconds": 0.6}])
+# No takeovers: the demo run it plants would be resumed here, not interrupted.
+@pytest.mark.parametrize("agentruns_config", [{"lease_seconds": 0.6, "max_resume_attempts": 0}])
 async def test_an_expired_lease_that_is_renewed_in_time_is_never_interrupted(api, engine):
     await engine.start()
     path = rawdb.target(engine)

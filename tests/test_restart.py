@@ -61,7 +61,8 @@ SLOW = {"prompt": "slow", "chunks": 1000, "delay": 0.02}
 def test_after_a_kill_and_restart_finished_runs_are_intact_and_unfinished_ones_end_interrupted(
     servers,
 ):
-    first = servers("a", lease_seconds=1.5)
+    # Runs that cannot be taken over (no attempts left): see test_resume.py for those that are.
+    first = servers("a", lease_seconds=1.5, max_resume_attempts=0)
     with first.client() as client:
         fast = client.post(
             "runs", json={"agent": "demo", "input": {"prompt": "p", "chunks": 5, "delay": 0}}
@@ -74,7 +75,7 @@ def test_after_a_kill_and_restart_finished_runs_are_intact_and_unfinished_ones_e
         received = read_events(client, slow["run_id"], 15)
     first.kill()
 
-    second = servers("b", lease_seconds=1.5)
+    second = servers("b", lease_seconds=1.5, max_resume_attempts=0)
     with second.client() as client:
         again = client.get(f"runs/{fast['run_id']}").json()
         assert again == fast
@@ -100,7 +101,7 @@ def test_after_a_kill_and_restart_finished_runs_are_intact_and_unfinished_ones_e
 
 @pytest.mark.timeout(120)
 def test_a_clean_stop_ends_live_runs_interrupted_with_server_shutdown(servers, tmp_path):
-    server = servers("a")
+    server = servers("a", max_resume_attempts=0)  # else the demo's run is handed over
     with server.client() as client:
         slow = client.post("runs", json={"agent": "demo", "input": SLOW}).json()
         read_events(client, slow["run_id"], 5)
@@ -159,7 +160,7 @@ def test_a_cancel_sent_to_another_server_on_the_same_database_takes_effect(serve
 
 @pytest.mark.timeout(180)
 def test_runs_queued_in_a_session_start_in_submit_order_after_a_kill_and_a_restart(servers):
-    first = servers("a", lease_seconds=1.5)
+    first = servers("a", lease_seconds=1.5, max_resume_attempts=0)
     quick = {"prompt": "q", "chunks": 3, "delay": 0, "tools": False}
     with first.client() as client:
         running = client.post("runs", json={"agent": "demo", "input": SLOW, "session": "s"}).json()
@@ -174,7 +175,7 @@ def test_runs_queued_in_a_session_start_in_submit_order_after_a_kill_and_a_resta
         assert [run["status"] for run in queued] == ["queued"] * 3
     first.kill()
 
-    second = servers("b", lease_seconds=1.5)
+    second = servers("b", lease_seconds=1.5, max_resume_attempts=0)
     with second.client() as client:
         ended = wait_status(client, running["run_id"], TERMINAL)
         assert ended["status"] == "interrupted"
@@ -187,7 +188,7 @@ def test_runs_queued_in_a_session_start_in_submit_order_after_a_kill_and_a_resta
 
 @pytest.mark.timeout(120)
 def test_a_clean_stop_leaves_a_session_s_queue_for_the_next_server(servers, tmp_path):
-    server = servers("a")
+    server = servers("a", max_resume_attempts=0)
     quick = {"prompt": "q", "chunks": 3, "delay": 0, "tools": False}
     with server.client() as client:
         running = client.post("runs", json={"agent": "demo", "input": SLOW, "session": "s"}).json()
@@ -279,12 +280,13 @@ def test_a_question_answered_on_another_server_resumes_the_run_where_it_waits(se
 def test_a_run_waiting_when_its_server_is_killed_ends_interrupted_with_its_question_given_up(
     servers,
 ):
-    first = servers("a", lease_seconds=1.5)
+    # With no takeover left (test_resume.py has the run taken over, still waiting).
+    first = servers("a", lease_seconds=1.5, max_resume_attempts=0)
     with first.client() as client:
         run = client.post("runs", json={"agent": "demo", "input": ASKING}).json()
         [question] = wait_status(client, run["run_id"], {"waiting"})["snapshot"]["inputs"]
     first.kill()
-    with servers("b", lease_seconds=1.5).client() as client:
+    with servers("b", lease_seconds=1.5, max_resume_attempts=0).client() as client:
         ended = wait_status(client, run["run_id"], TERMINAL)
         assert ended["status"] == "interrupted"
         [given_up] = ended["snapshot"]["inputs"]

@@ -11,6 +11,7 @@ import { TERMINAL_TYPES, isTerminal } from "./status.js";
  * @typedef {{
  *   run_id: string, agent: string, status: string, session?: string | null,
  *   metadata?: Record<string, any> | null, input?: any, retry_of?: string | null, queued_behind?: string | null,
+ *   attempt?: number,
  *   created_at?: string | null, started_at?: string | null, finished_at?: string | null,
  *   last_seq: number, first_seq?: number, snapshot: Snapshot,
  *   output?: any, error?: RunError | null, cancel?: Cancel | null,
@@ -30,6 +31,7 @@ export const MAX_UNKNOWN_EVENTS = 20;
 // The reducer's own types plus the lifecycle ones: all others are "unknown".
 const KNOWN_TYPES = new Set([
   "run.started",
+  "run.resumed",
   "run.cancel_requested",
   "message.started",
   "text.delta",
@@ -148,6 +150,10 @@ export class RunState {
     this.startedAt = null;
     /** @type {string | null} */
     this.finishedAt = null;
+    /** Which executor's attempt runs it: more than 1 once it was taken over (run.resumed). */
+    this.attempt = 1;
+    /** @type {string | null} when the last takeover seen here happened */
+    this.resumedAt = null;
     /** @type {UnknownEvent[]} */
     this.unknown = [];
     /** @type {string | null} */
@@ -179,6 +185,7 @@ export class RunState {
     this.cancel = loaded.cancel ?? null;
     this.startedAt = loaded.started_at ?? null;
     this.finishedAt = loaded.finished_at ?? null;
+    this.attempt = typeof loaded.attempt === "number" ? loaded.attempt : 1;
     this.interruptReason = null;
     this.unknown = [];
     this.problem = null;
@@ -222,6 +229,13 @@ export class RunState {
     if (type === "run.started") {
       this.status = "running";
       this.startedAt = this.startedAt ?? ts;
+    } else if (type === "run.resumed") {
+      // Another executor took the run over: it goes on where it was (the
+      // message that was streaming continues), waiting if a question is open.
+      this.status = openInputs(this.snapshot).length > 0 ? "waiting" : "running";
+      const attempt = get(data, "attempt");
+      this.attempt = typeof attempt === "number" ? attempt : this.attempt + 1;
+      this.resumedAt = ts;
     } else if (type === "input.requested") {
       if (this.status === "running") this.status = "waiting";
     } else if (type === "input.resolved") {

@@ -43,6 +43,8 @@ export const SAVE_INTERVAL_MS = 500;
 export const MARKDOWN_INTERVAL_MS = 100;
 const LOAD_RETRY_FLOOR_MS = 1000;
 const CLOCK_TICK_MS = 1000;
+/** How long the header says a run was resumed (taken over by another executor). */
+export const RESUMED_NOTE_MS = 10000;
 
 /**
  * Writes `last_seq` and `status` back to the kernel for one model: at most
@@ -655,6 +657,8 @@ export class RunView {
       kind = this.connection;
     } else if (state && status === "failed" && state.error) {
       detail = `${state.error.type}: ${state.error.message}`;
+    } else if (state && active && state.resumedAt && Date.now() - Date.parse(state.resumedAt) < RESUMED_NOTE_MS) {
+      detail = `resumed (attempt ${state.attempt})`;
     } else if (state && status === "queued" && state.run && typeof state.run.queued_behind === "string") {
       detail = `queued behind ${state.run.queued_behind}`;
     } else if (state && status === "cancelled" && state.cancel && state.cancel.reason) {
@@ -696,6 +700,10 @@ export class RunView {
   _renderClock() {
     const state = this.state;
     const run = state && state.run;
+    // "resumed (attempt N)" is said for a while, then the header goes back to normal.
+    if (state && state.resumedAt && this.detail.textContent.startsWith("resumed")) {
+      this._renderHeader(state.status);
+    }
     if (!state || !run) {
       this.elapsed.textContent = "";
       this._stopClock();

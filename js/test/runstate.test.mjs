@@ -231,3 +231,24 @@ test("a question makes the run waiting until every open one is answered", () => 
   state.applyEnvelope(envelope(9, "input.resolved", { request_id: "in_c", choice: null, note: null, by: null, reason: "cancelled" }));
   assert.equal(state.status, "cancelling");
 });
+
+test("a takeover (run.resumed) keeps the run going, waiting while a question is open, and counts the attempt", () => {
+  const state = started();
+  assert.equal(state.applyEnvelope(envelope(3, "text.delta", { message_id: "m1", delta: "Hel" })), "applied");
+  const resumed = envelope(4, "run.resumed", { attempt: 2, reason: "lease_expired", from_seq: 3 });
+  assert.equal(state.applyEnvelope(resumed), "applied");
+  assert.equal(state.status, "running");
+  assert.equal(state.attempt, 2);
+  assert.equal(state.resumedAt, TS);
+  assert.deepEqual(state.unknown, []); // a known type, not shown generically
+  assert.equal(state.applyEnvelope(envelope(5, "text.delta", { message_id: "m1", delta: "lo" })), "applied");
+  assert.equal(state.snapshot.messages[0].text, "Hello"); // the same message goes on
+
+  const asking = new RunState(RUN);
+  asking.applyEnvelope(envelope(1, "run.started"));
+  asking.applyEnvelope(envelope(2, "input.requested", { request_id: "in_1", kind: "approval", title: "ok?", choices: ["approve", "deny"] }));
+  asking.applyEnvelope(envelope(3, "run.resumed", { attempt: 3, reason: "server_shutdown", from_seq: 2 }));
+  assert.equal(asking.status, "waiting");
+  assert.equal(asking.attempt, 3);
+  assert.equal(new RunState(RUN).loadRun(runObject({ attempt: 4 })), "loaded");
+});

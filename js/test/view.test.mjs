@@ -213,6 +213,19 @@ test("a run waiting in its session's queue says behind which run; an interrupted
   assert.equal(text(".agentruns-detail"), "cancelled: interrupted by run_next");
 });
 
+test("a run just taken over says it was resumed, with its attempt, for a while", async () => {
+  await shown(fakeHost(), runObject({ status: "running", last_seq: 1 }));
+  const now = new Date().toISOString();
+  view.state.applyEnvelope({ run_id: RUN, seq: 2, type: "run.resumed", ts: now, data: { attempt: 2, reason: "lease_expired", from_seq: 1 } });
+  view._render();
+  assert.equal(text(".agentruns-chip"), "running");
+  assert.equal(text(".agentruns-detail"), "resumed (attempt 2)");
+  view.state.resumedAt = new Date(Date.now() - 60000).toISOString(); // a minute later
+  view._renderClock(); // the clock's tick puts the header back
+  assert.equal(text(".agentruns-detail"), "");
+  view.dispose();
+});
+
 test("an open question shows a button per choice; a click posts the choice; the answer replaces them", async () => {
   const question = { request_id: "in_q", kind: "approval", title: "Send the mail?", details: { to: "team@example.com" }, choices: ["approve", "deny"], status: "open", choice: null };
   const requests = fakeServer({

@@ -13,6 +13,12 @@ configuration, so ``c.<ClassName>.<trait>`` configures it.
 
 Agents import this module (and nothing of the server): ``Run`` says what
 their ``run`` argument offers, and the errors below are what they may see.
+
+An agent declared ``@agent(resumable=True)`` survives the death of its
+server: another server (or the restarted one) takes its run over and calls
+it again, with ``run.attempt`` > 1, ``run.snapshot`` (everything the run did
+so far) and ``run.checkpoint``. It must then go on from there and never
+repeat a step whose completion is in the log.
 """
 
 from __future__ import annotations
@@ -108,6 +114,29 @@ class Run(Protocol):
     async def durable(self) -> None:
         """Wait until every event emitted so far is committed (call it before a side effect)."""
 
+    # Resuming (an agent declared resumable=True) --------------------------
+
+    attempt: int
+    """1, then one more each time the run was taken over after its server died or stopped."""
+
+    snapshot: dict[str, Any]
+    """The run so far, when this attempt began (its messages, tools, inputs, progress, usage)."""
+
+    checkpoint: Any
+    """The last value ``save_checkpoint`` stored (None before the first)."""
+
+    async def history(self) -> list[dict[str, Any]]:
+        """The run's kept events so far, ``{seq, type, ts, data}``, oldest first.
+
+        Compacted events are gone: ``snapshot`` has what they did.
+        """
+
+    async def save_checkpoint(self, value: Any) -> None:
+        """Store a JSON value for a later attempt, committed after every event emitted before it."""
+
+    async def answer_to(self, request_id: str) -> str:
+        """Wait for the answer to a question an earlier attempt asked (still open in ``snapshot``)."""
+
     async def ask(
         self,
         title: str,
@@ -132,12 +161,14 @@ def agent(
     *,
     input_schema: dict[str, Any] | None = None,
     description: str | None = None,
+    resumable: bool = False,
 ):
-    """Declare an agent's input schema and description (both optional)."""
+    """Declare an agent's input schema and description (both optional), and whether it resumes."""
 
     def decorate(fn: Callable) -> Callable:
         fn.input_schema = input_schema or ANY_OBJECT
         fn.description = description or inspect.getdoc(fn) or ""
+        fn.resumable = resumable
         return fn
 
     return decorate(fn) if fn is not None else decorate
@@ -149,6 +180,8 @@ class AgentSpec:
     fn: Callable
     description: str
     input_schema: dict[str, Any]
+    # Taken over after its server dies or stops, instead of ending interrupted.
+    resumable: bool = False
 
     @property
     def is_async(self) -> bool:
@@ -164,6 +197,7 @@ class AgentSpec:
             "name": self.name,
             "description": self.description,
             "input_schema": self.input_schema,
+            "resumable": self.resumable,
         }
 
     def input_problem(self, value: Any) -> str | None:
@@ -182,7 +216,13 @@ def spec_for(name: str, fn: Callable, parent: Configurable | None = None) -> Age
     schema = getattr(fn, "input_schema", None) or ANY_OBJECT
     jsonschema.Draft202012Validator.check_schema(schema)
     description = getattr(fn, "description", None) or inspect.getdoc(fn) or ""
-    return AgentSpec(name=name, fn=fn, description=description.strip(), input_schema=schema)
+    return AgentSpec(
+        name=name,
+        fn=fn,
+        description=description.strip(),
+        input_schema=schema,
+        resumable=bool(getattr(fn, "resumable", False)),
+    )
 
 
 def import_object(reference: str) -> Any:

@@ -53,7 +53,8 @@ def answer_words(prompt: str, chunks: int) -> list[str]:
 @agent(
     input_schema=INPUT_SCHEMA,
     description="Deterministic demo agent: two tool calls, then a streamed answer "
-    "(with ask: after a person approves). No network.",
+    "(with ask: after a person approves). No network. Resumable.",
+    resumable=True,
 )
 async def demo(run, input: dict) -> dict:
     prompt = input["prompt"]
@@ -68,41 +69,58 @@ async def demo(run, input: dict) -> dict:
         if delay:
             await asyncio.sleep(delay)
 
+    # Taken over after its server died or stopped: what the run did so far is
+    # in its snapshot, and nothing done is done again (the same input gives
+    # the same text and tool calls, whatever the attempt).
+    done = Progress(getattr(run, "snapshot", None))
+
     tools_used = []
     if input.get("tools", True):
-        await run.progress(0.0, "searching")
-        await pause()
-        call = await run.tool_started("search", {"query": prompt})
-        await pause()
         hits = len(prompt.split()) + 2
-        await run.tool_completed(call, {"hits": hits, "top": f"Notes on {prompt}"})
-        await pause()
-        call = await run.tool_started("summarize", {"hits": hits})
-        await pause()
-        await run.tool_completed(call, {"summary": f"{hits} notes summarised"})
+        if not done.tool("search"):
+            await run.progress(0.0, "searching")
+            await pause()
+            call = done.open_call("search") or await run.tool_started("search", {"query": prompt})
+            await pause()
+            await run.tool_completed(call, {"hits": hits, "top": f"Notes on {prompt}"})
+            await pause()
+        if not done.tool("summarize"):
+            call = done.open_call("summarize") or await run.tool_started(
+                "summarize", {"hits": hits}
+            )
+            await pause()
+            await run.tool_completed(call, {"summary": f"{hits} notes summarised"})
         tools_used = ["search", "summarize"]
         await pause()
 
     if input.get("ask"):
-        await run.progress(0.0, "waiting for approval")
-        choice = await run.ask(
-            f"Write the answer about {prompt.strip()[:80] or 'nothing'}?",
-            details={"prompt": prompt[:200], "chunks": chunks},
-            choices=["approve", "deny"],
-            kind="approval",
-        )
+        choice = done.answer()
+        if choice is None:
+            request = done.open_question()
+            if request is not None:  # asked before the takeover: still waiting for a person
+                choice = await run.answer_to(request)
+            else:
+                await run.progress(0.0, "waiting for approval")
+                choice = await run.ask(
+                    f"Write the answer about {prompt.strip()[:80] or 'nothing'}?",
+                    details={"prompt": prompt[:200], "chunks": chunks},
+                    choices=["approve", "deny"],
+                    kind="approval",
+                )
         if choice != "approve":
             raise Denied(f"the request to write the answer was {choice}")
 
-    message = await run.message_started()
     deltas = answer_words(prompt, chunks)
-    step = max(1, chunks // 10)
-    for index, delta in enumerate(deltas, start=1):
-        await run.text(delta, message)
-        await pause()
-        if index % step == 0 and index < chunks:
-            await run.progress(index / chunks, f"writing {index}/{chunks}")
-    await run.message_completed(message)
+    message, written, finished = done.message(deltas)
+    if not finished:
+        message = message or await run.message_started()
+        step = max(1, chunks // 10)
+        for index, delta in enumerate(deltas[written:], start=written + 1):
+            await run.text(delta, message)
+            await pause()
+            if index % step == 0 and index < chunks:
+                await run.progress(index / chunks, f"writing {index}/{chunks}")
+        await run.message_completed(message)
     await run.progress(1.0, "done")
     await run.usage(input_tokens=len(prompt.split()), output_tokens=chunks)
     if input.get("fail"):
@@ -115,3 +133,47 @@ async def demo(run, input: dict) -> dict:
         "characters": len(text),
         "tools": tools_used,
     }
+
+
+class Progress:
+    """What an earlier attempt of the run did, read from its snapshot (nothing on a first attempt)."""
+
+    def __init__(self, snapshot: dict | None):
+        snapshot = snapshot or {}
+        self._tools = snapshot.get("tools") or []
+        self._inputs = snapshot.get("inputs") or []
+        self._messages = snapshot.get("messages") or []
+
+    def tool(self, name: str) -> bool:
+        """Whether a call of the tool completed."""
+        return any(t["name"] == name and t["status"] == "completed" for t in self._tools)
+
+    def open_call(self, name: str) -> str | None:
+        """A call that started and never completed: the demo's tools are pure, so it is finished now."""
+        for tool in self._tools:
+            if tool["name"] == name and tool["status"] == "running":
+                return tool["call_id"]
+        return None
+
+    def answer(self) -> str | None:
+        for request in self._inputs:
+            if request["status"] == "resolved" and request.get("choice") is not None:
+                return request["choice"]
+        return None
+
+    def open_question(self) -> str | None:
+        for request in self._inputs:
+            if request["status"] == "open":
+                return request["request_id"]
+        return None
+
+    def message(self, deltas: list[str]) -> tuple[str | None, int, bool]:
+        """The answer's message id, how many of its deltas it holds, and whether it is complete."""
+        if not self._messages:
+            return None, 0, False
+        message = self._messages[-1]
+        text, written = message["text"], 0
+        while written < len(deltas) and text.startswith(deltas[written]):
+            text = text[len(deltas[written]) :]
+            written += 1
+        return message["id"], written, message.get("done", False)

@@ -186,6 +186,10 @@ class StoreConnection(abc.ABC):
         """``(run_id, request_id, answer)`` recorded for this executor's runs, taken (deleted)."""
 
     @abc.abstractmethod
+    def release_run(self, run_id: str, executor_id: str) -> None:
+        """Let go of a run this executor holds (a clean shutdown): the next server takes it over."""
+
+    @abc.abstractmethod
     def claim_run(self, run_id: str, executor_id: str, lease_expires: float) -> bool:
         """Take an unclaimed queued run for this executor; False when another server took it first."""
 

@@ -167,13 +167,14 @@ def _open_source(path: Path) -> sqlite3.Connection:
 def _active_runs(source: sqlite3.Connection) -> dict[str, int]:
     """Runs a server executes, or executed until it was killed: ``{status: count}``.
 
-    Not the runs waiting in their session's queue: no server holds them yet,
-    and a clean stop leaves them for the next server, which starts them.
+    Not the runs no server holds: those waiting in their session's queue, and
+    resumable runs a clean stop handed over; the next server starts them or
+    takes them over.
     """
     placeholders = ",".join("?" for _ in ACTIVE_STATUSES)
     rows = source.execute(
         f"SELECT status, count(*) FROM runs WHERE status IN ({placeholders}) "
-        f"AND NOT ({UNCLAIMED}) GROUP BY status ORDER BY status",
+        "AND executor_id IS NOT NULL GROUP BY status ORDER BY status",
         ACTIVE_STATUSES,
     ).fetchall()
     return dict(rows)

@@ -55,7 +55,9 @@ except ImportError:  # the extra is not installed: PostgresStore says how to get
 
 log = logging.getLogger(__name__)
 
-JSON_COLUMNS = ("metadata", "input", "output", "error", "cancel", "cancel_request")
+JSON_COLUMNS = (
+    "metadata", "input", "output", "error", "cancel", "cancel_request", "checkpoint",
+)  # fmt: skip
 SNAPSHOT_PART_CHARS = 1 << 20
 CONNECT_TIMEOUT_SECONDS = 5
 # NOTIFY payloads are at most 8000 bytes: a batch naming more runs sends several.
@@ -147,6 +149,11 @@ _MIGRATIONS = [
         answered_ts double precision NOT NULL,
         PRIMARY KEY (run_id, request_id)
     );
+    """,
+    # 2: resumable runs (SQLite's ninth).
+    """
+    ALTER TABLE runs ADD COLUMN attempt integer NOT NULL DEFAULT 1;
+    ALTER TABLE runs ADD COLUMN checkpoint text COLLATE "C";
     """,
 ]
 
@@ -719,6 +726,13 @@ class PostgresConnection(StoreConnection):
             (run_id, request_id, {"choice": choice, "note": note, "by": by})
             for run_id, request_id, choice, note, by, _ in rows
         ]
+
+    def release_run(self, run_id: str, executor_id: str) -> None:
+        self._execute(
+            "UPDATE runs SET executor_id = NULL, lease_expires = NULL "
+            "WHERE run_id = %s AND executor_id = %s",
+            [run_id, executor_id],
+        )
 
     def claim_run(self, run_id: str, executor_id: str, lease_expires: float) -> bool:
         cursor = self._execute(

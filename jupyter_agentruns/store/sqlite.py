@@ -28,7 +28,9 @@ from . import SeqTaken, Store, StoreBusy, StoreConnection, split_parts
 BUSY_TIMEOUT_MS = 10000
 
 # Columns of ``runs`` that hold JSON text (the snapshot has a table of its own).
-JSON_COLUMNS = ("metadata", "input", "output", "error", "cancel", "cancel_request")
+JSON_COLUMNS = (
+    "metadata", "input", "output", "error", "cancel", "cancel_request", "checkpoint",
+)  # fmt: skip
 # A snapshot's JSON is stored in parts of at least this many characters (the last one shorter).
 SNAPSHOT_PART_CHARS = 1 << 20
 
@@ -221,11 +223,18 @@ def _migration_8(db: Database) -> None:
     )
 
 
+def _migration_9(db: Database) -> None:
+    # Resumable runs: which attempt executes the run (one more at each
+    # takeover), and the value its agent saved for the next one.
+    db["runs"].add_column("attempt", int, not_null_default=1)
+    db["runs"].add_column("checkpoint", str)
+
+
 # Append only: a database written by a newer version is refused, an older one
 # is brought forward one step at a time.
 MIGRATIONS = [
     _migration_1, _migration_2, _migration_3, _migration_4, _migration_5, _migration_6,
-    _migration_7, _migration_8,
+    _migration_7, _migration_8, _migration_9,
 ]  # fmt: skip
 
 # A run with its persisted snapshot (``snapshot_seq`` 0 and no snapshot when none).
@@ -680,6 +689,13 @@ class SQLiteConnection(StoreConnection):
             (run_id, request_id, {"choice": choice, "note": note, "by": by})
             for run_id, request_id, choice, note, by in rows
         ]
+
+    def release_run(self, run_id: str, executor_id: str) -> None:
+        self.conn.execute(
+            "UPDATE runs SET executor_id = NULL, lease_expires = NULL "
+            "WHERE run_id = ? AND executor_id = ?",
+            [run_id, executor_id],
+        )
 
     def claim_run(self, run_id: str, executor_id: str, lease_expires: float) -> bool:
         cursor = self.conn.execute(
