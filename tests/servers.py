@@ -24,7 +24,12 @@ class ServerProcess:
     """``jupyter server`` with the extension, its own config and runtime dirs, a given database."""
 
     def __init__(
-        self, home: Path, db_path: Path, agentruns: dict | None = None, app: str = "jupyter_server"
+        self,
+        home: Path,
+        db_path: Path,
+        agentruns: dict | None = None,
+        app: str = "jupyter_server",
+        config: dict | None = None,
     ):
         self.home = home
         self.db_path = db_path
@@ -37,6 +42,7 @@ class ServerProcess:
         config = {
             "ServerApp": {"jpserver_extensions": {"jupyter_agentruns": True}},
             "AgentRuns": {"db_path": str(db_path), **(agentruns or {})},
+            **(config or {}),  # other classes' settings, e.g. OpenAIAgent
         }
         (config_dir / "jupyter_server_config.json").write_text(json.dumps(config))
         self.env = {

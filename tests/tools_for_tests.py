@@ -54,3 +54,20 @@ TEST_TOOLS = {
     name: f"tools_for_tests:{name}"
     for name in ("add", "get_weather", "broken", "committed_tool_calls")
 }
+
+
+def slow_note(text: str) -> str:
+    """Write a note somewhere (slowly): not idempotent, a second call writes it twice."""
+    import time
+
+    time.sleep(30)
+    return f"noted: {text}"
+
+
+@tool(idempotent=True)
+def lookup(key: str) -> str:
+    """Look a key up (slowly): idempotent, asking twice does no harm."""
+    import time
+
+    time.sleep(float(os.environ.get("AGENTRUNS_TEST_LOOKUP_SECONDS", "0")))
+    return f"value of {key}"

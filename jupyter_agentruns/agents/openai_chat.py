@@ -112,12 +112,25 @@ class InvalidInput(ValueError):
 # Tools ---------------------------------------------------------------------
 
 
-def tool(fn: Callable | None = None, *, description: str | None = None, schema: dict | None = None):
-    """Give a tool function its description or its parameters' JSON schema explicitly."""
+def tool(
+    fn: Callable | None = None,
+    *,
+    description: str | None = None,
+    schema: dict | None = None,
+    idempotent: bool = False,
+):
+    """Give a tool function its description or its parameters' JSON schema explicitly.
+
+    ``idempotent=True``: calling it twice with the same arguments does no more
+    harm than once (a lookup, a pure computation). A call its server died in
+    is then made again when the run is resumed; any other is reported to the
+    model as interrupted, not repeated.
+    """
 
     def decorate(fn: Callable) -> Callable:
         fn.tool_description = description
         fn.tool_schema = schema
+        fn.tool_idempotent = idempotent
         return fn
 
     return decorate(fn) if fn is not None else decorate
@@ -131,6 +144,7 @@ class Tool:
     description: str
     parameters: dict[str, Any]
     fn: Callable
+    idempotent: bool = False
 
     def definition(self) -> dict[str, Any]:
         """The tool as the chat completions API's ``tools`` list takes it."""
@@ -157,7 +171,13 @@ def describe_tool(name: str, fn: Callable) -> Tool:
     jsonschema.Draft202012Validator.check_schema(schema)
     if schema.get("type") != "object":
         raise ValueError(f"tool {name!r}: its parameters' schema must be of type 'object'")
-    return Tool(name, getattr(fn, "tool_description", None) or summary, schema, fn)
+    return Tool(
+        name,
+        getattr(fn, "tool_description", None) or summary,
+        schema,
+        fn,
+        bool(getattr(fn, "tool_idempotent", False)),
+    )
 
 
 def docstring_parts(fn: Callable) -> tuple[str, dict[str, str]]:
@@ -303,6 +323,7 @@ class Turn:
         self.usage: dict[str, int] | None = None
         self.model: str | None = None
         self.started = False  # a token arrived: retrying now would repeat it
+        self.message_id: str | None = None  # the run's message its text streamed into
 
     def feed(self, chunk: Any) -> str:
         """Take one chunk; returns its text delta (maybe empty)."""
@@ -392,7 +413,15 @@ class Turn:
 
 
 class OpenAIAgent(Configurable):
-    """Streams from an OpenAI-compatible chat server, calling registered Python tools."""
+    """Streams from an OpenAI-compatible chat server, calling registered Python tools.
+
+    Resumable: each finished model call is saved in the run's checkpoint (its
+    message's id and its tool calls); a run taken over after its server died
+    rebuilds the conversation from that and the run's snapshot (each message's
+    text, each tool call's result) and asks the model only for the next step.
+    """
+
+    resumable = True
 
     base_url = Unicode(
         "https://api.openai.com/v1",
@@ -499,9 +528,31 @@ class OpenAIAgent(Configurable):
         if tools:
             request["tools"] = [spec.definition() for spec in tools.values()]
         first_choice = tool_choice(input.get("tool_choice"), tools)
+        # What earlier attempts did (a run taken over after its server died).
+        earlier = Journal(run) if getattr(run, "attempt", 1) > 1 else None
+        turns: list[dict[str, Any]] = []
         async with self._client() as client:
             usage = Usage(run, client, self.base_url, self.prices.get(model))
-            for rounds in range(self.max_tool_iterations + 1):
+            if earlier is not None:
+                usage.totals = earlier.usage()
+                for saved in earlier.turns:
+                    turns.append(saved)
+                    messages.append(earlier.assistant_message(saved))
+                    if not saved["calls"]:  # the answer was complete: only its end was missing
+                        return {
+                            "text": messages[-1]["content"],
+                            "messages": messages,
+                            "model": saved.get("model") or model,
+                            "finish_reason": saved.get("finish_reason"),
+                            "usage": usage.totals,
+                        }
+                    for call in saved["calls"]:
+                        messages.append(await earlier.tool_result(run, tools, call, self))
+                # A message the model was streaming when the server died: closed as
+                # it is; the model is asked again (that call is paid at most twice).
+                for message_id in earlier.unfinished_messages():
+                    await run.message_completed(message_id)
+            for rounds in range(len(turns), self.max_tool_iterations + 1):
                 # The tool_choice asked for holds for the first call only: forcing
                 # a tool on every call would call it again and again.
                 choice = first_choice if rounds == 0 else None
@@ -511,6 +562,19 @@ class OpenAIAgent(Configurable):
                 turn = await self._answer(run, client, call)
                 await usage.add(call, turn)
                 messages.append(turn.message())
+                turns.append(
+                    {
+                        "message_id": turn.message_id,
+                        "calls": turn.tool_calls if turn.calls else [],
+                        "model": turn.model,
+                        "finish_reason": turn.finish_reason,
+                    }
+                )
+                # After the call's events: a later attempt knows it was made and paid for.
+                # Earlier turns' calls all started: their arguments are in the snapshot.
+                for earlier_turn in turns[:-1]:
+                    earlier_turn["calls"] = [brief(c) for c in earlier_turn["calls"]]
+                await run.save_checkpoint({"turns": turns})
                 if not turn.calls:
                     return {
                         "text": turn.text,
@@ -724,16 +788,23 @@ async def stream_turn(run, client: openai.AsyncOpenAI, request: dict[str, Any], 
                 message_id = message_id or await run.message_started()
                 await run.text(delta, message_id)
     turn.finish()
+    turn.message_id = message_id
     if message_id is not None:
         await run.message_completed(message_id)
 
 
 async def call_tool(
-    run, tools: dict[str, Tool], call: dict[str, Any], approve: list[str] | None = None
+    run,
+    tools: dict[str, Tool],
+    call: dict[str, Any],
+    approve: list[str] | None = None,
+    asked: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run one tool call the model asked for; returns the tool message that answers it.
 
-    A tool named in ``approve`` (or any, with ``"*"``) runs only once a person approved it.
+    A tool named in ``approve`` (or any, with ``"*"``) runs only once a person
+    approved it. ``asked``: the approval question an earlier attempt of the run
+    asked for this call (answered, or still open): it is not asked again.
     """
     name, raw = call["function"]["name"], call["function"]["arguments"]
     try:
@@ -744,12 +815,17 @@ async def call_tool(
     shown = args if isinstance(args, dict) else {"arguments": raw}
     denied = None
     if approve and ("*" in approve or name in approve) and name in tools:
-        choice = await run.ask(
-            f"Run the tool {name}?",
-            details={"tool": name, "arguments": shown},
-            choices=["approve", "deny"],
-            kind="approval",
-        )
+        if asked is not None and asked["status"] == "resolved":
+            choice = asked.get("choice") or "unanswered"
+        elif asked is not None:
+            choice = await run.answer_to(asked["request_id"])
+        else:
+            choice = await run.ask(
+                f"Run the tool {name}?",
+                details={"tool": name, "arguments": shown},
+                choices=["approve", "deny"],
+                kind="approval",
+            )
         if choice != "approve":
             denied = f"a person denied this call of {name} (they chose {choice!r}); it was not run"
     call_id = await run.tool_started(name, shown)
@@ -778,6 +854,105 @@ async def call_tool(
         await run.tool_completed(call_id, result)
         content = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
     return {"role": "tool", "tool_call_id": call["id"], "content": content}
+
+
+class Journal:
+    """What a run's earlier attempts did: their model calls (the checkpoint) and the run's snapshot.
+
+    Each model call the agent made is a saved turn: the id of the message its
+    text streamed into, and its tool calls. Each tool call the model asked for
+    is one ``tool.started`` (in ``call_tool``), in order: the n-th tool of the
+    snapshot answers the n-th call of the saved turns.
+    """
+
+    def __init__(self, run) -> None:
+        snapshot = run.snapshot
+        self.turns: list[dict[str, Any]] = list((run.checkpoint or {}).get("turns") or [])
+        self._messages = {m["id"]: m for m in snapshot["messages"]}
+        self._tools = list(snapshot["tools"])
+        self._questions = [q for q in snapshot.get("inputs") or [] if q.get("kind") == "approval"]
+        self._usage = snapshot.get("usage")
+        self._next_tool = 0
+        self._next_question = 0
+
+    def usage(self) -> dict[str, Any] | None:
+        return dict(self._usage) if self._usage else None
+
+    def assistant_message(self, turn: dict[str, Any]) -> dict[str, Any]:
+        message = self._messages.get(turn.get("message_id") or "")
+        text = message["text"] if message is not None else ""
+        if not turn["calls"]:
+            return {"role": "assistant", "content": text}
+        calls = []
+        for offset, call in enumerate(turn["calls"]):
+            if "arguments" not in call["function"]:  # kept brief: its tool.started has them
+                index = self._next_tool + offset
+                args = self._tools[index].get("args") if index < len(self._tools) else {}
+                call = {**call, "function": {**call["function"], "arguments": json.dumps(args)}}
+            calls.append(call)
+        return {"role": "assistant", "content": text, "tool_calls": calls}
+
+    def unfinished_messages(self) -> list[str]:
+        saved = {turn.get("message_id") for turn in self.turns}
+        return [m for m, message in self._messages.items()
+                if not message.get("done") and m not in saved]  # fmt: skip
+
+    async def tool_result(
+        self, run, tools: dict[str, Tool], call: dict[str, Any], agent: OpenAIAgent
+    ) -> dict[str, Any]:
+        """The tool message for a call an earlier attempt was asked to make."""
+        name = call["function"]["name"]
+        approve = agent.approve_tools
+        # Its approval was asked before it started (call_tool), in call order.
+        needs_approval = bool(approve) and ("*" in approve or name in approve) and name in tools
+        asked = None
+        if needs_approval and self._next_question < len(self._questions):
+            asked = self._questions[self._next_question]
+            self._next_question += 1
+        if self._next_tool >= len(self._tools):
+            # Not started: its approval, if asked, is answered or still open.
+            return await call_tool(run, tools, call, approve, asked)
+        started = self._tools[self._next_tool]
+        self._next_tool += 1
+        if started.get("status") == "running":
+            spec = tools.get(name)
+            if spec is not None and spec.idempotent:
+                # Its server died during it, and doing it again is harmless.
+                message = await redo_tool(run, spec, started)
+                return {"role": "tool", "tool_call_id": call["id"], "content": message}
+            error = {
+                "type": "interrupted",
+                "message": f"the call of {name} was interrupted when its server stopped, and "
+                "was not repeated (it is not declared idempotent): it may or may not have "
+                "taken effect",
+            }
+            await run.tool_completed(started["call_id"], ok=False, error=error)
+            return {"role": "tool", "tool_call_id": call["id"],
+                    "content": f"Error: interrupted: {error['message']}"}  # fmt: skip
+        if started.get("status") == "completed":
+            result = started.get("result")
+            content = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+        else:
+            error = started.get("error") or {}
+            content = f"Error: {error.get('type')}: {error.get('message')}"
+        return {"role": "tool", "tool_call_id": call["id"], "content": content}
+
+
+def brief(call: dict[str, Any]) -> dict[str, Any]:
+    """A saved tool call without its arguments (the run's tool.started event has them)."""
+    return {"id": call["id"], "type": "function", "function": {"name": call["function"]["name"]}}
+
+
+async def redo_tool(run, spec: Tool, started: dict[str, Any]) -> str:
+    """Call an idempotent tool again for a call its server died in; completes that call."""
+    try:
+        result = jsonable(await spec.call(started.get("args") or {}))
+    except Exception as exc:
+        error = error_object(exc)
+        await run.tool_completed(started["call_id"], ok=False, error=error)
+        return f"Error: {error['type']}: {error['message']}"
+    await run.tool_completed(started["call_id"], result)
+    return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
 
 
 def conversation(input: dict[str, Any]) -> list[dict[str, Any]]:

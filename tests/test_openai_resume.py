@@ -1,0 +1,168 @@
+"""The openai agent resumed after its Jupyter server was killed: no completed step paid twice.
+
+Real server processes (killed with SIGKILL) on either store, and the fake
+OpenAI-compatible server in this process, which records every request it
+gets: a completed model call is never asked again, an interrupted one at
+most once more, and a tool call that may have taken effect is not repeated
+unless it is declared idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from fake_openai import FakeOpenAI, answer, tool_calls
+from servers import ServerProcess
+
+TERMINAL = {"succeeded", "failed", "cancelled", "interrupted"}
+TOOLS = {name: f"tools_for_tests:{name}" for name in ("add", "slow_note", "lookup")}
+
+
+@pytest.fixture
+def fake(jp_asyncio_loop):
+    server = FakeOpenAI()
+    jp_asyncio_loop.run_until_complete(server.start())
+    yield server
+    jp_asyncio_loop.run_until_complete(server.stop())
+
+
+@pytest.fixture
+def servers(tmp_path, store_config, fake):
+    started = []
+
+    async def start(name, **env):
+        config = {"OpenAIAgent": {"base_url": fake.url, "model": "fake-model", "tools": TOOLS,
+                                  "max_retries": 0}}  # fmt: skip
+        agentruns = {"lease_seconds": 1.5, **store_config}
+        server = ServerProcess(tmp_path / name, tmp_path / "agentruns.sqlite3", agentruns,
+                               config=config)  # fmt: skip
+        server.env.update(env)
+        started.append(server)
+        # Started off the event loop: the fake model server in it must go on answering.
+        await asyncio.to_thread(server.start)
+        return server
+
+    yield start
+    for server in started:
+        server.kill()
+
+
+def client(server):
+    return httpx.AsyncClient(
+        base_url=server.api_url, headers={"Authorization": f"token {server.token}"}, timeout=30
+    )
+
+
+async def until(api, run_id, predicate, what, timeout=30):
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        run = (await api.get(f"runs/{run_id}")).json()
+        if predicate(run):
+            return run
+        assert loop.time() < deadline, f"{run_id}: {what}, but it is {run['status']}"
+        await asyncio.sleep(0.05)
+
+
+async def events_of(api, run_id):
+    body = (await api.get(f"runs/{run_id}/events", params={"limit": 1000})).json()
+    return body["events"]
+
+
+def chat_requests(fake):
+    return [r["body"] for r in fake.requests if r["path"].endswith("/chat/completions")]
+
+
+@pytest.mark.timeout(120)
+async def test_killed_in_the_middle_of_a_streamed_answer_it_asks_only_that_call_again(
+    servers, fake
+):
+    fake.reply(
+        tool_calls(("add", '{"a": 2, "b": 3}')),
+        answer("The sum", " is", hold=True),  # the server dies while this one streams
+        answer("The sum is 5."),
+    )
+    first = await servers("a")
+    async with client(first) as api:
+        run = (await api.post("runs", json={"agent": "openai", "input": {"prompt": "2+3?"}})).json()
+        await until(api, run["run_id"], lambda r: len(r["snapshot"]["messages"]) == 1
+                    and r["snapshot"]["messages"][0]["text"] == "The sum is", "streams its answer")  # fmt: skip
+    first.kill()
+
+    second = await servers("b")
+    async with client(second) as api:
+        ended = await until(api, run["run_id"], lambda r: r["status"] in TERMINAL, "ends")
+        assert ended["status"] == "succeeded", ended["error"]
+        assert ended["attempt"] == 2
+        assert ended["output"]["text"] == "The sum is 5."
+        events = await events_of(api, run["run_id"])
+    assert [e["seq"] for e in events] == list(range(1, ended["last_seq"] + 1))
+    types = [e["type"] for e in events]
+    assert types.count("tool.started") == types.count("tool.completed") == 1  # add ran once
+    assert types.count("run.resumed") == 1 and types[-1] == "run.succeeded"
+    # The interrupted answer is closed as it was; the new one is a message of its own.
+    assert [(m["text"], m["done"]) for m in ended["snapshot"]["messages"]] == [
+        ("The sum is", True),
+        ("The sum is 5.", True),
+    ]
+    asked = chat_requests(fake)
+    assert len(asked) == 3  # the tool call once, the interrupted answer twice
+    assert asked[1]["messages"] == asked[2]["messages"]
+    assert asked[2]["messages"][-1]["role"] == "tool" and asked[2]["messages"][-1]["content"] == "5"
+
+
+@pytest.mark.timeout(120)
+async def test_a_tool_call_its_server_died_in_is_not_repeated_and_the_model_is_told(servers, fake):
+    fake.reply(tool_calls(("slow_note", '{"text": "hello"}')), answer("I could not note it."))
+    first = await servers("a")
+    async with client(first) as api:
+        run = (await api.post("runs", json={"agent": "openai", "input": {"prompt": "note"}})).json()
+        await until(api, run["run_id"], lambda r: [t["status"] for t in r["snapshot"]["tools"]]
+                    == ["running"], "calls the tool")  # fmt: skip
+    first.kill()
+
+    second = await servers("b")
+    async with client(second) as api:
+        ended = await until(api, run["run_id"], lambda r: r["status"] in TERMINAL, "ends")
+        assert ended["status"] == "succeeded", ended["error"]
+        [call] = ended["snapshot"]["tools"]
+        assert call["status"] == "failed" and call["error"]["type"] == "interrupted"
+        types = [e["type"] for e in await events_of(api, run["run_id"])]
+    assert types.count("tool.started") == 1  # never started again
+    asked = chat_requests(fake)
+    assert len(asked) == 2
+    told = asked[1]["messages"][-1]
+    assert told["role"] == "tool" and told["content"].startswith("Error: interrupted:")
+    assert "not repeated" in told["content"]
+
+
+@pytest.mark.timeout(120)
+async def test_an_idempotent_tool_call_its_server_died_in_is_made_again(servers, fake):
+    fake.reply(tool_calls(("lookup", '{"key": "k"}')), answer("k is known."))
+    first = await servers("a", AGENTRUNS_TEST_LOOKUP_SECONDS="30")
+    async with client(first) as api:
+        run = (await api.post("runs", json={"agent": "openai", "input": {"prompt": "k?"}})).json()
+        await until(api, run["run_id"], lambda r: [t["status"] for t in r["snapshot"]["tools"]]
+                    == ["running"], "calls the tool")  # fmt: skip
+    first.kill()
+
+    second = await servers("b")
+    async with client(second) as api:
+        ended = await until(api, run["run_id"], lambda r: r["status"] in TERMINAL, "ends")
+        assert ended["status"] == "succeeded", ended["error"]
+        [call] = ended["snapshot"]["tools"]
+        assert call["status"] == "completed" and call["result"] == "value of k"
+    asked = chat_requests(fake)
+    assert len(asked) == 2
+    assert asked[1]["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "call_fake_0",
+        "content": "value of k",
+    }
+    assert json.loads(asked[1]["messages"][-2]["tool_calls"][0]["function"]["arguments"]) == {
+        "key": "k"
+    }
