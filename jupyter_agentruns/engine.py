@@ -471,7 +471,8 @@ class Engine(LoggingConfigurable):
         interrupted: list[str] = []  # the session's runs this run interrupts
         day_rows: list[tuple[str, str, int, int]] = []  # the owner's day, for the budget
 
-        def create(conn: StoreConnection) -> tuple[dict[str, Any], bool]:
+        def create(conn: StoreConnection) -> tuple[dict[str, Any], dict[str, Any] | None]:
+            """The run's row, and the answer for a new run (None: the key's run, replayed)."""
             # The owner's submits one at a time, across servers sharing the store:
             # the key, the session and the active runs are read and written as one.
             conn.serialize(f"submit:{owner}")
@@ -487,7 +488,7 @@ class Engine(LoggingConfigurable):
                         )
                     row = conn.get_run(existing["run_id"])
                     if row is not None:
-                        return row, True
+                        return row, None
             if problem is not None:
                 raise problem
             if request.retry_of is not None:
@@ -543,13 +544,18 @@ class Engine(LoggingConfigurable):
                 for other in active:
                     request_cancel(conn, other["run_id"], {"interrupted_by": run_id})
                 interrupted[:] = [other["run_id"] for other in active]
-            return conn.get_run(run_id), False
+            created = conn.get_run(run_id)
+            # Answered from this transaction: once the run is committed, no
+            # later read may fail and tell the caller (503) that nothing was made.
+            return created, self.run_object(conn, created)
 
-        row, replayed = await self.writer.run(create)
+        row, run = await self.writer.run(create)
+        replayed = run is None
         if day_rows:
             self._day_tokens[owner] = {r[0]: r[2] + r[3] for r in day_rows}
-        run = await self.reader.run(lambda conn: self.run_object(conn, row))
-        if not replayed:
+        if replayed:
+            run = await self.reader.run(lambda conn: self.run_object(conn, row))
+        else:
             if row["executor_id"] == self.executor_id:
                 # Started after the last await: the caller gets the run before its task ran.
                 self.executor.start(row, spec)
