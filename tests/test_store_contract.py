@@ -237,20 +237,31 @@ def test_other_connections_commits_are_noticed(store, store_kind):
     writer.close()
 
 
-def test_a_lost_connection_is_unavailable_then_reconnects(store, store_kind):
+def test_a_connection_lost_while_idle_is_replaced_and_one_lost_mid_transaction_is_unavailable(
+    store, store_kind
+):
     if store_kind != "postgres":
         pytest.skip("a SQLite file has no connection to lose")
     import psycopg
 
+    def cut(conn) -> None:
+        with psycopg.connect(store._conninfo, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", [conn._conn.info.backend_pid])
+
     conn = store.connect()
     with conn.transaction():
         conn.insert_run(run_row("run_a"))
-    pid = conn._conn.info.backend_pid
-    with psycopg.connect(store._conninfo, autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
-    with pytest.raises(StoreUnavailable):
-        conn.get_run_head("run_a")
-    assert conn.get_run_head("run_a")["run_id"] == "run_a"  # connected again
+    cut(conn)
+    # Found dead on its next use, outside a transaction (the database restarted
+    # meanwhile): the read runs again on a new connection.
+    assert conn.get_run_head("run_a")["run_id"] == "run_a"
+    cut(conn)
+    with pytest.raises(StoreUnavailable), conn.transaction():
+        conn.insert_run(run_row("run_b"))
+        cut(conn)
+        conn.insert_run(run_row("run_c"))
+    # The transaction went with its connection; the next use connects again.
+    assert conn.get_run_head("run_b") is None
     conn.close()
 
 

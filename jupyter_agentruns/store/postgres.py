@@ -20,7 +20,9 @@ their new ``last_seq``; each server's listener wakes the subscribers of runs
 other servers execute, with no polling.
 
 A connection lost (the database restarted, a network cut) raises
-``StoreUnavailable``; the next use connects again.
+``StoreUnavailable``; the next use connects again. One found dead outside a
+transaction (it sat idle while the database restarted) is replaced at once
+and its statement run again: the database that is back answers it.
 """
 
 from __future__ import annotations
@@ -285,16 +287,31 @@ class PostgresConnection(StoreConnection):
                 raise StoreUnavailable(f"the connection to PostgreSQL was lost: {exc}") from exc
             raise StoreBusy(str(exc)) from exc
 
-    def _execute(self, sql: str, params: Iterable[Any] | dict | None = None) -> psycopg.Cursor:
+    def _run(self, statement: Callable[[psycopg.Connection], Any]) -> Any:
+        """Run a statement; outside a transaction, once more on a new connection if this one died.
+
+        A connection that sat idle while the database restarted is found dead
+        only when used. Outside a transaction the statement is a read or a
+        BEGIN, which may run twice: the caller gets its answer, not a 503.
+        """
+        conn = self._connection()
+        try:
+            with self._errors():
+                return statement(conn)
+        except StoreUnavailable:
+            if self._in_transaction:
+                raise
         conn = self._connection()
         with self._errors():
-            return conn.execute(sql, params, prepare=False)
+            return statement(conn)
+
+    def _execute(self, sql: str, params: Iterable[Any] | dict | None = None) -> psycopg.Cursor:
+        return self._run(lambda conn: conn.execute(sql, params, prepare=False))
 
     def _dicts(self, sql: str, params: Iterable[Any] | None = None) -> list[dict[str, Any]]:
-        conn = self._connection()
-        with self._errors():
-            cursor = conn.cursor(row_factory=dict_row)
-            return cursor.execute(sql, params).fetchall()
+        return self._run(
+            lambda conn: conn.cursor(row_factory=dict_row).execute(sql, params).fetchall()
+        )
 
     # Transactions ------------------------------------------------------------
 
