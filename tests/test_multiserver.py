@@ -220,9 +220,13 @@ def test_a_cancel_sent_to_a_second_server_ends_the_run_a_first_server_executes(c
 def test_a_killed_server_s_runs_end_interrupted_within_two_leases_and_live_servers_runs_go_on(
     cluster,
 ):
-    """Once a server dies its runs end soon, by the others; the others' own runs are never touched."""
+    """Once a server dies its runs end soon, by the others; the others' own runs are never touched.
+
+    With no takeovers allowed: test_a_killed_server_s_resumable_runs_are_taken_over_by_one_server
+    has them resumed.
+    """
     lease = 1.5
-    a, b, c = cluster(lease_seconds=lease)
+    a, b, c = cluster(lease_seconds=lease, max_resume_attempts=0)
     doomed = [submit(a, LONG)["run_id"] for _ in range(2)]
     # Long enough to be running all through the kill and the takeover that follows.
     lasting = {"prompt": "on", "chunks": 300, "delay": 0.03}
@@ -264,6 +268,38 @@ def test_a_killed_server_s_runs_end_interrupted_within_two_leases_and_live_serve
         events = [json.loads(line) for line in stored_lines(server, run_id)]
         assert_one_whole_log(events, run)
         assert [event["type"] for event in events].count("run.started") == 1
+
+
+@pytest.mark.timeout(180)
+def test_a_killed_server_s_resumable_runs_are_taken_over_by_one_server_and_finish(cluster):
+    """The demo's runs of a killed server go on elsewhere: one executor each, nothing done twice."""
+    lease = 1.5
+    a, b, c = cluster(lease_seconds=lease)
+    medium = {"prompt": "on", "chunks": 200, "delay": 0.01}
+    doomed = [submit(a, medium)["run_id"] for _ in range(3)]
+    for run_id in doomed:
+        wait_seq(b, run_id, 10)
+    killed_at = time.time()
+    a.kill()
+    for run_id in doomed:
+        run = wait_status(b, run_id, TERMINAL)
+        assert run["status"] == "succeeded" and run["attempt"] == 2, run
+        events = [json.loads(line) for line in stored_lines(c, run_id)]
+        assert_one_whole_log(events, run)
+        types = [event["type"] for event in events]
+        # One takeover (one server won the lease), and no tool call made again.
+        [resumed] = [event for event in events if event["type"] == "run.resumed"]
+        assert resumed["data"]["reason"] == "lease_expired"
+        took = parse_ts(resumed["ts"]) - killed_at
+        assert took < 2 * lease + 2.0, f"{run_id} was taken over {took:.1f} s after the kill"
+        assert types.count("run.started") == 1
+        assert [e["data"]["name"] for e in events if e["type"] == "tool.started"] == [
+            "search",
+            "summarize",
+        ]
+        text = "".join(e["data"]["delta"] for e in events if e["type"] == "text.delta")
+        assert text == run["output"]["text"] == run["snapshot"]["messages"][0]["text"]
+        assert get_run(b, run_id) == get_run(c, run_id)
 
 
 @pytest.mark.timeout(180)
