@@ -323,3 +323,44 @@ def test_ten_live_widgets_share_one_connection_and_the_notebook_still_saves(lab,
         f"\nsaved with 10 live widgets in {save_seconds:.2f} s; "
         f"{len(streams)} stream requests in all"
     )
+
+
+def test_a_killed_server_started_again_lets_the_same_widget_watch_its_run_finish(tmp_path, page):
+    """Kill jupyter lab mid-run, start it again: the widget on the page, never reloaded, sees it end."""
+    home = tmp_path / "lab"
+    home.mkdir()
+    config = {"heartbeat_interval": 2, "lease_seconds": 2}
+    prompt = "survive a crash"
+    expected = "".join(answer_words(prompt, 120))
+    write_notebook(
+        home / "crash.ipynb",
+        [
+            "from jupyter_agentruns import submit\n"
+            f'run = submit("demo", {{"prompt": "{prompt}", "chunks": 120, "delay": 0.1}})'
+        ],
+    )
+    first = ServerProcess(home, home / "agentruns.sqlite3", config, app="jupyterlab")
+    again = ServerProcess(home, home / "agentruns.sqlite3", config, app="jupyterlab")
+    again.port, again.token = first.port, first.token  # the same address: the page stays
+    try:
+        first.start(timeout=120)
+        open_notebook(page, first, "crash.ipynb")
+        run_cell(page, 0)
+        run_id = wait_attr(page, 0, "data-run-id", "v && v.startsWith('run_')")
+        wait_attr(page, 0, "data-last-seq", "Number(v) >= 30")
+        first.kill()
+        again.start(timeout=120)
+        # Taken over by the server started again: the header says so for a few seconds.
+        wait_text(page, 0, "resumed (attempt 2)", timeout=60_000)
+        page.keyboard.press("Escape")  # JupyterLab's own "Server Connection Error" dialog
+        ARTIFACTS.mkdir(exist_ok=True)
+        widget(page).screenshot(path=str(ARTIFACTS / "resumed-while-running.png"))
+        wait_attr(page, 0, "data-status", "v === 'succeeded'", timeout=120_000)
+        assert widget(page).get_attribute("data-run-id") == run_id
+        wait_text(page, 0, expected)
+        with again.client() as client:
+            run = client.get(f"runs/{run_id}").json()
+            assert run["attempt"] == 2 and len(client.get("runs").json()["runs"]) == 1
+    finally:
+        first.kill()
+        again.kill()

@@ -12,6 +12,7 @@ from ..broadcaster import CursorExpired, RunGone, Subscriber
 from ..cursor import check_cursor, parse_cursor
 from ..errors import invalid_request, run_not_found
 from ..lifecycle import is_terminal
+from ..store import StoreUnavailable
 from . import sse
 from .base import AgentRunsHandler
 from .runs import RUN_ID
@@ -70,6 +71,10 @@ class EventsHandler(AgentRunsHandler):
                 # frame only ever comes first, so the reconnect starts with one
                 # (or answers 410 / 404).
                 pass
+            except StoreUnavailable as exc:
+                # The database went away mid-stream: end it; the client resumes from
+                # its cursor (answered 503 until the database is back).
+                self.log.warning("agentruns: a stream of %s ended: %s", row["run_id"], exc)
         self.finish()
 
     async def _poll(self, row: dict, cursor: int, caught_up: bool) -> None:

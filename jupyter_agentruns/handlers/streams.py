@@ -20,6 +20,7 @@ from ..broadcaster import CursorExpired, RunGone, Subscriber, mark, wait_since
 from ..cursor import check_cursor, parse_cursor
 from ..errors import ApiError, invalid_request
 from ..lifecycle import is_terminal
+from ..store import StoreUnavailable
 from . import sse
 from .base import AgentRunsHandler
 from .events import resume
@@ -83,6 +84,9 @@ class StreamsHandler(AgentRunsHandler):
                 await self._follow(subscribers)
             except sse.ClientGone:
                 return
+            except StoreUnavailable as exc:
+                # The database went away: end the stream; the page reconnects with its cursors.
+                self.log.warning("agentruns: a page stream ended: %s", exc)
         self.finish()
 
     async def _follow(self, subscribers: list[Subscriber]) -> None:
