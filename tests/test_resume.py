@@ -177,10 +177,10 @@ def test_after_max_resume_attempts_takeovers_the_run_ends_interrupted(servers):
         assert events[-1]["data"] == {"reason": "lease_expired"}
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(400)
 def test_a_run_killed_again_and_again_still_ends_with_the_uninterrupted_answer(servers):
     """Killed at a different point each time, restarted each time: one run, one answer."""
-    kills = 6
+    kills = 10
     config = {"max_resume_attempts": kills + 1, "lease_seconds": 1}
     server = servers("s0", **config)
     with server.client() as client:
