@@ -932,6 +932,11 @@ class Engine(LoggingConfigurable):
         # builder is used by one reader at a time: it left the cache above.
         size = approximate_size(snapshot)
         if size <= SNAPSHOT_CACHE_BYTES // 4:
+            # The answer gets a copy of its structure: once the builder is back
+            # in the cache, the next reader applies later events to it while
+            # this answer may still be being written out. (The texts are
+            # strings, shared, never changed in place: the copy costs no text.)
+            snapshot = detached(snapshot)
             with self._snapshots_lock:
                 self._snapshots[run_id] = (last_seq, builder, size)
                 self._snapshot_bytes += size
@@ -961,6 +966,15 @@ class Engine(LoggingConfigurable):
             yield
         finally:
             self.open_streams[owner] -= 1
+
+
+def detached(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot whose lists and their items are its own (the reducer changes those in place)."""
+    copy = dict(snapshot)
+    for key in ("messages", "tools", "inputs"):
+        if isinstance(copy.get(key), list):
+            copy[key] = [dict(item) for item in copy[key]]
+    return copy
 
 
 def approximate_size(snapshot: dict) -> int:

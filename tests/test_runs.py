@@ -1,9 +1,11 @@
 """Reading, listing and deleting runs; the JSON error shape everywhere."""
 
+import json
+
 import httpx
 import pytest
 
-from conftest import demo_input, submit, wait_run
+from conftest import demo_input, submit, wait_run, wait_seq
 
 
 async def finished(api, **input):
@@ -177,3 +179,17 @@ async def test_a_page_of_runs_ends_early_once_it_holds_enough_text(api, monkeypa
             break
         before = page["next"]
     assert seen == ids[::-1] and pages >= 2
+
+
+async def test_a_run_object_once_made_never_changes_under_later_reads(api, engine):
+    """Answers share no lists with the cached snapshot builder that later reads go on with."""
+    from jupyter_agentruns.handlers.base import SHARED_OWNER
+
+    run_id = (await submit(api, input=demo_input(chunks=300, delay=0.005))).json()["run_id"]
+    await wait_seq(api, run_id, 20)
+    first = await engine.get_run(SHARED_OWNER, run_id)
+    frozen = json.dumps(first)
+    await wait_seq(api, run_id, first["last_seq"] + 30)
+    later = await engine.get_run(SHARED_OWNER, run_id)
+    assert later["last_seq"] > first["last_seq"]
+    assert json.dumps(first) == frozen
