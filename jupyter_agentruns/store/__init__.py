@@ -16,7 +16,22 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from .. import reducer
+from .. import jsonio, reducer
+
+# What both stores share of their tables: ``runs`` columns holding JSON text
+# (the snapshot has tables of its own), and the queries' common parts.
+JSON_COLUMNS = (
+    "metadata", "input", "output", "error", "cancel", "cancel_request", "checkpoint",
+)  # fmt: skip
+# A run with its persisted snapshot (``snapshot_seq`` 0 and no snapshot when none).
+RUN_SELECT = (
+    "SELECT runs.*, coalesce(snapshots.seq, 0) AS snapshot_seq, snapshots.snapshot AS snapshot, "
+    "snapshots.parts AS snapshot_parts FROM runs LEFT JOIN snapshots ON snapshots.run_id = runs.run_id"
+)
+# A run queued behind earlier runs of its session: no server executes it yet.
+UNCLAIMED = "executor_id IS NULL AND status = 'queued'"
+# What answering for a run needs, without the (possibly huge) snapshot and output.
+HEAD_COLUMNS = "run_id, owner, status, last_seq, first_seq, finished_ts"
 
 
 class StoreBusy(Exception):
@@ -306,3 +321,28 @@ def reduce_stored(
             snapshot.apply({"type": type, "data": json.loads(data)})
         after = rows[-1][0]
     return snapshot
+
+
+def encode_columns(fields: dict[str, Any]) -> dict[str, Any]:
+    """Columns to set, JSON columns encoded (strictly: no NaN); a ``snapshot`` stays as it is."""
+    return {
+        name: jsonio.dumps(value) if name in JSON_COLUMNS and value is not None else value
+        for name, value in fields.items()
+    }
+
+
+def decode_run(row: dict[str, Any], later_parts: Callable[[str], list[str]]) -> dict[str, Any]:
+    """A ``RUN_SELECT`` row as the engine takes it: JSON decoded, the snapshot joined from its parts.
+
+    ``later_parts(run_id)``: the stored snapshot's parts after the first, in order.
+    """
+    for column in JSON_COLUMNS:
+        if row.get(column) is not None:
+            row[column] = json.loads(row[column])
+    parts = row.pop("snapshot_parts", None)
+    if row.get("snapshot") is not None:
+        text = row["snapshot"]
+        if parts is not None and parts > 1:
+            text = "".join([text, *later_parts(row["run_id"])])
+        row["snapshot"] = json.loads(text)
+    return row

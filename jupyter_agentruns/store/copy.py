@@ -36,9 +36,9 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from ..lifecycle import ACTIVE_STATUSES
-from . import StoreBusy
+from . import UNCLAIMED, StoreBusy
 from .postgres import PostgresStore, is_postgres_url, psycopg, redact
-from .sqlite import MIGRATIONS, UNCLAIMED
+from .sqlite import MIGRATIONS
 
 # Every table of the store, each read in the order its rows are written in:
 # runs in submit order (their position), the others in their key's order.

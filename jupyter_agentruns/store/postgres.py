@@ -40,12 +40,17 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from .. import jsonio, reducer
 from ..lifecycle import ACTIVE_STATUSES, CANCELLABLE, TERMINAL_STATUSES
 from . import (
+    HEAD_COLUMNS,
+    RUN_SELECT,
+    UNCLAIMED,
     Listener,
     SeqTaken,
     Store,
     StoreBusy,
     StoreConnection,
     StoreUnavailable,
+    decode_run,
+    encode_columns,
     split_parts,
 )
 
@@ -57,9 +62,6 @@ except ImportError:  # the extra is not installed: PostgresStore says how to get
 
 log = logging.getLogger(__name__)
 
-JSON_COLUMNS = (
-    "metadata", "input", "output", "error", "cancel", "cancel_request", "checkpoint",
-)  # fmt: skip
 SNAPSHOT_PART_CHARS = 1 << 20
 CONNECT_TIMEOUT_SECONDS = 5
 # NOTIFY payloads are at most 8000 bytes: a batch naming more runs sends several.
@@ -158,13 +160,6 @@ _MIGRATIONS = [
     ALTER TABLE runs ADD COLUMN checkpoint text COLLATE "C";
     """,
 ]
-
-RUN_SELECT = (
-    "SELECT runs.*, coalesce(snapshots.seq, 0) AS snapshot_seq, snapshots.snapshot AS snapshot, "
-    "snapshots.parts AS snapshot_parts FROM runs LEFT JOIN snapshots ON snapshots.run_id = runs.run_id"
-)
-UNCLAIMED = "executor_id IS NULL AND status = 'queued'"
-HEAD_COLUMNS = "run_id, owner, status, last_seq, first_seq, finished_ts"
 
 
 def is_postgres_url(url: str) -> bool:
@@ -393,12 +388,13 @@ class PostgresConnection(StoreConnection):
         first = self._execute(
             "SELECT snapshot FROM snapshots WHERE run_id = %s", [run_id]
         ).fetchone()
-        if first is None:
-            return []
-        rest = self._execute(
+        return [] if first is None else [first[0], *self._later_parts(run_id)]
+
+    def _later_parts(self, run_id: str) -> list[str]:
+        rows = self._execute(
             "SELECT data FROM snapshot_parts WHERE run_id = %s ORDER BY part", [run_id]
         ).fetchall()
-        return [first[0], *(data for (data,) in rest)]
+        return [data for (data,) in rows]
 
     def get_run_head(self, run_id: str) -> dict[str, Any] | None:
         rows = self._dicts(f"SELECT {HEAD_COLUMNS} FROM runs WHERE run_id = %s", [run_id])
@@ -566,25 +562,12 @@ class PostgresConnection(StoreConnection):
 
     def _decode(self, row: dict[str, Any]) -> dict[str, Any]:
         row.pop("position", None)
-        for column in JSON_COLUMNS:
-            if row.get(column) is not None:
-                row[column] = json.loads(row[column])
-        parts = row.pop("snapshot_parts", None)
-        if row.get("snapshot") is not None:
-            text = row["snapshot"]
-            if parts is not None and parts > 1:
-                rest = self._execute(
-                    "SELECT data FROM snapshot_parts WHERE run_id = %s ORDER BY part",
-                    [row["run_id"]],
-                ).fetchall()
-                text = "".join([text, *(data for (data,) in rest)])
-            row["snapshot"] = json.loads(text)
-        return row
+        return decode_run(row, self._later_parts)
 
     # Writes (inside transaction()) ---------------------------------------------
 
     def insert_run(self, run: dict[str, Any]) -> None:
-        columns = _encode(run)
+        columns = encode_columns(run)
         names = ", ".join(columns)
         values = ", ".join("%s" for _ in columns)
         self._execute(f"INSERT INTO runs ({names}) VALUES ({values})", list(columns.values()))
@@ -607,7 +590,7 @@ class PostgresConnection(StoreConnection):
         )
 
     def update_run(self, run_id: str, fields: dict[str, Any]) -> None:
-        columns = _encode(fields)
+        columns = encode_columns(fields)
         snapshot, seq = columns.pop("snapshot", None), columns.pop("snapshot_seq", None)
         if snapshot is not None:
             self.write_snapshot(run_id, seq, snapshot)
@@ -860,10 +843,3 @@ class _Listener(Listener):
     def close(self) -> None:
         self._stop.set()
         self._thread.join(5)
-
-
-def _encode(fields: dict[str, Any]) -> dict[str, Any]:
-    return {
-        name: jsonio.dumps(value) if name in JSON_COLUMNS and value is not None else value
-        for name, value in fields.items()
-    }

@@ -21,16 +21,23 @@ from sqlite_utils import Database
 
 from .. import budgets, jsonio, reducer
 from ..lifecycle import ACTIVE_STATUSES, CANCELLABLE, TERMINAL_STATUSES
-from . import SeqTaken, Store, StoreBusy, StoreConnection, split_parts
+from . import (
+    HEAD_COLUMNS,
+    RUN_SELECT,
+    UNCLAIMED,
+    SeqTaken,
+    Store,
+    StoreBusy,
+    StoreConnection,
+    decode_run,
+    encode_columns,
+    split_parts,
+)
 
 # How long a connection waits for another process's write lock before the
 # writer backs off and retries (it never gives up on a batch).
 BUSY_TIMEOUT_MS = 10000
 
-# Columns of ``runs`` that hold JSON text (the snapshot has a table of its own).
-JSON_COLUMNS = (
-    "metadata", "input", "output", "error", "cancel", "cancel_request", "checkpoint",
-)  # fmt: skip
 # A snapshot's JSON is stored in parts of at least this many characters (the last one shorter).
 SNAPSHOT_PART_CHARS = 1 << 20
 
@@ -237,19 +244,6 @@ MIGRATIONS = [
     _migration_7, _migration_8, _migration_9,
 ]  # fmt: skip
 
-# A run with its persisted snapshot (``snapshot_seq`` 0 and no snapshot when none).
-RUN_SELECT = (
-    "SELECT runs.*, coalesce(snapshots.seq, 0) AS snapshot_seq, snapshots.snapshot AS snapshot, "
-    "snapshots.parts AS snapshot_parts FROM runs LEFT JOIN snapshots ON snapshots.run_id = runs.run_id"
-)
-
-
-# A run queued behind earlier runs of its session: no server executes it yet.
-UNCLAIMED = "executor_id IS NULL AND status = 'queued'"
-
-# What answering for a run needs, without the (possibly huge) snapshot and output.
-HEAD_COLUMNS = "run_id, owner, status, last_seq, first_seq, finished_ts"
-
 
 class SQLiteStore(Store):
     """One SQLite file, created and migrated on first use."""
@@ -361,12 +355,13 @@ class SQLiteConnection(StoreConnection):
         first = self.conn.execute(
             "SELECT snapshot FROM snapshots WHERE run_id = ?", [run_id]
         ).fetchone()
-        if first is None:
-            return []
-        rest = self.conn.execute(
+        return [] if first is None else [first[0], *self._later_parts(run_id)]
+
+    def _later_parts(self, run_id: str) -> list[str]:
+        rows = self.conn.execute(
             "SELECT data FROM snapshot_parts WHERE run_id = ? ORDER BY part", [run_id]
         ).fetchall()
-        return [first[0], *(data for (data,) in rest)]
+        return [data for (data,) in rows]
 
     def get_run_head(self, run_id: str) -> dict[str, Any] | None:
         cursor = self.conn.execute(f"SELECT {HEAD_COLUMNS} FROM runs WHERE run_id = ?", [run_id])
@@ -534,25 +529,12 @@ class SQLiteConnection(StoreConnection):
         return [self._decode(row) for row in rows]
 
     def _decode(self, row: dict[str, Any]) -> dict[str, Any]:
-        for column in JSON_COLUMNS:
-            if row.get(column) is not None:
-                row[column] = json.loads(row[column])
-        parts = row.pop("snapshot_parts", None)
-        if row.get("snapshot") is not None:
-            text = row["snapshot"]
-            if parts is not None and parts > 1:
-                rest = self.conn.execute(
-                    "SELECT data FROM snapshot_parts WHERE run_id = ? ORDER BY part",
-                    [row["run_id"]],
-                ).fetchall()
-                text = "".join([text, *(data for (data,) in rest)])
-            row["snapshot"] = json.loads(text)
-        return row
+        return decode_run(row, self._later_parts)
 
     # Writes (inside transaction()) ---------------------------------------------
 
     def insert_run(self, run: dict[str, Any]) -> None:
-        self.db["runs"].insert(_encode(run))
+        self.db["runs"].insert(encode_columns(run))
 
     def insert_key(
         self,
@@ -570,7 +552,7 @@ class SQLiteConnection(StoreConnection):
         )
 
     def update_run(self, run_id: str, fields: dict[str, Any]) -> None:
-        columns = _encode(fields)
+        columns = encode_columns(fields)
         snapshot, seq = columns.pop("snapshot", None), columns.pop("snapshot_seq", None)
         if snapshot is not None:
             self.write_snapshot(run_id, seq, snapshot)
@@ -725,11 +707,3 @@ class SQLiteConnection(StoreConnection):
         self.conn.execute(
             "DELETE FROM idempotency_keys WHERE created_ts < ? AND with_run = 0", [older_than]
         )
-
-
-def _encode(fields: dict[str, Any]) -> dict[str, Any]:
-    """Columns to set, JSON columns encoded (strictly: no NaN); a ``snapshot`` stays as it is."""
-    return {
-        name: jsonio.dumps(value) if name in JSON_COLUMNS and value is not None else value
-        for name, value in fields.items()
-    }
