@@ -134,3 +134,14 @@ class ServerProcess:
             return self.process.wait(timeout)
         finally:
             self.kill()
+
+
+def wait_status(client: httpx.Client, run_id: str, statuses, timeout: float = 30) -> dict:
+    """Poll a server's run until its status is one of ``statuses``; returns the run."""
+    deadline = time.monotonic() + timeout
+    while True:
+        run = client.get(f"runs/{run_id}").json()
+        if run["status"] in statuses:
+            return run
+        assert time.monotonic() < deadline, f"{run_id} still {run['status']}"
+        time.sleep(0.05)

@@ -16,7 +16,7 @@ import rawdb
 from jupyter_agentruns.store.copy import CopyRefused, copy_store
 from jupyter_agentruns.store.sqlite import MIGRATIONS, SQLiteStore
 
-from servers import ServerProcess
+from servers import ServerProcess, wait_status
 
 # Every test copies into PostgreSQL: without a server they skip, before building their sources.
 pytestmark = pytest.mark.usefixtures("postgres_database")
@@ -68,16 +68,6 @@ def copy(source, url, *options, env=None):
         timeout=120,
         env={**os.environ, **(env or {})},
     )
-
-
-def wait_status(client, run_id, statuses, timeout=30):
-    deadline = time.monotonic() + timeout
-    while True:
-        run = client.get(f"runs/{run_id}").json()
-        if run["status"] in statuses:
-            return run
-        assert time.monotonic() < deadline, f"{run_id} still {run['status']}"
-        time.sleep(0.05)
 
 
 def submit(client, input, **body):

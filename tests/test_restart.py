@@ -2,11 +2,10 @@
 
 import json
 import sqlite3
-import time
 
 import pytest
 
-from servers import ServerProcess
+from servers import ServerProcess, wait_status
 
 TERMINAL = {"succeeded", "failed", "cancelled", "interrupted"}
 
@@ -23,16 +22,6 @@ def servers(tmp_path):
     yield start
     for server in started:
         server.kill()
-
-
-def wait_status(client, run_id, statuses, timeout=30):
-    deadline = time.monotonic() + timeout
-    while True:
-        run = client.get(f"runs/{run_id}").json()
-        if run["status"] in statuses:
-            return run
-        assert time.monotonic() < deadline, f"{run_id} still {run['status']}"
-        time.sleep(0.05)
 
 
 def read_events(client, run_id, count):

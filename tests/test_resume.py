@@ -18,7 +18,7 @@ import pytest
 
 from jupyter_agentruns.agents.demo import answer_words
 
-from servers import ServerProcess
+from servers import ServerProcess, wait_status
 
 TERMINAL = {"succeeded", "failed", "cancelled", "interrupted"}
 SLOW = {"prompt": "resume me", "chunks": 400, "delay": 0.01}
@@ -39,16 +39,6 @@ def servers(tmp_path, store_config):
     yield start
     for server in started:
         server.kill()
-
-
-def wait_status(client, run_id, statuses, timeout=30):
-    deadline = time.monotonic() + timeout
-    while True:
-        run = client.get(f"runs/{run_id}").json()
-        if run["status"] in statuses:
-            return run
-        assert time.monotonic() < deadline, f"{run_id} still {run['status']}"
-        time.sleep(0.05)
 
 
 def wait_seq(client, run_id, seq, timeout=30):
