@@ -216,6 +216,11 @@ class Writer:
                         except RuntimeError:
                             return  # the event loop is closed: nobody is waiting any more
                         if not batch:
+                            # Nothing is left to retry, so the writer is free:
+                            # the next request tries the store itself. Left
+                            # set, this one failure would refuse every request
+                            # of an idle server long after the database is back.
+                            self.unavailable = None
                             return
                 # Locked by another process, disk full, I/O error: nothing
                 # is dropped; producers wait (the queue is bounded) until

@@ -189,3 +189,38 @@ async def test_closing_while_the_store_stays_locked_gives_up_after_a_bound(
         holder.execute("ROLLBACK")
         holder.close()
     assert "stayed busy" in caplog.text and "1 queued event" in caplog.text
+
+
+async def test_a_lost_connection_refuses_only_the_requests_of_its_batch(postgres_url):
+    """A request that found the database gone is answered 503; the next one tries again.
+
+    The connection dies mid-transaction (a database restart): the operation in
+    that batch is refused, and with nothing left to retry the writer must not
+    keep refusing: an idle server would answer 503 long after the database is back.
+    """
+    import psycopg
+
+    from jupyter_agentruns.store import StoreUnavailable
+    from jupyter_agentruns.store.postgres import PostgresStore
+
+    store = PostgresStore(postgres_url)
+    writer = Writer(store, asyncio.get_running_loop(), lambda appended, refused: None, LOG)
+
+    def cut_then_read(conn):
+        conn.get_run_head("run_a")  # the writer's connection is open, in its transaction
+        with psycopg.connect(postgres_url.split("?")[0], autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        conn.get_run_head("run_a")
+
+    try:
+        with pytest.raises(StoreUnavailable):
+            await writer.run(cut_then_read)
+        await writer.run(lambda conn: conn.insert_run(new_run("run_a")))
+    finally:
+        writer.close()
+    conn = store.connect()
+    assert conn.get_run_head("run_a")["run_id"] == "run_a"
+    conn.close()
