@@ -32,6 +32,7 @@ from .client import (
     find_server,
 )
 from .record import run_markdown
+from .runtable import RunList
 
 MIME_TYPE = "application/vnd.jupyter.agentruns.run+json"
 
@@ -298,8 +299,15 @@ def runs(
     status: str | None = None,
     session: str | None = None,
     limit: int = 50,
+    before: str | None = None,
     url: str | None = None,
     token: str | None = None,
-) -> list[dict[str, Any]]:
-    """Your runs on the server, newest first (run objects)."""
-    return _client(url, token).list_runs(status=status, session=session, limit=limit)["runs"]
+) -> RunList:
+    """Your runs on the server, newest first: a list of run objects, shown as a table.
+
+    ``before`` pages on: ``runs(before=listed.next)`` after ``listed = runs()``.
+    """
+    answer = _client(url, token).list_runs(
+        status=status, session=session, limit=limit, before=before
+    )
+    return RunList(answer["runs"], answer.get("next"))

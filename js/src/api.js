@@ -8,15 +8,24 @@ export function withSlash(url) {
   return url.endsWith("/") ? url : `${url}/`;
 }
 
-function pageBaseUrl() {
+/**
+ * An option of the page's config (JupyterLab's and Notebook's pages carry one), or null.
+ * @param {string} name
+ * @returns {any}
+ */
+export function pageOption(name) {
   if (typeof document === "undefined") return null;
   const config = document.getElementById("jupyter-config-data");
   if (!config) return null;
   try {
-    return JSON.parse(config.textContent || "").baseUrl || null;
+    return JSON.parse(config.textContent || "")[name] || null;
   } catch {
     return null;
   }
+}
+
+function pageBaseUrl() {
+  return pageOption("baseUrl");
 }
 
 /**

@@ -1,8 +1,12 @@
-// The labextension's plugin: notebooks get back the run outputs a refresh lost.
+// The labextension's plugins: notebooks get back the run outputs a refresh
+// lost, and the left sidebar gets the runs panel.
 
 import { INotebookTracker } from "@jupyterlab/notebook";
+import { LabIcon } from "@jupyterlab/ui-components";
+import { Widget } from "@lumino/widgets";
 
-import { apiBase } from "./api.js";
+import { apiBase, pageOption } from "./api.js";
+import { RunsPanel } from "./panel.js";
 import { restoreOutputs, shownRunIds } from "./restore.js";
 
 /**
@@ -43,7 +47,7 @@ async function restorePanel(panel) {
 }
 
 /** @type {Plugin} */
-const plugin = {
+const restorePlugin = {
   id: "jupyter-agentruns:restore-outputs",
   description: "Brings back the outputs of agent runs that a refresh lost before the notebook was saved.",
   autoStart: true,
@@ -61,4 +65,64 @@ const plugin = {
   },
 };
 
-export default plugin;
+// A play button in a circle: runs, in the sidebar's size and colour.
+const runsIcon = new LabIcon({
+  name: "jupyter-agentruns:runs",
+  svgstr:
+    '<svg xmlns="http://www.w3.org/2000/svg" width="16" viewBox="0 0 24 24">' +
+    '<g class="jp-icon3" fill="#616161"><path d="M12 2a10 10 0 1 0 0 20 10 10 0 0 0 0-20zm0 2a8 8 0 1 1 0 16 8 8 0 0 1 0-16z"/>' +
+    '<path d="M10 8v8l6-4z"/></g></svg>',
+});
+
+/** The panel as a Lumino widget: polling only while it is on screen. */
+class RunsPanelWidget extends Widget {
+  /** @param {RunsPanel} panel */
+  constructor(panel) {
+    super({ node: panel.node });
+    this.panel = panel;
+    this.id = "jupyter-agentruns-runs";
+    this.addClass("agentruns-panel-widget");
+    this.title.icon = runsIcon;
+    this.title.caption = "Agent runs";
+  }
+
+  onAfterShow() {
+    this.panel.show();
+  }
+
+  onAfterAttach() {
+    if (this.isVisible) this.panel.show();
+  }
+
+  onBeforeHide() {
+    this.panel.hide();
+  }
+
+  onBeforeDetach() {
+    this.panel.hide();
+  }
+
+  dispose() {
+    this.panel.dispose();
+    super.dispose();
+  }
+}
+
+/** @type {Plugin} */
+const panelPlugin = {
+  id: "jupyter-agentruns:runs-panel",
+  description: "A sidebar listing your agent runs, live, with cancel, run again and answers to questions.",
+  autoStart: true,
+  /** @param {JupyterFrontEnd} app */
+  activate(app) {
+    const panel = new RunsPanel({
+      baseUrl: apiBase(),
+      serverRoot: pageOption("serverRoot"),
+      openPath: (path) => void app.commands.execute("docmanager:open", { path }),
+    });
+    // Notebook 7 has a left area too (View > Left Sidebar); JupyterLab shows the tab.
+    app.shell.add(new RunsPanelWidget(panel), "left", { rank: 900 });
+  },
+};
+
+export default [restorePlugin, panelPlugin];

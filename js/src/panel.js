@@ -1,0 +1,580 @@
+// The runs panel: the caller's runs, newest first, live, and what can be done with each.
+//
+// Plain DOM, no JupyterLab import: the labextension puts it in the left
+// sidebar (panelplugin.js), the tests drive it in jsdom. Active runs follow
+// the page's one stream (the hub the widgets share); a poll of the first page
+// finds runs started elsewhere (another tab, the command line, a kernel).
+
+import { apiFetch, errorMessage, newIdempotencyKey, runsUrl, withSlash } from "./api.js";
+import { getHub } from "./hub.js";
+import { openInputs } from "./reducer.js";
+import { RunState } from "./runstate.js";
+import { formatAgo, formatCost, formatDuration, inputCard } from "./view.js";
+
+/** Runs on one page of the panel; "More" adds another page. */
+export const PAGE_SIZE = 20;
+/** The most runs the panel lists at once (the API's own limit). */
+export const MAX_SHOWN = 500;
+/** How often the first page is read again while the panel is visible. */
+export const REFRESH_MS = 5000;
+/** How often ages and running durations move on. */
+export const TICK_MS = 1000;
+
+export const STATUSES = ["queued", "running", "waiting", "cancelling", "succeeded", "failed", "cancelled", "interrupted"];
+
+/**
+ * @typedef {import("./runstate.js").Run} Run
+ * @typedef {import("./hub.js").Hub} Hub
+ * @typedef {{
+ *   baseUrl: string,
+ *   openPath?: (path: string) => void,
+ *   serverRoot?: string | null,
+ *   hub?: Hub,
+ *   now?: () => number,
+ *   setInterval?: (fn: () => void, ms: number) => any,
+ *   clearInterval?: (id: any) => void,
+ * }} PanelOptions
+ * @typedef {{
+ *   state: RunState, node: HTMLElement, chip: HTMLElement, agent: HTMLElement, notebook: HTMLElement,
+ *   age: HTMLElement, timing: HTMLElement, tokens: HTMLElement, inputs: HTMLElement, note: HTMLElement,
+ *   cancel: HTMLButtonElement, again: HTMLButtonElement, unfollow: (() => void) | null, busy: boolean,
+ *   inputsKey: string,
+ * }} Row
+ */
+
+/**
+ * @param {string} tag
+ * @param {string} [className]
+ * @param {string} [text]
+ * @returns {HTMLElement}
+ */
+function element(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+/**
+ * @param {string} text
+ * @param {string} className
+ * @returns {HTMLButtonElement}
+ */
+function button(text, className) {
+  const node = /** @type {HTMLButtonElement} */ (element("button", `agentruns-button ${className}`, text));
+  node.type = "button";
+  return node;
+}
+
+/**
+ * @param {string} text
+ * @param {string} value
+ * @returns {HTMLOptionElement}
+ */
+function option(text, value) {
+  const node = /** @type {HTMLOptionElement} */ (element("option", "", text));
+  node.value = value;
+  return node;
+}
+
+/**
+ * @param {string | null | undefined} text
+ * @returns {number | null}
+ */
+function parseTime(text) {
+  if (!text) return null;
+  const ms = Date.parse(text);
+  return Number.isNaN(ms) ? null : ms;
+}
+
+/**
+ * The last part of a notebook's path: what a person recognises in a narrow sidebar.
+ * @param {string} path
+ */
+export function baseName(path) {
+  const parts = path.split("/").filter(Boolean);
+  return parts.length > 0 ? parts[parts.length - 1] : path;
+}
+
+/**
+ * The path under the server's root of a run's session, when it names a file there.
+ *
+ * A kernel knows its notebook by its path on disk (absolute), the file
+ * browser by its path under the server's root: a session outside the root
+ * (or not a path at all) opens nothing.
+ * @param {string} session
+ * @param {string | null} serverRoot
+ * @returns {string | null}
+ */
+export function contentsPath(session, serverRoot) {
+  if (!session.startsWith("/")) return /^[a-z]+:/i.test(session) ? null : session;
+  if (!serverRoot) return null;
+  const root = serverRoot.endsWith("/") ? serverRoot : `${serverRoot}/`;
+  return session.startsWith(root) ? session.slice(root.length) : null;
+}
+
+/**
+ * "1,234 tokens · cost 0.02", or "" before the agent reported any.
+ * @param {any} usage
+ * @returns {string}
+ */
+export function describeTokens(usage) {
+  if (usage === null || typeof usage !== "object") return "";
+  const total = (Number(usage.input_tokens) || 0) + (Number(usage.output_tokens) || 0);
+  let text = `${usage.estimated ? "≈ " : ""}${total.toLocaleString("en-US")} tokens`;
+  if (typeof usage.cost === "number") text += ` · cost ${formatCost(usage.cost)}`;
+  return text;
+}
+
+/**
+ * "took 12 s", "running for 3 min 5 s", "queued": how long the run ran, for a person.
+ * @param {RunState} state
+ * @param {number} now
+ */
+export function describeTiming(state, now) {
+  const started = parseTime(state.startedAt);
+  if (started === null) return state.terminal ? "never started" : "not started yet";
+  const finished = parseTime(state.finishedAt);
+  if (state.terminal && finished !== null) return `took ${formatDuration(finished - started)}`;
+  return `running for ${formatDuration(now - started)}`;
+}
+
+export class RunsPanel {
+  /** @param {PanelOptions} options */
+  constructor(options) {
+    this.baseUrl = withSlash(options.baseUrl);
+    this.openPath = options.openPath || null;
+    this.serverRoot = options.serverRoot || null;
+    this.hub = options.hub || getHub({ baseUrl: this.baseUrl });
+    this.now = options.now || Date.now;
+    this.setInterval = options.setInterval || ((/** @type {() => void} */ fn, /** @type {number} */ ms) => globalThis.setInterval(fn, ms));
+    this.clearInterval = options.clearInterval || ((/** @type {any} */ id) => globalThis.clearInterval(id));
+    /** @type {Map<string, Row>} */
+    this.rows = new Map();
+    /** The runs listed, newest first. */
+    /** @type {string[]} */
+    this.order = [];
+    /** @type {string | null} */
+    this.next = null;
+    /** @type {Set<string>} */
+    this.sessions = new Set();
+    this.loading = false;
+    this.visible = false;
+    /** @type {any} */
+    this.refreshTimer = null;
+    /** @type {any} */
+    this.tickTimer = null;
+    // Bumped by each new listing: an answer to an older one arriving late is dropped.
+    this.generation = 0;
+
+    this.node = element("div", "agentruns-panel");
+    const header = element("div", "agentruns-panel-header");
+    header.append(element("span", "agentruns-panel-title", "Agent runs"));
+    this.refreshButton = button("Refresh", "agentruns-panel-refresh");
+    this.refreshButton.addEventListener("click", () => void this.refresh());
+    header.append(element("span", "agentruns-spacer"), this.refreshButton);
+
+    const filters = element("div", "agentruns-panel-filters");
+    this.statusFilter = /** @type {HTMLSelectElement} */ (element("select", "agentruns-filter-status"));
+    this.statusFilter.title = "Show runs with this status";
+    this.statusFilter.append(option("all statuses", ""));
+    for (const status of STATUSES) this.statusFilter.append(option(status, status));
+    this.sessionFilter = /** @type {HTMLSelectElement} */ (element("select", "agentruns-filter-session"));
+    this.sessionFilter.title = "Show runs of this notebook";
+    this.sessionFilter.append(option("all notebooks", ""));
+    for (const select of [this.statusFilter, this.sessionFilter]) {
+      select.addEventListener("change", () => void this.reload());
+    }
+    filters.append(this.statusFilter, this.sessionFilter);
+
+    this.message = element("div", "agentruns-panel-message");
+    this.message.hidden = true;
+    this.list = element("div", "agentruns-panel-list");
+    this.empty = element("div", "agentruns-panel-empty", "No runs yet. Start one from a notebook: submit(\"demo\", {...}).");
+    this.empty.hidden = true;
+    this.moreButton = button("More", "agentruns-panel-more");
+    this.moreButton.hidden = true;
+    this.moreButton.addEventListener("click", () => void this.more());
+    this.node.append(header, filters, this.message, this.empty, this.list, this.moreButton);
+  }
+
+  /** The panel is on screen: read the runs now, then keep them fresh. */
+  show() {
+    if (this.visible) return;
+    this.visible = true;
+    void this.refresh();
+    this.refreshTimer = this.setInterval(() => void this.refresh(), REFRESH_MS);
+    this.tickTimer = this.setInterval(() => this._tick(), TICK_MS);
+  }
+
+  /** Hidden: no polling. Live runs keep following, so their rows are right when it comes back. */
+  hide() {
+    this.visible = false;
+    for (const timer of [this.refreshTimer, this.tickTimer]) if (timer !== null) this.clearInterval(timer);
+    this.refreshTimer = this.tickTimer = null;
+  }
+
+  dispose() {
+    this.hide();
+    for (const row of this.rows.values()) this._unfollow(row);
+    this.rows.clear();
+  }
+
+  /** Start over with the filters' values: the first page. */
+  async reload() {
+    for (const row of this.rows.values()) this._unfollow(row);
+    this.rows.clear();
+    this.order = [];
+    this.list.replaceChildren();
+    this.next = null;
+    await this.refresh();
+  }
+
+  /** Read the listed runs again (as many as are shown, at least a page) and merge them in. */
+  async refresh() {
+    const limit = Math.min(MAX_SHOWN, Math.max(PAGE_SIZE, this.order.length));
+    const answer = await this._list({ limit }, ++this.generation);
+    if (answer === null) return;
+    this._merge(answer.runs, true);
+    this.next = answer.next;
+    this._renderList();
+  }
+
+  /** The next page, after the oldest run shown. */
+  async more() {
+    if (this.next === null) return;
+    const answer = await this._list({ limit: PAGE_SIZE, before: this.next }, this.generation);
+    if (answer === null) return;
+    this._merge(answer.runs, false);
+    this.next = answer.next;
+    this._renderList();
+  }
+
+  /**
+   * @param {Record<string, string | number>} params
+   * @param {number} generation
+   * @returns {Promise<{runs: Run[], next: string | null} | null>}
+   */
+  async _list(params, generation) {
+    const query = new URLSearchParams();
+    for (const [name, value] of Object.entries(params)) query.set(name, String(value));
+    if (this.statusFilter.value) query.set("status", this.statusFilter.value);
+    if (this.sessionFilter.value) query.set("session", this.sessionFilter.value);
+    this.loading = true;
+    this.node.dataset.loading = "true";
+    try {
+      const response = await apiFetch(`${runsUrl(this.baseUrl)}?${query}`);
+      if (generation !== this.generation) return null;
+      if (!response.ok) {
+        this._say(`Cannot list runs: ${await errorMessage(response)}`);
+        return null;
+      }
+      const body = await response.json();
+      this._say(null);
+      return { runs: Array.isArray(body.runs) ? body.runs : [], next: typeof body.next === "string" ? body.next : null };
+    } catch {
+      if (generation === this.generation) this._say("Cannot reach the server; trying again shortly.");
+      return null;
+    } finally {
+      this.loading = false;
+      delete this.node.dataset.loading;
+    }
+  }
+
+  /**
+   * Rows for new runs, fresh state for the others; a first page replaces the head of the list.
+   * @param {Run[]} runs
+   * @param {boolean} head the newest runs (a refresh), not a later page
+   */
+  _merge(runs, head) {
+    const ids = [];
+    for (const run of runs) {
+      if (!run || typeof run.run_id !== "string") continue;
+      ids.push(run.run_id);
+      if (typeof run.session === "string" && run.session) this.sessions.add(run.session);
+      let row = this.rows.get(run.run_id);
+      if (row === undefined) {
+        row = this._row(run.run_id);
+        this.rows.set(run.run_id, row);
+      }
+      // The stream is ahead of a listing read before its last events: keep what it brought.
+      if (row.state.run === null || run.last_seq >= row.state.lastSeq) row.state.loadRun(run);
+      this._follow(row);
+      this._renderRow(row);
+    }
+    if (head) {
+      // A refresh reads as many runs as are shown: what it no longer lists
+      // (deleted, or pushed past the end by newer runs) leaves the panel.
+      const kept = new Set(ids);
+      for (const id of this.order) if (!kept.has(id)) this._remove(id);
+      this.order = ids;
+    } else {
+      this.order = [...this.order, ...ids.filter((id) => !this.order.includes(id))];
+    }
+    this._renderSessions();
+  }
+
+  /** @param {string} runId */
+  _remove(runId) {
+    const row = this.rows.get(runId);
+    if (row === undefined) return;
+    this._unfollow(row);
+    row.node.remove();
+    this.rows.delete(runId);
+  }
+
+  /**
+   * Live events for a run that is not over yet, through the page's one stream.
+   * @param {Row} row
+   */
+  _follow(row) {
+    if (row.unfollow !== null || row.state.terminal) return;
+    const runId = row.state.runId;
+    row.unfollow = this.hub.register(runId, row.state.lastSeq, {
+      onEvent: (envelope) => {
+        const result = row.state.applyEnvelope(envelope);
+        if (result === "gap" || result === "protocol_error") void this._reread(row);
+        this._renderRow(row);
+        if (row.state.terminal) this._unfollow(row);
+      },
+      onSnapshot: (run) => {
+        row.state.loadRun(run);
+        this._renderRow(row);
+      },
+      onError: () => this._unfollow(row),
+    });
+  }
+
+  /** @param {Row} row */
+  _unfollow(row) {
+    if (row.unfollow === null) return;
+    const stop = row.unfollow;
+    row.unfollow = null;
+    stop();
+  }
+
+  /**
+   * The run as the server has it, when the stream lost track of it.
+   * @param {Row} row
+   */
+  async _reread(row) {
+    try {
+      const response = await apiFetch(runsUrl(this.baseUrl, row.state.runId));
+      if (!response.ok) return;
+      row.state = new RunState(row.state.runId);
+      row.state.loadRun(await response.json());
+      this._unfollow(row);
+      this._follow(row);
+      this._renderRow(row);
+    } catch {
+      // The next refresh reads it again.
+    }
+  }
+
+  /**
+   * @param {string} runId
+   * @returns {Row}
+   */
+  _row(runId) {
+    const node = element("div", "agentruns-panel-run");
+    node.dataset.runId = runId;
+    const top = element("div", "agentruns-panel-line");
+    const chip = element("span", "agentruns-chip");
+    const agent = element("span", "agentruns-panel-agent");
+    const notebook = element("a", "agentruns-panel-notebook");
+    notebook.addEventListener("click", (event) => {
+      event.preventDefault();
+      const path = this._notebookPath(row);
+      if (path !== null && this.openPath) this.openPath(path);
+    });
+    const age = element("span", "agentruns-panel-age");
+    top.append(chip, agent, element("span", "agentruns-spacer"), age);
+    const where = element("div", "agentruns-panel-line");
+    where.append(notebook);
+    const second = element("div", "agentruns-panel-line agentruns-panel-detail");
+    const timing = element("span", "agentruns-panel-timing");
+    const tokens = element("span", "agentruns-panel-tokens");
+    const cancel = button("Cancel", "agentruns-cancel");
+    const again = button("Run again", "agentruns-again");
+    second.append(timing, tokens, element("span", "agentruns-spacer"), cancel, again);
+    const inputs = element("div", "agentruns-panel-inputs");
+    const note = element("div", "agentruns-panel-note");
+    note.hidden = true;
+    const id = element("div", "agentruns-panel-id", runId);
+    node.append(top, where, second, inputs, note, id);
+    /** @type {Row} */
+    const row = {
+      state: new RunState(runId), node, chip, agent, notebook, age, timing, tokens, inputs, note, cancel, again,
+      unfollow: null, busy: false, inputsKey: "",
+    };
+    cancel.addEventListener("click", () => void this._cancel(row));
+    again.addEventListener("click", () => void this._runAgain(row));
+    return row;
+  }
+
+  /** @param {Row} row */
+  _renderRow(row) {
+    const { state } = row;
+    const run = state.run;
+    row.node.dataset.status = state.status;
+    row.chip.dataset.kind = state.status;
+    row.chip.textContent = state.attempt > 1 && !state.terminal ? `${state.status} (attempt ${state.attempt})` : state.status;
+    row.agent.textContent = run ? run.agent : "";
+    const session = run && typeof run.session === "string" ? run.session : "";
+    row.notebook.textContent = session ? baseName(session) : "no notebook";
+    const path = this._notebookPath(row);
+    const openable = path !== null && this.openPath !== null;
+    row.notebook.title = !session
+      ? "This run was not started from a notebook"
+      : openable
+        ? `Open ${path}`
+        : `${session} (not a file under this server's root)`;
+    row.notebook.classList.toggle("agentruns-panel-notebook--none", !openable);
+    if (openable) row.notebook.setAttribute("href", "#");
+    else row.notebook.removeAttribute("href");
+    row.tokens.textContent = describeTokens(state.snapshot.usage);
+    this._renderTimes(row);
+    row.cancel.hidden = state.terminal || state.status === "cancelling";
+    row.again.hidden = !state.terminal;
+    row.cancel.disabled = row.again.disabled = row.busy;
+    this._renderInputs(row);
+  }
+
+  /**
+   * @param {Row} row
+   * @returns {string | null}
+   */
+  _notebookPath(row) {
+    const session = row.state.run ? row.state.run.session : null;
+    return typeof session === "string" && session ? contentsPath(session, this.serverRoot) : null;
+  }
+
+  /** @param {Row} row */
+  _renderTimes(row) {
+    const now = this.now();
+    const created = parseTime(row.state.run ? row.state.run.created_at : null);
+    row.age.textContent = created === null ? "" : formatAgo(created, now);
+    row.age.title = row.state.run && row.state.run.created_at ? `created ${row.state.run.created_at}` : "";
+    row.timing.textContent = describeTiming(row.state, now);
+  }
+
+  /** @param {Row} row */
+  _renderInputs(row) {
+    const open = openInputs(row.state.snapshot);
+    const key = open.map((input) => String(input.request_id)).join(",");
+    if (key === row.inputsKey) return;
+    row.inputsKey = key;
+    row.inputs.replaceChildren(...open.map((input) => inputCard(input, (choice, card) => void this._answer(row, input, choice, card))));
+  }
+
+  _renderList() {
+    const children = this.order.map((id) => this.rows.get(id)).filter((row) => row !== undefined).map((row) => /** @type {Row} */ (row).node);
+    // Moving a node that is already in place would lose a half-done click on it.
+    const current = Array.from(this.list.children);
+    if (current.length !== children.length || current.some((node, index) => node !== children[index])) {
+      this.list.replaceChildren(...children);
+    }
+    this.empty.hidden = this.order.length > 0 || this.loading;
+    this.empty.textContent = this.statusFilter.value || this.sessionFilter.value
+      ? "No runs match these filters."
+      : "No runs yet. Start one from a notebook: submit(\"demo\", {...}).";
+    this.moreButton.hidden = this.next === null;
+  }
+
+  _renderSessions() {
+    const chosen = this.sessionFilter.value;
+    const known = Array.from(this.sessionFilter.options).slice(1).map((option) => option.value);
+    const wanted = Array.from(this.sessions).sort();
+    if (known.length === wanted.length && known.every((value, index) => value === wanted[index])) return;
+    this.sessionFilter.replaceChildren(option("all notebooks", ""), ...wanted.map((session) => option(baseName(session), session)));
+    this.sessionFilter.value = chosen;
+  }
+
+  _tick() {
+    for (const row of this.rows.values()) this._renderTimes(row);
+  }
+
+  /**
+   * @param {Row} row
+   * @param {string | null} text
+   */
+  _note(row, text) {
+    row.note.hidden = text === null;
+    row.note.textContent = text || "";
+  }
+
+  /** @param {string | null} text */
+  _say(text) {
+    this.message.hidden = text === null;
+    this.message.textContent = text || "";
+  }
+
+  /**
+   * @param {Row} row
+   * @param {() => Promise<void>} action
+   */
+  async _act(row, action) {
+    if (row.busy) return;
+    row.busy = true;
+    this._note(row, null);
+    this._renderRow(row);
+    try {
+      await action();
+    } catch {
+      this._note(row, "Cannot reach the server.");
+    } finally {
+      row.busy = false;
+      this._renderRow(row);
+    }
+  }
+
+  /** @param {Row} row */
+  _cancel(row) {
+    return this._act(row, async () => {
+      const response = await apiFetch(`${runsUrl(this.baseUrl, row.state.runId)}/cancel`, {
+        method: "POST",
+        body: { reason: "cancelled from the runs panel" },
+      });
+      if (!response.ok) return this._note(row, `Cancel failed: ${await errorMessage(response)}`);
+      const run = await response.json();
+      if (run.last_seq >= row.state.lastSeq) row.state.loadRun(run);
+      this._follow(row);
+    });
+  }
+
+  /** @param {Row} row */
+  _runAgain(row) {
+    const key = newIdempotencyKey();
+    return this._act(row, async () => {
+      const old = row.state.run;
+      if (old === null) return;
+      const { agent, input, session, metadata } = old;
+      const response = await apiFetch(runsUrl(this.baseUrl), {
+        method: "POST",
+        headers: { "Idempotency-Key": key },
+        body: { agent, input, session, metadata, retry_of: row.state.runId },
+      });
+      if (!response.ok) return this._note(row, `Run again failed: ${await errorMessage(response)}`);
+      // The new run is the newest: the first page has it (unless the filters leave it out).
+      await this.refresh();
+    });
+  }
+
+  /**
+   * @param {Row} row
+   * @param {any} input
+   * @param {string} choice
+   * @param {HTMLElement} card
+   */
+  _answer(row, input, choice, card) {
+    return this._act(row, async () => {
+      for (const node of card.querySelectorAll("button")) /** @type {HTMLButtonElement} */ (node).disabled = true;
+      const url = `${runsUrl(this.baseUrl, row.state.runId)}/inputs/${encodeURIComponent(String(input.request_id))}`;
+      const response = await apiFetch(url, { method: "POST", body: { choice } });
+      if (!response.ok) {
+        for (const node of card.querySelectorAll("button")) /** @type {HTMLButtonElement} */ (node).disabled = false;
+        this._note(row, `Answer failed: ${await errorMessage(response)}`);
+      }
+    });
+  }
+}

@@ -1,0 +1,294 @@
+// The runs panel, with a fake server and a fake hub.
+import assert from "node:assert/strict";
+import { beforeEach, test } from "node:test";
+
+import { installPage, sleep } from "./dom.mjs";
+
+installPage();
+const { RunsPanel, PAGE_SIZE, baseName, contentsPath, describeTiming, describeTokens } = await import("../src/panel.js");
+const { RunState } = await import("../src/runstate.js");
+
+const NOW = Date.parse("2026-01-01T00:10:00.000Z");
+const TS = "2026-01-01T00:09:00.000Z";
+
+function runObject(runId, fields = {}) {
+  return {
+    run_id: runId, agent: "demo", status: "running", session: "work/analysis.ipynb", metadata: {},
+    input: { prompt: runId }, retry_of: null, created_at: "2026-01-01T00:07:00.000Z",
+    started_at: "2026-01-01T00:07:01.000Z", finished_at: null, last_seq: 2, first_seq: 1,
+    snapshot: { messages: [], tools: [], progress: null, usage: null, inputs: [] },
+    output: null, error: null, cancel: null,
+    ...fields,
+  };
+}
+
+/** A server with a list of runs (newest first), answering the panel's requests and recording them. */
+function fakeServer(runs) {
+  const server = { runs, requests: [], posted: [] };
+  globalThis.fetch = async (url, init = {}) => {
+    const parsed = new URL(url, "http://localhost");
+    const request = { path: parsed.pathname, query: parsed.searchParams, method: init.method || "GET", headers: init.headers || {}, body: init.body ? JSON.parse(init.body) : null };
+    server.requests.push(request);
+    if (request.method === "GET" && request.path === "/api/agentruns/runs") {
+      let listed = server.runs;
+      const status = parsed.searchParams.get("status");
+      const session = parsed.searchParams.get("session");
+      if (status) listed = listed.filter((run) => run.status === status);
+      if (session) listed = listed.filter((run) => run.session === session);
+      const before = parsed.searchParams.get("before");
+      if (before) listed = listed.slice(listed.findIndex((run) => run.run_id === before) + 1);
+      const limit = Number(parsed.searchParams.get("limit"));
+      const page = listed.slice(0, limit);
+      const next = listed.length > limit ? page[page.length - 1].run_id : null;
+      return Response.json({ runs: page, next });
+    }
+    if (request.method === "POST") {
+      server.posted.push(request);
+      const cancel = request.path.match(/^\/api\/agentruns\/runs\/([^/]+)\/cancel$/);
+      if (cancel) {
+        const run = server.runs.find((item) => item.run_id === cancel[1]);
+        run.status = "cancelling";
+        run.last_seq += 1;
+        return Response.json(run, { status: 202 });
+      }
+      if (request.path === "/api/agentruns/runs") {
+        const made = runObject(`run_new${server.runs.length}`, { ...request.body, status: "queued", started_at: null, last_seq: 0 });
+        server.runs.unshift(made);
+        return Response.json(made, { status: 201 });
+      }
+      if (/\/inputs\//.test(request.path)) return Response.json({}, { status: 200 });
+    }
+    return Response.json({ error: "run_not_found", message: "no such run" }, { status: 404 });
+  };
+  return server;
+}
+
+function fakeHub() {
+  const hub = { listeners: new Map(), cursors: new Map() };
+  hub.register = (runId, cursor, listener) => {
+    hub.listeners.set(runId, listener);
+    hub.cursors.set(runId, cursor);
+    return () => hub.listeners.delete(runId);
+  };
+  return hub;
+}
+
+function makePanel(hub, options = {}) {
+  const timers = [];
+  const panel = new RunsPanel({
+    baseUrl: "/",
+    hub,
+    openPath: () => {},
+    now: () => NOW,
+    setInterval: (fn, ms) => timers.push({ fn, ms }),
+    clearInterval: () => {},
+    ...options,
+  });
+  document.body.replaceChildren(panel.node);
+  return { panel, timers };
+}
+
+const rows = (panel) => Array.from(panel.node.querySelectorAll(".agentruns-panel-run"));
+const text = (row, selector) => row.querySelector(selector).textContent;
+
+beforeEach(() => installPage());
+
+test("the caller's runs are listed newest first, with status, agent, notebook, age and duration", async () => {
+  fakeServer([
+    runObject("run_b", { agent: "openai", snapshot: { messages: [], tools: [], progress: null, usage: { input_tokens: 1200, output_tokens: 34, cost: 0.0123 }, inputs: [] } }),
+    runObject("run_a", { status: "succeeded", session: null, finished_at: "2026-01-01T00:07:13.500Z" }),
+  ]);
+  const { panel, timers } = makePanel(fakeHub());
+  panel.show();
+  await sleep(10);
+  const [b, a] = rows(panel);
+  assert.equal(b.dataset.runId, "run_b");
+  assert.equal(text(b, ".agentruns-chip"), "running");
+  assert.equal(text(b, ".agentruns-panel-agent"), "openai");
+  assert.equal(text(b, ".agentruns-panel-notebook"), "analysis.ipynb");
+  assert.equal(b.querySelector(".agentruns-panel-notebook").title, "Open work/analysis.ipynb");
+  assert.equal(text(b, ".agentruns-panel-age"), "3 min ago");
+  assert.equal(text(b, ".agentruns-panel-timing"), "running for 2 min 59 s");
+  assert.equal(text(b, ".agentruns-panel-tokens"), "1,234 tokens · cost 0.01");
+  assert.equal(b.querySelector(".agentruns-cancel").hidden, false);
+  assert.equal(b.querySelector(".agentruns-again").hidden, true);
+  assert.equal(a.dataset.status, "succeeded");
+  assert.equal(text(a, ".agentruns-panel-notebook"), "no notebook");
+  assert.equal(text(a, ".agentruns-panel-timing"), "took 12 s");
+  assert.equal(a.querySelector(".agentruns-cancel").hidden, true);
+  assert.equal(a.querySelector(".agentruns-again").hidden, false);
+  // Polling and the clock run only while the panel is shown.
+  assert.deepEqual(timers.map((timer) => timer.ms).sort((x, y) => x - y), [1000, 5000]);
+});
+
+test("an empty list says how to start a run, and filters that match nothing say so", async () => {
+  fakeServer([]);
+  const { panel } = makePanel(fakeHub());
+  await panel.refresh();
+  assert.equal(panel.empty.hidden, false);
+  assert.match(panel.empty.textContent, /Start one from a notebook/);
+  panel.statusFilter.value = "failed";
+  await panel.reload();
+  assert.equal(panel.empty.textContent, "No runs match these filters.");
+});
+
+test("active runs follow the page's stream from their last_seq; a terminal event ends the following", async () => {
+  fakeServer([runObject("run_live"), runObject("run_done", { status: "failed", error: { type: "x", message: "no" } })]);
+  const hub = fakeHub();
+  const { panel } = makePanel(hub);
+  await panel.refresh();
+  assert.deepEqual([...hub.cursors], [["run_live", 2]]);
+  const listener = hub.listeners.get("run_live");
+  listener.onEvent({ run_id: "run_live", seq: 3, type: "usage", ts: TS, data: { input_tokens: 10, output_tokens: 5 } });
+  const [live] = rows(panel);
+  assert.equal(text(live, ".agentruns-panel-tokens"), "15 tokens");
+  listener.onEvent({ run_id: "run_live", seq: 4, type: "run.succeeded", ts: "2026-01-01T00:09:30.000Z", data: { output: null } });
+  assert.equal(live.dataset.status, "succeeded");
+  assert.equal(text(live, ".agentruns-panel-timing"), "took 2 min 29 s");
+  assert.equal(hub.listeners.has("run_live"), false);
+});
+
+test("a refresh shows runs started elsewhere and drops runs that are gone", async () => {
+  const server = fakeServer([runObject("run_a", { status: "succeeded" })]);
+  const { panel } = makePanel(fakeHub());
+  await panel.refresh();
+  server.runs = [runObject("run_c"), runObject("run_b", { status: "queued" })];
+  await panel.refresh();
+  assert.deepEqual(rows(panel).map((row) => row.dataset.runId), ["run_c", "run_b"]);
+});
+
+test("Cancel asks the server and shows the run cancelling; Run again starts a retry and lists it first", async () => {
+  const server = fakeServer([runObject("run_a"), runObject("run_old", { status: "failed", input: { prompt: "again" }, metadata: { cell_id: "c1" } })]);
+  const { panel } = makePanel(fakeHub());
+  await panel.refresh();
+  const [a, old] = rows(panel);
+  a.querySelector(".agentruns-cancel").click();
+  await sleep(10);
+  assert.equal(server.posted[0].path, "/api/agentruns/runs/run_a/cancel");
+  assert.equal(server.posted[0].headers["X-XSRFToken"], "tok");
+  assert.equal(a.dataset.status, "cancelling");
+  assert.equal(a.querySelector(".agentruns-cancel").hidden, true);
+
+  old.querySelector(".agentruns-again").click();
+  await sleep(10);
+  const retry = server.posted[1];
+  assert.equal(retry.path, "/api/agentruns/runs");
+  assert.ok(retry.headers["Idempotency-Key"]);
+  assert.deepEqual(retry.body, { agent: "demo", input: { prompt: "again" }, session: "work/analysis.ipynb", metadata: { cell_id: "c1" }, retry_of: "run_old" });
+  assert.equal(rows(panel)[0].dataset.runId, "run_new2");
+  assert.equal(rows(panel)[0].dataset.status, "queued");
+});
+
+test("a failed action says why on its row and changes nothing", async () => {
+  fakeServer([runObject("run_gone")]);
+  const { panel } = makePanel(fakeHub());
+  await panel.refresh();
+  globalThis.fetch = async () => Response.json({ error: "run_not_found", message: "run run_gone was not found" }, { status: 404 });
+  const [row] = rows(panel);
+  row.querySelector(".agentruns-cancel").click();
+  await sleep(10);
+  assert.equal(text(row, ".agentruns-panel-note"), "Cancel failed: run run_gone was not found");
+  assert.equal(row.dataset.status, "running");
+});
+
+test("an open question shows its choices; a click answers it", async () => {
+  const inputs = [{ request_id: "req_1", kind: "approval", title: "Send the email?", details: null, choices: ["approve", "reject"], status: "open" }];
+  const server = fakeServer([runObject("run_q", { status: "waiting", snapshot: { messages: [], tools: [], progress: null, usage: null, inputs } })]);
+  const { panel } = makePanel(fakeHub());
+  await panel.refresh();
+  const [row] = rows(panel);
+  assert.equal(text(row, ".agentruns-chip"), "waiting");
+  assert.equal(text(row, ".agentruns-input-title"), "Send the email?");
+  row.querySelector('.agentruns-choice[data-choice="approve"]').click();
+  await sleep(10);
+  assert.equal(server.posted[0].path, "/api/agentruns/runs/run_q/inputs/req_1");
+  assert.deepEqual(server.posted[0].body, { choice: "approve" });
+});
+
+test("filters by status and notebook ask the server; the notebooks to choose are those of the runs seen", async () => {
+  const server = fakeServer([
+    runObject("run_c", { session: "b.ipynb" }),
+    runObject("run_b", { status: "failed", session: "a.ipynb" }),
+    runObject("run_a", { status: "failed", session: "b.ipynb" }),
+  ]);
+  const { panel } = makePanel(fakeHub());
+  await panel.refresh();
+  assert.deepEqual(Array.from(panel.sessionFilter.options, (option) => option.value), ["", "a.ipynb", "b.ipynb"]);
+  panel.statusFilter.value = "failed";
+  panel.statusFilter.dispatchEvent(new window.Event("change"));
+  await sleep(10);
+  assert.equal(server.requests.at(-1).query.get("status"), "failed");
+  assert.deepEqual(rows(panel).map((row) => row.dataset.runId), ["run_b", "run_a"]);
+  panel.sessionFilter.value = "b.ipynb";
+  panel.sessionFilter.dispatchEvent(new window.Event("change"));
+  await sleep(10);
+  assert.equal(server.requests.at(-1).query.get("session"), "b.ipynb");
+  assert.deepEqual(rows(panel).map((row) => row.dataset.runId), ["run_a"]);
+});
+
+test("More pages on from the oldest run shown; a refresh then keeps every page", async () => {
+  const many = Array.from({ length: PAGE_SIZE + 5 }, (_, i) => runObject(`run_${String(100 - i)}`, { status: "succeeded" }));
+  const server = fakeServer(many);
+  const { panel } = makePanel(fakeHub());
+  await panel.refresh();
+  assert.equal(rows(panel).length, PAGE_SIZE);
+  assert.equal(panel.moreButton.hidden, false);
+  panel.moreButton.click();
+  await sleep(10);
+  assert.equal(server.requests.at(-1).query.get("before"), many[PAGE_SIZE - 1].run_id);
+  assert.equal(rows(panel).length, PAGE_SIZE + 5);
+  assert.equal(panel.moreButton.hidden, true);
+  await panel.refresh();
+  assert.equal(server.requests.at(-1).query.get("limit"), String(PAGE_SIZE + 5));
+  assert.equal(rows(panel).length, PAGE_SIZE + 5);
+});
+
+test("the notebook's name opens it, by its path under the server's root", async () => {
+  fakeServer([
+    runObject("run_c", { session: "/home/me/project/work/analysis.ipynb" }),
+    runObject("run_b", { session: "/elsewhere/other.ipynb" }),
+    runObject("run_a"),
+  ]);
+  const opened = [];
+  const { panel } = makePanel(fakeHub(), { openPath: (path) => opened.push(path), serverRoot: "/home/me/project" });
+  await panel.refresh();
+  const [inside, outside, relative] = rows(panel).map((row) => row.querySelector(".agentruns-panel-notebook"));
+  inside.click();
+  outside.click();
+  relative.click();
+  assert.deepEqual(opened, ["work/analysis.ipynb", "work/analysis.ipynb"]);
+  assert.equal(inside.textContent, "analysis.ipynb");
+  assert.equal(inside.title, "Open work/analysis.ipynb");
+  assert.equal(outside.title, "/elsewhere/other.ipynb (not a file under this server's root)");
+  assert.ok(outside.classList.contains("agentruns-panel-notebook--none"));
+});
+
+test("a session maps to a path under the server's root only when it is one", () => {
+  assert.equal(contentsPath("a/b.ipynb", "/srv"), "a/b.ipynb");
+  assert.equal(contentsPath("/srv/a/b.ipynb", "/srv/"), "a/b.ipynb");
+  assert.equal(contentsPath("/srvx/b.ipynb", "/srv"), null);
+  assert.equal(contentsPath("/srv/b.ipynb", null), null);
+  assert.equal(contentsPath("chat:42", "/srv"), null);
+});
+
+test("a server that cannot be reached is said once, and the list stays as it was", async () => {
+  fakeServer([runObject("run_a")]);
+  const { panel } = makePanel(fakeHub());
+  await panel.refresh();
+  globalThis.fetch = async () => {
+    throw new TypeError("network");
+  };
+  await panel.refresh();
+  assert.equal(panel.message.hidden, false);
+  assert.match(panel.message.textContent, /Cannot reach the server/);
+  assert.equal(rows(panel).length, 1);
+});
+
+test("words for tokens, timing and paths", () => {
+  assert.equal(describeTokens(null), "");
+  assert.equal(describeTokens({ input_tokens: 3, output_tokens: 4, estimated: true }), "≈ 7 tokens");
+  assert.equal(baseName("a/b/c.ipynb"), "c.ipynb");
+  const state = new RunState("run_x");
+  state.loadRun(runObject("run_x", { status: "queued", started_at: null }));
+  assert.equal(describeTiming(state, NOW), "not started yet");
+});

@@ -1,0 +1,126 @@
+"""``runs()`` in a notebook: still a list of run objects for code, a table for a person.
+
+The table is plain HTML with inline styles (a notebook output carries no
+stylesheet of ours), every value escaped: run inputs and notebook paths are
+the user's text.
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import datetime, timezone
+from typing import Any
+
+STATUS_COLOURS = {
+    "queued": "#616161",
+    "running": "#1976d2",
+    "waiting": "#f57c00",
+    "cancelling": "#f57c00",
+    "succeeded": "#388e3c",
+    "failed": "#d32f2f",
+    "cancelled": "#f57c00",
+    "interrupted": "#f57c00",
+}
+
+
+def _parse(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def ago(then: datetime, now: datetime) -> str:
+    """'just now', '3 min ago', '5 h ago', '2 days ago'."""
+    seconds = int((now - then).total_seconds())
+    if seconds < 10:
+        return "just now"
+    if seconds < 60:
+        return f"{seconds} s ago"
+    if seconds < 3600:
+        return f"{seconds // 60} min ago"
+    if seconds < 48 * 3600:
+        return f"{seconds // 3600} h ago"
+    return f"{seconds // 86400} days ago"
+
+
+def duration(seconds: float) -> str:
+    """'1.4 s', '12 s', '3 min 5 s', '2 h 4 min'."""
+    if seconds < 10:
+        return f"{max(0.0, seconds):.1f} s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"
+
+
+def tokens(run: dict[str, Any]) -> str:
+    usage = (run.get("snapshot") or {}).get("usage")
+    if not isinstance(usage, dict):
+        return ""
+    total = int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
+    text = f"{'≈ ' if usage.get('estimated') else ''}{total:,}"
+    cost = usage.get("cost")
+    if isinstance(cost, (int, float)):
+        text += f" · cost {cost:.2f}" if cost >= 0.01 else f" · cost {cost:.2g}"
+    return text
+
+
+def timing(run: dict[str, Any], now: datetime) -> str:
+    started = _parse(run.get("started_at"))
+    if started is None:
+        return ""
+    finished = _parse(run.get("finished_at"))
+    return duration(((finished or now) - started).total_seconds())
+
+
+class RunList(list):
+    """The runs ``runs()`` found, newest first: a list of run objects, shown as a table."""
+
+    def __init__(self, runs: list[dict[str, Any]], next_cursor: str | None = None):
+        super().__init__(runs)
+        self.next = next_cursor  # more runs after these: runs(before=...)
+
+    def _repr_html_(self, now: datetime | None = None) -> str:
+        now = now or datetime.now(timezone.utc)
+        if not self:
+            return "<p><em>No agent runs.</em></p>"
+        cell = 'style="text-align:left;padding:2px 8px;white-space:nowrap"'
+        head = "".join(
+            f"<th {cell}>{name}</th>"
+            for name in ("status", "run", "agent", "notebook", "created", "took", "tokens")
+        )
+        rows = "".join(self._row(run, now, cell) for run in self)
+        more = (
+            f"<p><em>More runs: runs(before={html.escape(repr(self.next))})</em></p>"
+            if self.next
+            else ""
+        )
+        return f'<table class="agentruns-runs"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{more}'
+
+    @staticmethod
+    def _row(run: dict[str, Any], now: datetime, cell: str) -> str:
+        status = str(run.get("status", ""))
+        colour = STATUS_COLOURS.get(status, "#616161")
+        chip = (
+            f'<span style="color:{colour};border:1px solid {colour};border-radius:9px;'
+            f'padding:0 7px;font-size:85%">{html.escape(status)}</span>'
+        )
+        created = _parse(run.get("created_at"))
+        values = [
+            html.escape(str(run.get("run_id", ""))),
+            html.escape(str(run.get("agent", ""))),
+            html.escape(str(run.get("session") or "")),
+            ago(created, now) if created else "",
+            timing(run, now),
+            html.escape(tokens(run)),
+        ]
+        cells = f"<td {cell}>{chip}</td>" + "".join(
+            f"<td {cell}><code>{value}</code></td>" if index == 0 else f"<td {cell}>{value}</td>"
+            for index, value in enumerate(values)
+        )
+        return f"<tr>{cells}</tr>"

@@ -1,0 +1,198 @@
+"""The runs panel in JupyterLab's left sidebar, in a real Chromium against a real JupyterLab."""
+
+# The browser fixtures come from test_browser, and pytest passes them by name.
+# ruff: noqa: F811
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from servers import ServerProcess, wait_status
+from test_browser import (  # noqa: F401  (fixtures are found by name)
+    browser,
+    jp_asyncio_loop,
+    jp_server_cleanup,
+    open_notebook,
+    page,
+    pytestmark,
+    run_cell,
+    save,
+    write_notebook,
+)
+
+DOCS = Path(__file__).parent.parent / "docs"
+PANEL = "#jupyter-agentruns-runs"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    home = tmp_path_factory.mktemp("panel")
+    server = ServerProcess(
+        home,
+        home / "agentruns.sqlite3",
+        {"heartbeat_interval": 2, "max_active_runs_per_user": 20},
+        app="jupyterlab",
+    ).start(timeout=120)
+    yield server
+    server.kill()
+
+
+def open_panel(page) -> None:
+    page.locator('.jp-SideBar [data-id="jupyter-agentruns-runs"]').click()
+    page.locator(PANEL).wait_for(state="visible", timeout=30_000)
+
+
+def panel_row(page, run_id: str):
+    return page.locator(f"{PANEL} .agentruns-panel-run[data-run-id='{run_id}']")
+
+
+def wait_row_status(page, run_id: str, status: str, timeout=60_000) -> None:
+    page.wait_for_function(
+        """([selector, status]) => {
+            const row = document.querySelector(selector);
+            return !!row && row.dataset.status === status;
+        }""",
+        arg=[f"{PANEL} .agentruns-panel-run[data-run-id='{run_id}']", status],
+        timeout=timeout,
+    )
+
+
+def cell_run_id(page, index: int) -> str:
+    view = page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".agentruns-run")
+    view.wait_for(timeout=60_000)
+    page.wait_for_function(
+        """(index) => {
+            const cell = document.querySelectorAll('.jp-Notebook .jp-Cell')[index];
+            const view = cell && cell.querySelector('.agentruns-run');
+            return !!view && (view.getAttribute('data-run-id') || '').startsWith('run_');
+        }""",
+        arg=index,
+        timeout=60_000,
+    )
+    return view.get_attribute("data-run-id")
+
+
+def test_a_run_started_in_a_notebook_is_in_the_panel_live_and_its_name_opens_the_notebook(
+    lab, page
+):
+    write_notebook(
+        lab.home / "panel_live.ipynb",
+        [
+            "from jupyter_agentruns import submit\n"
+            'run = submit("demo", {"prompt": "watch the panel", "chunks": 40, "delay": 0.1})'
+        ],
+    )
+    streams = []
+    page.on(
+        "request",
+        lambda request: streams.append(request.url) if "/api/agentruns/" in request.url else None,
+    )
+    open_notebook(page, lab, "panel_live.ipynb")
+    open_panel(page)
+    run_cell(page, 0)
+    run_id = cell_run_id(page, 0)
+    row = panel_row(page, run_id)
+    row.wait_for(timeout=30_000)  # found by the panel's next look at the list
+    wait_row_status(page, run_id, "running")
+    assert row.locator(".agentruns-panel-agent").inner_text() == "demo"
+    assert row.locator(".agentruns-panel-notebook").inner_text() == "panel_live.ipynb"
+    # Live: the row ends with the run, through the page's one stream, not a poll per run.
+    wait_row_status(page, run_id, "succeeded")
+    assert row.locator(".agentruns-panel-timing").inner_text().startswith("took ")
+    assert row.locator(".agentruns-again").is_visible()
+    assert not any(f"runs/{run_id}/events" in url for url in streams)
+    assert any("/api/agentruns/streams" in url and run_id in url for url in streams)
+
+    # The notebook's name in the panel opens it.
+    save(page)
+    page.locator(".lm-TabBar-tab.jp-mod-current .lm-TabBar-tabCloseIcon").click()
+    page.locator(".jp-Notebook").wait_for(state="detached", timeout=30_000)
+    row.locator(".agentruns-panel-notebook").click()
+    page.locator(".lm-TabBar-tab.lm-mod-current", has_text="panel_live.ipynb").wait_for(
+        timeout=30_000
+    )
+    page.locator(".jp-Notebook").wait_for(timeout=30_000)
+
+
+def test_cancel_from_the_panel_stops_the_run_the_notebook_shows(lab, page):
+    write_notebook(
+        lab.home / "panel_cancel.ipynb",
+        [
+            "from jupyter_agentruns import submit\n"
+            'run = submit("demo", {"prompt": "cancel me", "chunks": 400, "delay": 0.1})'
+        ],
+    )
+    open_notebook(page, lab, "panel_cancel.ipynb")
+    open_panel(page)
+    run_cell(page, 0)
+    run_id = cell_run_id(page, 0)
+    row = panel_row(page, run_id)
+    wait_row_status(page, run_id, "running")
+    row.locator(".agentruns-cancel").click()
+    wait_row_status(page, run_id, "cancelled")
+    # The cell's own view, on the same page stream, shows it too; so does the server.
+    page.wait_for_function(
+        "(runId) => !!document.querySelector(`.jp-Notebook .agentruns-run[data-run-id='${runId}']"
+        "[data-status='cancelled']`)",
+        arg=run_id,
+        timeout=30_000,
+    )
+    with lab.client() as client:
+        run = wait_status(client, run_id, {"cancelled"})
+    assert run["cancel"]["reason"] == "cancelled from the runs panel"
+
+    # Run again from the panel: a new run, a retry of this one, listed first.
+    row.locator(".agentruns-again").click()
+    first = page.locator(f"{PANEL} .agentruns-panel-run").first
+    page.wait_for_function(
+        "([selector, old]) => { const row = document.querySelector(selector);"
+        " return !!row && row.dataset.runId !== old; }",
+        arg=[f"{PANEL} .agentruns-panel-run", run_id],
+        timeout=30_000,
+    )
+    again = first.get_attribute("data-run-id")
+    with lab.client() as client:
+        made = client.get(f"runs/{again}").json()
+        client.post(f"runs/{again}/cancel")
+    assert made["retry_of"] == run_id and made["session"].endswith("panel_cancel.ipynb")
+
+
+def test_a_question_is_answered_from_the_panel_and_filters_narrow_the_list(lab, page):
+    write_notebook(
+        lab.home / "panel_ask.ipynb",
+        [
+            "from jupyter_agentruns import submit\n"
+            'run = submit("demo", {"prompt": "may I?", "ask": True, "chunks": 5})'
+        ],
+    )
+    open_notebook(page, lab, "panel_ask.ipynb")
+    open_panel(page)
+    run_cell(page, 0)
+    run_id = cell_run_id(page, 0)
+    row = panel_row(page, run_id)
+    wait_row_status(page, run_id, "waiting")
+    choices = row.locator(".agentruns-choice")
+    assert choices.count() >= 2
+    DOCS.mkdir(exist_ok=True)
+    page.locator(PANEL).screenshot(path=str(DOCS / "panel.png"))
+    choice = choices.first.get_attribute("data-choice")
+    choices.first.click()
+    wait_row_status(page, run_id, "succeeded")
+    with lab.client() as client:
+        run = wait_status(client, run_id, {"succeeded"})
+    assert run["snapshot"]["inputs"][0]["choice"] == choice
+
+    # Filters ask the server: only this notebook's runs, then only failed ones (none here).
+    page.locator(f"{PANEL} .agentruns-filter-session").select_option("panel_ask.ipynb")
+    page.wait_for_function(
+        "(selector) => [...document.querySelectorAll(selector)].every("
+        "row => row.querySelector('.agentruns-panel-notebook').textContent === 'panel_ask.ipynb')",
+        arg=f"{PANEL} .agentruns-panel-run",
+        timeout=30_000,
+    )
+    page.locator(f"{PANEL} .agentruns-filter-status").select_option("failed")
+    page.locator(f"{PANEL} .agentruns-panel-empty", has_text="No runs match").wait_for(
+        timeout=30_000
+    )
