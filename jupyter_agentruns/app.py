@@ -236,6 +236,13 @@ class AgentRuns(ExtensionApp):
                 "agentruns_api_url": url_path_join(self.serverapp.base_url, "api/agentruns"),
             }
         )
+        # The runs panel opens a run's notebook: a kernel knows it by its path
+        # on disk, the file browser by its path under the root, which
+        # Notebook 7's pages do not carry (JupyterLab's do, as serverRoot).
+        page_config = self.serverapp.web_app.settings.setdefault("page_config_data", {})
+        page_config["agentrunsServerRoot"] = os.path.abspath(self.serverapp.root_dir).replace(
+            os.sep, "/"
+        )
         if self.engine is not None:
             # Started as soon as the server's event loop runs (every jupyter_server
             # version; not only those that call _start_jupyter_server_extension):

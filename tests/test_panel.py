@@ -196,3 +196,33 @@ def test_a_question_is_answered_from_the_panel_and_filters_narrow_the_list(lab, 
     page.locator(f"{PANEL} .agentruns-panel-empty", has_text="No runs match").wait_for(
         timeout=30_000
     )
+
+
+def test_notebook_7_shows_the_panel_in_its_left_sidebar_with_links_to_open(tmp_path, page):
+    home = tmp_path / "nb7"
+    server = ServerProcess(home, home / "agentruns.sqlite3", app="notebook").start(timeout=120)
+    try:
+        write_notebook(home / "seven.ipynb", ["print(7)"])
+        with server.client() as client:
+            made = client.post(
+                "runs",
+                json={
+                    "agent": "demo",
+                    "input": {"prompt": "seven", "chunks": 3},
+                    # What a kernel of this notebook sends: its path on disk.
+                    "session": str(home / "seven.ipynb"),
+                },
+            ).json()
+        page.goto(f"{server.url}notebooks/seven.ipynb?token={server.token}")
+        page.locator(".jp-Notebook").wait_for(timeout=90_000)
+        page.locator(".lm-MenuBar-itemLabel", has_text="View").click()
+        page.locator(".lm-Menu-item", has_text="Left Sidebar").hover()
+        page.locator(".lm-Menu-item", has_text="Show Agent runs").click()
+        row = panel_row(page, made["run_id"])
+        row.wait_for(timeout=30_000)
+        wait_row_status(page, made["run_id"], "succeeded")
+        link = row.locator(".agentruns-panel-notebook")
+        assert link.inner_text() == "seven.ipynb"
+        assert link.get_attribute("title") == "Open seven.ipynb"
+    finally:
+        server.kill()

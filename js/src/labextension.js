@@ -117,7 +117,7 @@ const panelPlugin = {
   activate(app) {
     const panel = new RunsPanel({
       baseUrl: apiBase(),
-      serverRoot: pageOption("serverRoot"),
+      serverRoot: pageOption("agentrunsServerRoot") || pageOption("serverRoot"),
       openPath: (path) => void app.commands.execute("docmanager:open", { path }),
     });
     // Notebook 7 has a left area too (View > Left Sidebar); JupyterLab shows the tab.
