@@ -33,6 +33,12 @@ from typing import Any
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
+# The values each label takes: every series exists from the start, at 0.
+OUTCOMES = ("cancelled", "failed", "interrupted", "succeeded")  # the terminal statuses
+RESUME_REASONS = ("lease_expired", "server_shutdown")
+DELETE_REASONS = ("request", "retention")
+STREAM_KINDS = ("page", "poll", "run")
+
 # Runs ------------------------------------------------------------------
 
 RUNS_STARTED = Counter(
@@ -113,7 +119,15 @@ OPEN_STREAMS = Gauge(
     "waiting for events).",
     ["kind"],
 )
-STREAM_KINDS = ("run", "page", "poll")
+
+for _metric, _values in (
+    (RUNS_FINISHED, OUTCOMES),
+    (RUNS_RESUMED, RESUME_REASONS),
+    (RUNS_DELETED, DELETE_REASONS),
+    (OPEN_STREAMS, STREAM_KINDS),
+):
+    for _value in _values:
+        _metric.labels(_value)
 
 
 class Sampled:

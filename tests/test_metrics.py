@@ -16,6 +16,7 @@ import pytest
 import rawdb
 from prometheus_client.parser import text_string_to_metric_families
 
+from jupyter_agentruns import lifecycle, metrics
 from jupyter_agentruns.metrics import Sampled
 
 from conftest import demo_input, parse_sse, submit, wait_run, wait_seq, waiting
@@ -285,3 +286,8 @@ def test_a_labelled_sampled_gauge_combines_per_label_value():
     gauge.track(two, lambda source: source.figure)
     samples = {s.labels["status"]: s.value for s in gauge.family().samples}
     assert samples == {"queued": 1, "running": 4}
+
+
+@pytest.mark.timeout(10)
+def test_the_outcome_label_takes_exactly_the_terminal_statuses():
+    assert metrics.OUTCOMES == lifecycle.TERMINAL_STATUSES
