@@ -20,8 +20,10 @@ from jupyter_agentruns import lifecycle, metrics
 from jupyter_agentruns.metrics import Sampled
 
 from conftest import demo_input, parse_sse, submit, wait_run, wait_seq, waiting
+from servers import ServerProcess, wait_status
 
 OUTCOMES = ("succeeded", "failed", "cancelled", "interrupted")
+SLOW = demo_input(chunks=300, delay=0.01)
 
 
 class Scrape:
@@ -254,6 +256,47 @@ async def test_a_takeover_after_an_expired_lease_is_counted(api, engine, scrape)
     assert delta(after, before, "agentruns_runs_finished_total", outcome="succeeded") == 1
     # Every event but the planted run.started: run.resumed, then the rest of the run.
     assert delta(after, before, "agentruns_events_appended_total") == run["last_seq"] - 1
+
+
+@pytest.mark.timeout(120)
+def test_a_run_handed_over_at_a_clean_stop_is_counted_by_the_server_that_takes_it(
+    tmp_path, store_config
+):
+    def server(name: str) -> ServerProcess:
+        config = {"lease_seconds": 30, **store_config}
+        return ServerProcess(tmp_path / name, tmp_path / "agentruns.sqlite3", config).start()
+
+    first = server("a")
+    try:
+        with first.client() as client:
+            run_id = client.post("runs", json={"agent": "demo", "input": SLOW}).json()["run_id"]
+            while client.get(f"runs/{run_id}").json()["last_seq"] < 20:
+                time.sleep(0.02)
+        assert first.terminate(timeout=30) == 0
+    finally:
+        first.kill()
+    second = server("b")
+    try:
+        with second.client() as client:
+            run = wait_status(client, run_id, set(OUTCOMES), timeout=30)
+            assert run["status"] == "succeeded" and run["attempt"] == 2
+            events = client.get(f"runs/{run_id}/events", params={"limit": 1000}).json()["events"]
+            [resumed] = [event for event in events if event["type"] == "run.resumed"]
+            # A new process: its counters start at 0.
+            after = Scrape(
+                httpx.get(
+                    second.url + "metrics", headers={"Authorization": f"token {second.token}"}
+                ).text
+            )
+    finally:
+        second.kill()
+    assert after("agentruns_runs_resumed_total", reason="server_shutdown") == 1
+    assert after("agentruns_runs_resumed_total", reason="lease_expired") == 0
+    assert after("agentruns_leases_expired_total") == 0  # handed over, not expired
+    assert after("agentruns_runs_started_total") == 0
+    assert after("agentruns_runs_finished_total", outcome="succeeded") == 1
+    # From run.resumed on, every event is the second server's.
+    assert after("agentruns_events_appended_total") == run["last_seq"] - resumed["data"]["from_seq"]
 
 
 class Source:
