@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import weakref
 from collections import deque
 
+from . import metrics
 from .events import Event, envelope
 from .reader import Reader
 from .store import Listener, Store, StoreConnection
@@ -166,6 +168,11 @@ class Broadcaster:
         self.remote = Signal()
         self.remote_poll_seconds = STORE_POLL_SECONDS
         self._poller: asyncio.Task | None = None
+        # The subscribers of requests being served (for the metrics): each
+        # leaves this set when its request lets go of it.
+        self._subscribers: weakref.WeakSet[Subscriber] = weakref.WeakSet()
+        metrics.SUBSCRIBERS.track(self, lambda broadcaster: broadcaster.following())
+        metrics.SUBSCRIBER_MAX_LAG.track(self, lambda broadcaster: broadcaster.max_lag())
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Listen to the store's notifications, or get ready to poll it (on the event loop)."""
@@ -190,7 +197,22 @@ class Broadcaster:
             self.remote.fire()
 
     def subscriber(self, run_id: str, cursor: int) -> Subscriber:
-        return Subscriber(self, run_id, cursor)
+        subscriber = Subscriber(self, run_id, cursor)
+        self._subscribers.add(subscriber)
+        return subscriber
+
+    def following(self) -> int:
+        """How many subscribers still follow their run (its terminal event not yet read)."""
+        return sum(not subscriber.done for subscriber in self._subscribers)
+
+    def max_lag(self) -> int:
+        """The most committed events a subscriber of a run executed here has yet to read."""
+        lags = [0]
+        for subscriber in self._subscribers:
+            channel = self._channels.get(subscriber.run_id)
+            if channel is not None and not subscriber.done:
+                lags.append(channel.committed_seq - subscriber.cursor)
+        return max(lags)
 
     @contextlib.contextmanager
     def watching_remote(self):
@@ -219,6 +241,9 @@ class Broadcaster:
             self._poller = None
 
     def close_watch(self) -> None:
+        """At the server's stop: no more notifications, polls or metrics from here."""
+        metrics.SUBSCRIBERS.untrack(self)
+        metrics.SUBSCRIBER_MAX_LAG.untrack(self)
         if self._listener is not None:
             self._listener.close()
             self._listener = None

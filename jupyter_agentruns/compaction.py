@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import reducer
+from . import metrics, reducer
 from .broadcaster import Broadcaster
 from .lifecycle import is_terminal
 from .reader import Reader
@@ -117,24 +117,27 @@ class Compactor:
         target, base_seq, snapshot = reduced
         watermark = target - 1
 
-        def record(conn: StoreConnection) -> bool:
+        def record(conn: StoreConnection) -> int:
+            """How many events the run's new ``first_seq`` leaves behind (0: none)."""
             conn.lock_run(run_id)
             current = conn.get_run_head(run_id)
             if current is None or current["first_seq"] >= target:
-                return False
+                return 0
             fields: dict[str, Any] = {"first_seq": target}
             # A newer snapshot (the terminal one) is never replaced by an older one.
             current_seq = conn.snapshot_seq(run_id)
             if current_seq < watermark:
                 if snapshot is None or current_seq != base_seq:
-                    return False  # reduced from a base that changed meanwhile: next pass
+                    return 0  # reduced from a base that changed meanwhile: next pass
                 fields["snapshot"] = snapshot
                 fields["snapshot_seq"] = watermark
             conn.update_run(run_id, fields)
-            return True
+            return target - current["first_seq"]
 
-        if not await self._writer.run(record):
+        compacted = await self._writer.run(record)
+        if not compacted:
             return False
+        metrics.EVENTS_COMPACTED.inc(compacted)
         channel = self._broadcaster.get(run_id)
         if channel is not None:
             channel.first_seq = target
@@ -152,4 +155,5 @@ class Compactor:
         ):
             await asyncio.sleep(0)
         await self._writer.run(lambda conn: conn.bury(run_id, owner, time.time()))
+        metrics.RUNS_DELETED.labels("retention").inc()
         self._on_deleted(run_id)

@@ -22,7 +22,7 @@ from typing import Any
 
 from traitlets.config import LoggingConfigurable
 
-from . import budgets, jsonio, lifecycle, reducer
+from . import budgets, jsonio, lifecycle, metrics, reducer
 from .agents import AgentSpec, RunClosed
 from .broadcaster import Broadcaster, Subscriber
 from .compaction import Compactor
@@ -106,6 +106,10 @@ class Engine(LoggingConfigurable):
         # Per owner: the tokens of their runs of the last day that this server
         # does not execute (read from the store; live runs count from memory).
         self._day_tokens: dict[str, dict[str, int]] = {}
+        # The store's runs by status, as last counted off the loop (for the metrics).
+        self.run_counts: dict[str, int] = {}
+        metrics.RUNS.track(self, lambda engine: engine.run_counts)
+        metrics.EXECUTING_RUNS.track(self, lambda engine: len(engine.live))
 
     @property
     def live(self) -> dict[str, Any]:
@@ -159,6 +163,7 @@ class Engine(LoggingConfigurable):
         self._background = [
             loop.create_task(self._maintain()),
             loop.create_task(self._compact_periodically()),
+            loop.create_task(self._count_runs_periodically()),
         ]
 
     async def stop(self) -> None:
@@ -184,10 +189,13 @@ class Engine(LoggingConfigurable):
             await loop.run_in_executor(None, self.writer.close)
         await loop.run_in_executor(None, self.reader.close)
         self.broadcaster.close_watch()
+        metrics.RUNS.untrack(self)
+        metrics.EXECUTING_RUNS.untrack(self)
 
     def _on_commit(self, appended: dict[str, list[Append]], refused: set[str]) -> None:
         limit = self.settings.max_retained_events
         for run_id, items in appended.items():
+            count_runs_in_commit(items)
             channel = self.broadcaster.get(run_id)
             if channel is None:
                 continue
@@ -263,6 +271,23 @@ class Engine(LoggingConfigurable):
         finally:
             channel.compaction_due = False
 
+    async def _count_runs_periodically(self) -> None:
+        """Count the store's runs by status every few seconds, on a reader thread.
+
+        ``/metrics`` is answered on the event loop, which must never wait on
+        the store: it reports the last count.
+        """
+        while True:
+            try:
+                counts = await self.reader.run(lambda conn: conn.count_runs_by_status())
+            except Exception as exc:  # the store is away: the last count stands
+                self.log.debug("agentruns: counting runs for the metrics failed: %s", exc)
+            else:
+                self.run_counts = {
+                    status: counts.get(status, 0) for status in lifecycle.ALL_STATUSES
+                }
+            await asyncio.sleep(metrics.RUN_COUNT_SECONDS)
+
     async def _compact_periodically(self) -> None:
         settings = self.settings
         shortest = min(settings.event_retention_seconds, settings.run_retention_seconds)
@@ -335,8 +360,10 @@ class Engine(LoggingConfigurable):
         ttl = self.settings.idempotency_ttl_seconds
         lease = self.settings.lease_seconds
         seen = self._expired_seen
+        tally = Tally()
 
         def sweep_expired(conn: StoreConnection) -> tuple[int, list]:
+            tally.clear()
             now, clock = time.time(), time.monotonic()
             still: dict[str, tuple[float | None, float]] = {}
             ended, resumed = 0, []
@@ -350,9 +377,11 @@ class Engine(LoggingConfigurable):
                     still[run_id] = (expires, clock)
                 elif handed_over or clock - first[1] >= lease:
                     reason = "server_shutdown" if handed_over else "lease_expired"
-                    taken = self._take_over(conn, row, reason, now + lease)
+                    if not handed_over:
+                        tally.leases_expired += 1
+                    taken = self._take_over(conn, row, reason, now + lease, tally)
                     if taken is None:
-                        end_stored(conn, row, lifecycle.interrupted(reason))
+                        end_stored(conn, row, lifecycle.interrupted(reason), tally)
                         ended += 1
                     else:
                         resumed.append(taken)
@@ -364,6 +393,7 @@ class Engine(LoggingConfigurable):
             return ended, resumed
 
         ended, resumed = await self.writer.run(sweep_expired)
+        tally.count()
         if ended:
             self.log.info("agentruns: %d run(s) whose server stopped ended interrupted", ended)
         if resumed:
@@ -375,7 +405,12 @@ class Engine(LoggingConfigurable):
         return ended + len(resumed)
 
     def _take_over(
-        self, conn: StoreConnection, row: dict[str, Any], reason: str, lease_expires: float
+        self,
+        conn: StoreConnection,
+        row: dict[str, Any],
+        reason: str,
+        lease_expires: float,
+        tally: Tally,
     ) -> tuple[dict[str, Any], reducer.Snapshot] | None:
         """Commit ``run.resumed`` with this server as the run's executor, or None: it cannot resume.
 
@@ -408,6 +443,8 @@ class Engine(LoggingConfigurable):
             "lease_expires": lease_expires,
         }
         conn.update_run(run_id, fields)
+        tally.events += 1
+        tally.resumed.append(reason)
         snapshot.apply({"type": transition.type, "data": transition.data})
         return {**row, **fields, "snapshot": None}, snapshot
 
@@ -470,9 +507,11 @@ class Engine(LoggingConfigurable):
         policy = request.session_policy or settings.default_session_policy
         interrupted: list[str] = []  # the session's runs this run interrupts
         day_rows: list[tuple[str, str, int, int]] = []  # the owner's day, for the budget
+        tally = Tally()  # queued runs of the session this run ends (interrupt)
 
         def create(conn: StoreConnection) -> tuple[dict[str, Any], dict[str, Any] | None]:
             """The run's row, and the answer for a new run (None: the key's run, replayed)."""
+            tally.clear()
             # The owner's submits one at a time, across servers sharing the store:
             # the key, the session and the active runs are read and written as one.
             conn.serialize(f"submit:{owner}")
@@ -542,7 +581,7 @@ class Engine(LoggingConfigurable):
                 # executes gets a cancel request (this server's own are
                 # cancelled at once after the commit, others' within a lease upkeep).
                 for other in active:
-                    request_cancel(conn, other["run_id"], {"interrupted_by": run_id})
+                    request_cancel(conn, other["run_id"], {"interrupted_by": run_id}, tally)
                 interrupted[:] = [other["run_id"] for other in active]
             created = conn.get_run(run_id)
             # Answered from this transaction: once the run is committed, no
@@ -550,6 +589,7 @@ class Engine(LoggingConfigurable):
             return created, self.run_object(conn, created)
 
         row, run = await self.writer.run(create)
+        tally.count()
         replayed = run is None
         if day_rows:
             self._day_tokens[owner] = {r[0]: r[2] + r[3] for r in day_rows}
@@ -597,7 +637,10 @@ class Engine(LoggingConfigurable):
     async def _claim_and_start(self, ready: list[dict[str, Any]]) -> int:
         expires = time.time() + self.settings.lease_seconds
 
+        tally = Tally()  # runs of an agent this server does not have, ended failed
+
         def claim(conn: StoreConnection) -> list[dict[str, Any]]:
+            tally.clear()
             claimed: list[dict[str, Any]] = []
             if self._stopping:
                 return claimed
@@ -607,7 +650,7 @@ class Engine(LoggingConfigurable):
                         stored = conn.get_run(row["run_id"])
                         problem = self.unknown_agent(row["agent"])
                         error = {"type": problem.code, "message": problem.message}
-                        end_stored(conn, stored, lifecycle.failed(error))
+                        end_stored(conn, stored, lifecycle.failed(error), tally)
                     continue
                 if conn.claim_run(row["run_id"], self.executor_id, expires):
                     claimed.append(conn.get_run(row["run_id"]))
@@ -616,6 +659,7 @@ class Engine(LoggingConfigurable):
         if self._stopping:
             return 0
         claimed = await self.writer.run(claim)
+        tally.count()
         if claimed and self._stopping:
             # Claimed as the server began to stop: back to their queue, for the next server.
             run_ids = [row["run_id"] for row in claimed]
@@ -810,7 +854,14 @@ class Engine(LoggingConfigurable):
         if execution is not None:
             started = await self.executor.cancel(execution, reason)
         else:
-            started = await self.writer.run(lambda conn: request_cancel(conn, run_id, reason))
+            tally = Tally()  # a run still queued in its session ends cancelled here
+
+            def cancel(conn: StoreConnection) -> bool:
+                tally.clear()
+                return request_cancel(conn, run_id, reason, tally)
+
+            started = await self.writer.run(cancel)
+            tally.count()
             if started:
                 self._dispatch_soon()  # it may have been queued in its session
         return await self.get_run(owner, run_id), started
@@ -889,6 +940,7 @@ class Engine(LoggingConfigurable):
             conn.delete_run(run_id)
 
         await self.writer.run(delete)
+        metrics.RUNS_DELETED.labels("request").inc()
         self.forget_snapshot(run_id)
 
     def forget_snapshot(self, run_id: str) -> None:
@@ -950,8 +1002,11 @@ class Engine(LoggingConfigurable):
         return self.broadcaster.subscriber(run_id, cursor)
 
     @contextmanager
-    def stream_slot(self, owner: str):
-        """Hold one of the owner's ``max_streams_per_user`` open streams."""
+    def stream_slot(self, owner: str, kind: str):
+        """Hold one of the owner's ``max_streams_per_user`` open streams.
+
+        ``kind`` (``metrics.STREAM_KINDS``): run, page, or poll (a long-poll that waits).
+        """
         limit = self.settings.max_streams_per_user
         if self.open_streams[owner] >= limit:
             raise ApiError(
@@ -962,10 +1017,13 @@ class Engine(LoggingConfigurable):
                 headers={"Retry-After": "5"},
             )
         self.open_streams[owner] += 1
+        gauge = metrics.OPEN_STREAMS.labels(kind)
+        gauge.inc()
         try:
             yield
         finally:
             self.open_streams[owner] -= 1
+            gauge.dec()
 
 
 def detached(snapshot: dict[str, Any]) -> dict[str, Any]:
@@ -1010,7 +1068,7 @@ def check_answer(request: dict[str, Any] | None, request_id: str, choice: str) -
     return False
 
 
-def request_cancel(conn: StoreConnection, run_id: str, reason: Any) -> bool:
+def request_cancel(conn: StoreConnection, run_id: str, reason: Any, tally: Tally) -> bool:
     """Record a cancel for the server executing ``run_id``; False when there is nothing to start.
 
     A run queued in its session, which no server executes yet, ends ``cancelled`` here.
@@ -1024,14 +1082,14 @@ def request_cancel(conn: StoreConnection, run_id: str, reason: Any) -> bool:
     ):
         return False
     if row["status"] == lifecycle.RunStatus.QUEUED.value and row["executor_id"] is None:
-        end_stored(conn, row, lifecycle.cancelled_in_queue(reason, row["last_seq"]))
+        end_stored(conn, row, lifecycle.cancelled_in_queue(reason, row["last_seq"]), tally)
         return True
     conn.record_cancel_request(run_id, {"reason": reason, "requested_at": now_iso()})
     return True
 
 
 def end_stored(
-    conn: StoreConnection, row: dict[str, Any], transition: lifecycle.Transition
+    conn: StoreConnection, row: dict[str, Any], transition: lifecycle.Transition, tally: Tally
 ) -> None:
     """Commit a terminal transition for a run no executor holds, in the caller's transaction."""
     seq = row["last_seq"]
@@ -1056,3 +1114,43 @@ def end_stored(
         row["run_id"],
         {**transition.fields, "last_seq": seq, "snapshot": snapshot, "snapshot_seq": seq},
     )
+    tally.events += len(events)
+    tally.finished.append(transition.fields["status"])
+
+
+class Tally:
+    """What a store operation wrote outside the writer's event queue, for the metrics.
+
+    Counted once the operation committed (``count``). The writer runs an
+    operation again when its batch is retried: it starts with ``clear()``.
+    """
+
+    __slots__ = ("events", "finished", "resumed", "leases_expired")
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.events = 0
+        self.finished: list[str] = []  # the outcomes of the runs it ended
+        self.resumed: list[str] = []  # the reasons of the runs it took over
+        self.leases_expired = 0
+
+    def count(self) -> None:
+        if self.events:
+            metrics.EVENTS_APPENDED.inc(self.events)
+        for outcome in self.finished:
+            metrics.RUNS_FINISHED.labels(outcome).inc()
+        for reason in self.resumed:
+            metrics.RUNS_RESUMED.labels(reason).inc()
+        if self.leases_expired:
+            metrics.LEASES_EXPIRED.inc(self.leases_expired)
+
+
+def count_runs_in_commit(items: list[Append]) -> None:
+    """A run's committed events in the metrics: did it start, did it end (two looks a batch)."""
+    if items[0].type == "run.started":
+        metrics.RUNS_STARTED.inc()
+    outcome = lifecycle.TERMINAL_EVENTS.get(items[-1].type)
+    if outcome is not None:
+        metrics.RUNS_FINISHED.labels(outcome).inc()

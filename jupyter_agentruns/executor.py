@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import budgets, lifecycle, reducer
+from . import budgets, lifecycle, metrics, reducer
 from .agents import AgentSpec, EventTooLarge, RunClosed, TokenBudgetExceeded
 from .broadcaster import Broadcaster, Waiter
 from .errors import error_object
@@ -702,6 +702,7 @@ class Executor:
             if not self._writer.closed:
                 run_id, executor_id = execution.run_id, execution.row.get("executor_id")
                 await self._writer.run(lambda conn: conn.release_run(run_id, executor_id))
+                metrics.RUNS_HANDED_OVER.inc()
             return
         if not execution.closed:
             transition = self._outcome(execution)
@@ -796,6 +797,7 @@ class Executor:
         execution = self.live.get(run_id)
         if execution is None:
             return
+        metrics.LEASES_LOST.inc()
         execution.closed = True
         execution.request_stop(Stop.LOST)
         execution.stop_asking()

@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from . import metrics
 from .events import Append
 from .store import SeqTaken, Store, StoreBusy, StoreConnection, StoreUnavailable
 
@@ -85,6 +86,8 @@ class Writer:
         self.pending_bytes = 0
         self._space = asyncio.Event()
         self._space.set()
+        metrics.WRITER_QUEUE_EVENTS.track(self, lambda writer: writer.pending_events)
+        metrics.WRITER_QUEUE_BYTES.track(self, lambda writer: writer.pending_bytes)
         self._thread = threading.Thread(target=self._run, name="agentruns-writer", daemon=True)
         self._thread.start()
 
@@ -172,6 +175,8 @@ class Writer:
             self._stopping = True
             self._cond.notify()
         self._thread.join(timeout)
+        metrics.WRITER_QUEUE_EVENTS.untrack(self)
+        metrics.WRITER_QUEUE_BYTES.untrack(self)
         if self._thread.is_alive():
             self._log.error(
                 "agentruns: the store stayed busy for %g s at shutdown: %d queued event(s) were not "
@@ -200,7 +205,9 @@ class Writer:
         delay = RETRY_FIRST_SECONDS
         while True:
             try:
+                began = time.perf_counter()
                 outcome = self._write(batch)
+                count_commit(outcome[0], time.perf_counter() - began)
                 self.unavailable = None
             except StoreBusy as exc:
                 if isinstance(exc, StoreUnavailable):
@@ -328,3 +335,13 @@ class Writer:
                     results.append((item.future, False, exc))
             flush_appends()
         return appended, refused, results
+
+
+def count_commit(appended: dict[str, list[Append]], seconds: float) -> None:
+    """One committed batch in the metrics: a few updates per commit, none per event."""
+    events = sum(map(len, appended.values()))
+    metrics.COMMITS.inc()
+    metrics.COMMIT_EVENTS.observe(events)
+    metrics.COMMIT_SECONDS.observe(seconds)
+    if events:
+        metrics.EVENTS_APPENDED.inc(events)

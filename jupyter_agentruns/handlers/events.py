@@ -49,7 +49,7 @@ class EventsHandler(AgentRunsHandler):
             self.finish()
             return
         settings = self.engine.settings
-        with self.engine.stream_slot(self.owner):
+        with self.engine.stream_slot(self.owner, "run"):
             subscriber, snapshot = await resume(self.engine, self.owner, row, cursor)
             sse.begin(self)
             if snapshot is not None:
@@ -82,7 +82,7 @@ class EventsHandler(AgentRunsHandler):
         wait = self._wait_argument()
         # A long-poll that waits holds a connection like a stream: it counts as one.
         slot = (
-            self.engine.stream_slot(self.owner)
+            self.engine.stream_slot(self.owner, "poll")
             if wait > 0 and not caught_up
             else contextlib.nullcontext()
         )

@@ -77,7 +77,7 @@ class StreamsHandler(AgentRunsHandler):
             self.finish()
             return
         settings = engine.settings
-        with engine.stream_slot(self.owner):
+        with engine.stream_slot(self.owner, "page"):
             sse.begin(self)
             try:
                 await sse.send(self, "".join(opening), settings.write_timeout_seconds)

@@ -153,6 +153,10 @@ class StoreConnection(abc.ABC):
     def count_active(self, owner: str) -> int: ...
 
     @abc.abstractmethod
+    def count_runs_by_status(self) -> dict[str, int]:
+        """Every run of the store, counted by status (statuses with none are absent)."""
+
+    @abc.abstractmethod
     def expired_active_runs(self, now: float) -> list[dict[str, Any]]:
         """Runs not yet terminal whose executor's lease has run out (full rows).
 

@@ -494,6 +494,9 @@ class PostgresConnection(StoreConnection):
             [owner, list(ACTIVE_STATUSES)],
         ).fetchone()[0]
 
+    def count_runs_by_status(self) -> dict[str, int]:
+        return dict(self._execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
+
     def expired_active_runs(self, now: float) -> list[dict[str, Any]]:
         # Locked until the sweep's transaction ends; rows another server is
         # ending right now are left to it.

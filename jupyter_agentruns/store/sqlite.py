@@ -468,6 +468,9 @@ class SQLiteConnection(StoreConnection):
             [owner, *ACTIVE_STATUSES],
         ).fetchone()[0]
 
+    def count_runs_by_status(self) -> dict[str, int]:
+        return dict(self.conn.execute("SELECT status, count(*) FROM runs GROUP BY status"))
+
     def expired_active_runs(self, now: float) -> list[dict[str, Any]]:
         placeholders = ",".join("?" for _ in ACTIVE_STATUSES)
         rows = self.db.query(
