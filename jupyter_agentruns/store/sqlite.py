@@ -468,6 +468,16 @@ class SQLiteConnection(StoreConnection):
             [owner, *ACTIVE_STATUSES],
         ).fetchone()[0]
 
+    def diagnostics(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.conn.execute("PRAGMA user_version").fetchone()[0],
+            "schema_versions_known": len(MIGRATIONS),
+            "runs_by_status": dict(
+                self.conn.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall()
+            ),
+            "versions": {"sqlite": sqlite3.sqlite_version},
+        }
+
     def expired_active_runs(self, now: float) -> list[dict[str, Any]]:
         placeholders = ",".join("?" for _ in ACTIVE_STATUSES)
         rows = self.db.query(
