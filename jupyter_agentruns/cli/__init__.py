@@ -24,6 +24,9 @@ request, 66 no such run, 69 no server (or store) reachable, 77 the token was ref
 78 the Jupyter configuration is wrong, 130 stopped by Ctrl-C"""
 
 
+STORE_COMMANDS = ("gc", "doctor")
+
+
 class Parser(argparse.ArgumentParser):
     """argparse's parser, exiting with 64 on a usage error (its own 2 is "cancelled" here)."""
 
@@ -148,10 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_command(args: argparse.Namespace, out: TextIO) -> int:
-    from . import offline, remote
+    # Each side imported only when used: the store's side loads the server's code.
+    if args.command in STORE_COMMANDS:
+        from . import offline
 
-    if args.command in offline.COMMANDS:
         return offline.COMMANDS[args.command](args, out)
+    from . import remote
+
     server = find_server(
         args.url,
         args.token,

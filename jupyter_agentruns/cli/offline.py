@@ -268,4 +268,4 @@ def cmd_doctor(args, out: TextIO) -> int:
     return exits.FAILED if report["problems"] else exits.OK
 
 
-COMMANDS = {"gc": cmd_gc, "doctor": cmd_doctor}
+COMMANDS = {"gc": cmd_gc, "doctor": cmd_doctor}  # STORE_COMMANDS of the parser
