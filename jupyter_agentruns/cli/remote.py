@@ -93,21 +93,31 @@ def cmd_show(client: Client, args, out: TextIO) -> int:
 
 
 class EventPrinter:
-    """Prints what ``tail`` receives: text as text, other events one short line each."""
+    """Prints what ``tail`` receives: text as text, other events one short line each.
+
+    While a message streams, its progress and usage events are left out: a
+    line between two words would cut the text (``--json`` has every event).
+    """
+
+    QUIET_IN_TEXT = ("progress", "usage")
 
     def __init__(self, out: TextIO, as_json: bool):
         self.out = out
         self.as_json = as_json
         self.mid_line = False  # the last thing printed was text without its newline
+        self.in_message = False
 
     def event(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
         if self.as_json:
             self._line(json.dumps(event, ensure_ascii=False, separators=(",", ":")))
-        elif event["type"] == "text.delta":
+        elif kind == "text.delta":
             delta = event["data"].get("delta", "")
             self.out.write(delta)
             self.mid_line = not delta.endswith("\n") if delta else self.mid_line
-        elif event["type"] not in ("message.completed", "message.started"):
+        elif kind in ("message.started", "message.completed"):
+            self.in_message = kind == "message.started"
+        elif not (self.in_message and kind in self.QUIET_IN_TEXT):
             self._line(output.event_line(event))
         self.out.flush()
 
