@@ -16,10 +16,11 @@ import sys
 import threading
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
-from jupyter_agentruns.cli import output
+from jupyter_agentruns.cli import build_parser, exits, output
 
 from servers import ServerProcess, wait_status
 
@@ -145,6 +146,18 @@ def tails():
 
 
 # Output for people (pure) ------------------------------------------------------
+
+
+def test_the_readme_documents_every_command_and_every_exit_status():
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Command line") :]
+    section = section[: section.index("\n## ")]
+    [commands] = [a for a in build_parser()._actions if a.dest == "command"]
+    for name in commands.choices:
+        assert f"`jupyter agentruns {name}" in section, name
+    statuses = {v for k, v in vars(exits).items() if k.isupper() and isinstance(v, int)}
+    for status in statuses:
+        assert f"\n| {status} | " in section, status
 
 
 def test_ages_and_durations_read_like_a_person_would_say_them():
