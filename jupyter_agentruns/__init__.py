@@ -8,8 +8,6 @@ In a notebook::
 
 from __future__ import annotations
 
-from .agents import agent
-
 __version__ = "0.1.0"
 __all__ = ["Run", "__version__", "agent", "attach", "runs", "submit"]
 
@@ -22,6 +20,12 @@ def __getattr__(name: str):
         from . import widget
 
         return getattr(widget, name)
+    if name == "agent":
+        # Loaded when asked for: its input schemas need jsonschema, a second to import,
+        # which the command line and the kernel's client do without.
+        from .agents import agent
+
+        return agent
     raise AttributeError(f"module 'jupyter_agentruns' has no attribute {name!r}")
 
 

@@ -9,6 +9,7 @@ process started this kernel; JupyterHub's environment; the only running server.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import ssl
@@ -17,6 +18,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,14 +32,23 @@ class AgentRunsError(Exception):
     """An error answered by the agentruns API (``code`` is its ``error`` field).
 
     ``body`` is the whole answer: some errors say more (``session_busy`` has ``active_run_id``).
+    ``retry_after``: the seconds the server asked to wait before trying again (503, 429), if it said.
     """
 
-    def __init__(self, status: int, code: str, message: str, body: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        body: dict[str, Any] | None = None,
+        retry_after: float | None = None,
+    ):
         super().__init__(f"{message} ({status} {code})")
         self.status = status
         self.code = code
         self.message = message
         self.body = body if body is not None else {"error": code, "message": message}
+        self.retry_after = retry_after
 
 
 class ServerNotFound(RuntimeError):
@@ -66,8 +77,16 @@ def _server_from_info(info: dict[str, Any]) -> Server:
     )
 
 
-def find_server(url: str | None = None, token: str | None = None) -> Server:
-    """The server this kernel should talk to (see the module docstring for the order)."""
+KERNEL_HINT = "Pass url= and token= to submit(), or set AGENTRUNS_URL and AGENTRUNS_TOKEN."
+
+
+def find_server(
+    url: str | None = None, token: str | None = None, hint: str = KERNEL_HINT
+) -> Server:
+    """The server this kernel should talk to (see the module docstring for the order).
+
+    ``hint``: how the caller chooses a server, said when none can be chosen.
+    """
     url = url or os.environ.get("AGENTRUNS_URL")
     token = token if token is not None else os.environ.get("AGENTRUNS_TOKEN")
     if url:
@@ -87,15 +106,13 @@ def find_server(url: str | None = None, token: str | None = None) -> Server:
     else:
         found = ", ".join(info.get("url", "?") for info in servers) or "none"
         raise ServerNotFound(
-            "Cannot tell which Jupyter server to use (running servers: "
-            f"{found}). Pass url= and token= to submit(), or set AGENTRUNS_URL and AGENTRUNS_TOKEN."
+            f"Cannot tell which Jupyter server to use (running servers: {found}). {hint}"
         )
     if token:
         server = Server(server.url, token, server.base_url)
     if not server.token:
         raise ServerNotFound(
-            f"The Jupyter server at {server.url} has no token this kernel can use (password login?). "
-            "Pass token= to submit(), or set AGENTRUNS_TOKEN."
+            f"The Jupyter server at {server.url} has no token to use (password login?). {hint}"
         )
     return server
 
@@ -143,18 +160,15 @@ class Client:
                     return response.status, dict(response.headers), raw.decode("utf-8")
                 return response.status, dict(response.headers), json.loads(raw) if raw else None
         except urllib.error.HTTPError as error:
-            raw = error.read()
-            body = None
-            try:
-                body = json.loads(raw)
-                code, message = body.get("error", "http_error"), body.get("message", "")
-            except (ValueError, AttributeError):
-                body = None
-                code, message = "http_error", raw.decode(errors="replace")[:500]
-            raise AgentRunsError(error.code, code, message, body) from None
+            raise _api_error(error) from None
         except urllib.error.URLError as error:
             raise ServerNotFound(
                 f"Cannot reach the Jupyter server at {self.server.url}: {error.reason}"
+            ) from None
+        except (OSError, http.client.HTTPException) as error:
+            # A server killed between the request and its answer (reset, closed, timed out).
+            raise ServerNotFound(
+                f"The Jupyter server at {self.server.url} dropped the connection: {error!r}"
             ) from None
 
     def submit(
@@ -169,6 +183,53 @@ class Client:
             headers["Idempotency-Key-Lifetime"] = "run"
         status, _, run = self.request("POST", "runs", body, headers=headers)
         return run, status == 200
+
+    def usage(self) -> dict[str, Any]:
+        """The caller's token totals of the last 24 hours."""
+        return self.request("GET", "usage")[2]
+
+    def events_page(self, run_id: str, after: int, limit: int = 1000) -> dict[str, Any]:
+        """One JSON page of the run's kept events after ``after`` (no waiting)."""
+        return self.request(
+            "GET", f"runs/{run_id}/events", params={"after": after, "limit": limit}
+        )[2]
+
+    def stream_events(
+        self, run_id: str, after: int, read_timeout: float = 60
+    ) -> Iterator[dict[str, Any]]:
+        """The run's events after ``after`` over SSE, as they come: ``{"event", "id", "data"}``.
+
+        ``data`` is parsed JSON: an event envelope, or the run object of a
+        ``snapshot`` frame (the events up to its ``id`` were compacted). Ends
+        when the server ends the stream (after the terminal event, or an
+        answer 204: nothing follows the cursor of a finished run). A dropped
+        connection, or ``read_timeout`` seconds without a byte (the server
+        sends a ping at least every ``heartbeat_interval``), raises
+        ``ServerNotFound``: resume from the last ``id`` received.
+        """
+        url = f"{self.api}runs/{run_id}/events"
+        request = urllib.request.Request(url)
+        request.add_header("Authorization", f"token {self.server.token}")
+        request.add_header("Accept", "text/event-stream")
+        request.add_header("Last-Event-ID", str(after))
+        try:
+            response = urllib.request.urlopen(request, timeout=read_timeout, context=self._ssl)
+        except urllib.error.HTTPError as error:
+            raise _api_error(error) from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
+            reason = getattr(error, "reason", error)
+            raise ServerNotFound(
+                f"Cannot reach the Jupyter server at {self.server.url}: {reason}"
+            ) from None
+        with response:
+            if response.status == 204:
+                return
+            try:
+                yield from _sse_frames(response)
+            except (OSError, http.client.HTTPException, ValueError) as error:
+                raise ServerNotFound(
+                    f"The stream from the Jupyter server at {self.server.url} broke: {error!r}"
+                ) from None
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         return self.request("GET", f"runs/{run_id}")[2]
@@ -223,6 +284,50 @@ class Client:
                 return self.get_run(run_id)
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"run {run_id} is still {body['status']} after {timeout} s")
+
+
+def _retry_after(headers: Any) -> float | None:
+    """The seconds of a ``Retry-After`` header (a number; an HTTP date is not used here)."""
+    value = headers.get("Retry-After") if headers is not None else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _api_error(error: urllib.error.HTTPError) -> AgentRunsError:
+    raw = error.read()
+    try:
+        body = json.loads(raw)
+        code, message = body.get("error", "http_error"), body.get("message", "")
+    except (ValueError, AttributeError):
+        body = None
+        code, message = "http_error", raw.decode(errors="replace")[:500]
+    return AgentRunsError(error.code, code, message, body, _retry_after(error.headers))
+
+
+def _sse_frames(response: Any) -> Iterator[dict[str, Any]]:
+    """Frames of a ``text/event-stream`` body: ``{"event", "id", "data"}`` (comments skipped)."""
+    frame: dict[str, Any] = {}
+    for raw in response:
+        line = raw.decode("utf-8").rstrip("\r\n")
+        if line == "":
+            if "data" in frame:
+                yield frame
+            frame = {}
+        elif line.startswith(":"):
+            continue  # a ping
+        else:
+            name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if name == "data":
+                frame["data"] = json.loads(value)
+            elif name == "id":
+                frame["id"] = int(value)
+            elif name == "event":
+                frame["event"] = value
+    if "data" in frame:
+        raise ValueError("the stream ended in the middle of a frame")
 
 
 def cell_context() -> tuple[str | None, str | None]:

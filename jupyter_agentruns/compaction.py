@@ -67,7 +67,12 @@ class Compactor:
         self._lock = asyncio.Lock()  # one compaction at a time
 
     async def run_once(self) -> dict[str, int]:
-        """One pass: compact what is due, delete what expired. Returns counts."""
+        """One pass: compact what is due, delete what expired.
+
+        Returns counts: runs ``compacted``, the ``events`` folded into their
+        snapshots, runs ``deleted`` (a pass takes a bounded number of each:
+        a backlog takes several passes).
+        """
         async with self._lock:
             now = time.time()
             settings = self._settings
@@ -76,23 +81,26 @@ class Compactor:
                     now - settings.event_retention_seconds, settings.max_retained_events
                 )
             )
-            compacted = 0
+            compacted = events = 0
             for run_id in candidates:
-                if await self._compact(run_id):
+                folded = await self._compact(run_id)
+                if folded:
                     compacted += 1
+                    events += folded
             expired = await self._reader.run(
                 lambda conn: conn.expired_runs(now - settings.run_retention_seconds)
             )
             for run_id, owner in expired:
                 await self.bury(run_id, owner)
-            return {"compacted": compacted, "deleted": len(expired)}
+            return {"compacted": compacted, "events": events, "deleted": len(expired)}
 
     async def compact(self, run_id: str) -> bool:
         """Fold the run's old events into its snapshot; True when ``first_seq`` advanced."""
         async with self._lock:
-            return await self._compact(run_id)
+            return await self._compact(run_id) > 0
 
-    async def _compact(self, run_id: str) -> bool:
+    async def _compact(self, run_id: str) -> int:
+        """The number of events folded into the snapshot (0: none were due, or the run changed)."""
         settings = self._settings
 
         def reduce(conn: StoreConnection) -> tuple[int, int, reducer.Snapshot | None] | None:
@@ -113,7 +121,7 @@ class Compactor:
 
         reduced = await self._reader.run(reduce)
         if reduced is None:
-            return False
+            return 0
         target, base_seq, snapshot = reduced
         watermark = target - 1
 
@@ -134,10 +142,10 @@ class Compactor:
             conn.update_run(run_id, fields)
             return target - current["first_seq"]
 
-        compacted = await self._writer.run(record)
-        if not compacted:
-            return False
-        metrics.EVENTS_COMPACTED.inc(compacted)
+        folded = await self._writer.run(record)
+        if not folded:
+            return 0
+        metrics.EVENTS_COMPACTED.inc(folded)
         channel = self._broadcaster.get(run_id)
         if channel is not None:
             channel.first_seq = target
@@ -146,7 +154,7 @@ class Compactor:
             lambda conn: conn.delete_events_before(run_id, target, DELETE_CHUNK)
         ):
             await asyncio.sleep(0)
-        return True
+        return folded
 
     async def bury(self, run_id: str, owner: str) -> None:
         """Delete a run past its retention, in chunks, leaving its tombstone."""

@@ -157,6 +157,15 @@ class StoreConnection(abc.ABC):
         """Every run of the store, counted by status (statuses with none are absent)."""
 
     @abc.abstractmethod
+    def diagnostics(self) -> dict[str, Any]:
+        """What ``jupyter agentruns doctor`` reports of the database itself.
+
+        ``schema_version`` (and ``schema_versions_known``: this package's
+        latest), ``runs_by_status`` (every owner's), and ``versions`` of the
+        database and its driver.
+        """
+
+    @abc.abstractmethod
     def expired_active_runs(self, now: float) -> list[dict[str, Any]]:
         """Runs not yet terminal whose executor's lease has run out (full rows).
 

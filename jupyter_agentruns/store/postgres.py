@@ -497,6 +497,16 @@ class PostgresConnection(StoreConnection):
     def count_runs_by_status(self) -> dict[str, int]:
         return dict(self._execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
 
+    def diagnostics(self) -> dict[str, Any]:
+        server_version = self._execute("SHOW server_version").fetchone()[0]
+        return {
+            "schema_version": self._execute("SELECT max(version) FROM schema_version").fetchone()[0]
+            or 0,
+            "schema_versions_known": len(_MIGRATIONS),
+            "runs_by_status": self.count_runs_by_status(),
+            "versions": {"postgresql": server_version, "psycopg": psycopg.__version__},
+        }
+
     def expired_active_runs(self, now: float) -> list[dict[str, Any]]:
         # Locked until the sweep's transaction ends; rows another server is
         # ending right now are left to it.

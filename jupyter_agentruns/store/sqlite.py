@@ -471,6 +471,14 @@ class SQLiteConnection(StoreConnection):
     def count_runs_by_status(self) -> dict[str, int]:
         return dict(self.conn.execute("SELECT status, count(*) FROM runs GROUP BY status"))
 
+    def diagnostics(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.conn.execute("PRAGMA user_version").fetchone()[0],
+            "schema_versions_known": len(MIGRATIONS),
+            "runs_by_status": self.count_runs_by_status(),
+            "versions": {"sqlite": sqlite3.sqlite_version},
+        }
+
     def expired_active_runs(self, now: float) -> list[dict[str, Any]]:
         placeholders = ",".join("?" for _ in ACTIVE_STATUSES)
         rows = self.db.query(

@@ -1,0 +1,190 @@
+"""``jupyter agentruns``: runs from a terminal.
+
+Against a running server (found as a kernel finds it: ``--url``/``--token``,
+``AGENTRUNS_URL``/``AGENTRUNS_TOKEN``, else the one running server):
+``list``, ``show``, ``tail``, ``cancel``, ``answer``, ``export``, ``usage``.
+On the store itself, no server needed: ``gc``, ``doctor``. Output is for
+people; ``--json`` is for scripts. Exit statuses are in ``exits.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+from ..client import AgentRunsError, Client, ServerNotFound, find_server
+from ..lifecycle import ALL_STATUSES
+from . import exits
+from .exits import CliError
+
+EPILOG = """exit status: 0 ok (tail: the run succeeded), 1 the run failed (doctor: a problem
+found), 2 cancelled, 3 interrupted, 64 wrong arguments, 65 the server refused the
+request, 66 no such run, 69 no server (or store) reachable, 77 the token was refused,
+78 the Jupyter configuration is wrong, 130 stopped by Ctrl-C"""
+
+
+STORE_COMMANDS = ("gc", "doctor")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, exiting with 64 on a usage error (its own 2 is "cancelled" here)."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(exits.USAGE, f"{self.prog}: error: {message}\n")
+
+
+def positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
+    return number
+
+
+def seconds(value: str) -> float:
+    number = float(value)
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {value}")
+    return number
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    server = argparse.ArgumentParser(add_help=False, parents=[common])
+    server.add_argument(
+        "--url", help="the Jupyter server's URL (default: AGENTRUNS_URL, else the running server)"
+    )
+    server.add_argument(
+        "--token", help="its token (default: AGENTRUNS_TOKEN, else the running server's)"
+    )
+    store = argparse.ArgumentParser(add_help=False, parents=[common])
+    where = store.add_mutually_exclusive_group()
+    where.add_argument(
+        "--db", metavar="PATH", help="a SQLite store file (default: c.AgentRuns.db_path)"
+    )
+    where.add_argument(
+        "--store-url",
+        metavar="URL",
+        help="a postgresql:// store (default: c.AgentRuns.store_url, AGENTRUNS_STORE_URL)",
+    )
+
+    parser = Parser(
+        prog="jupyter agentruns",
+        description="Agent runs of Jupyter servers, from a terminal.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=Parser
+    )
+
+    listing = commands.add_parser("list", parents=[server], help="your runs, newest first")
+    listing.add_argument("--status", choices=ALL_STATUSES)
+    listing.add_argument("--session", help="runs of this session (a notebook's path)")
+    listing.add_argument("--agent", help="runs of this agent")
+    listing.add_argument(
+        "--limit", type=positive, default=20, help="at most this many (default 20)"
+    )
+
+    show = commands.add_parser(
+        "show", parents=[server], help="a run: state, timing, what it did, its questions"
+    )
+    show.add_argument("run", metavar="RUN")
+
+    tail = commands.add_parser(
+        "tail", parents=[server],
+        help="follow a run's events live; exits with its outcome (0 succeeded, 1 failed, 2 cancelled, 3 interrupted)",
+    )  # fmt: skip
+    tail.add_argument("run", metavar="RUN")
+    tail.add_argument(
+        "--after",
+        type=int,
+        default=0,
+        metavar="SEQ",
+        help="start after this event (default: from the first)",
+    )
+    tail.add_argument(
+        "--give-up-after",
+        type=seconds,
+        default=300,
+        metavar="SECONDS",
+        help="stop when the server stays unreachable this long (default 300)",
+    )
+    tail.add_argument(
+        "--read-timeout", type=seconds, default=60, metavar="SECONDS", help=argparse.SUPPRESS
+    )
+
+    cancel = commands.add_parser("cancel", parents=[server], help="ask the server to cancel a run")
+    cancel.add_argument("run", metavar="RUN")
+    cancel.add_argument("--reason", help="recorded with the cancel")
+
+    answer = commands.add_parser(
+        "answer", parents=[server], help="answer a run's question (see show)"
+    )
+    answer.add_argument("run", metavar="RUN")
+    answer.add_argument("request", metavar="REQUEST", help="the question's request id")
+    answer.add_argument("choice", metavar="CHOICE", help="one of the choices it offers")
+    answer.add_argument("--note", help="a note recorded with the answer")
+
+    export = commands.add_parser(
+        "export", parents=[server], help="a run's record: Markdown, or JSON with its events"
+    )
+    export.add_argument("run", metavar="RUN")
+    export.add_argument("--format", choices=("md", "json"), default="md")
+    export.add_argument(
+        "-o", "--output", metavar="FILE", help="write to FILE instead of standard output"
+    )
+
+    commands.add_parser("usage", parents=[server], help="your token usage of the last 24 hours")
+
+    commands.add_parser(
+        "gc", parents=[store], help="apply retention now: delete expired runs, compact old events"
+    )
+    commands.add_parser(
+        "doctor",
+        parents=[store],
+        help="check the store: where, schema, runs, expired leases, versions",
+    )
+    return parser
+
+
+def run_command(args: argparse.Namespace, out: TextIO) -> int:
+    # Each side imported only when used: the store's side loads the server's code.
+    if args.command in STORE_COMMANDS:
+        from . import offline
+
+        return offline.COMMANDS[args.command](args, out)
+    from . import remote
+
+    server = find_server(
+        args.url,
+        args.token,
+        hint="Pass --url and --token, or set AGENTRUNS_URL and AGENTRUNS_TOKEN.",
+    )
+    return remote.COMMANDS[args.command](Client(server), args, out)
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    """Run one command; returns its exit status (an expected failure is one line on stderr)."""
+    args = build_parser().parse_args(argv)
+    out = out or sys.stdout
+    try:
+        return run_command(args, out)
+    except CliError as error:
+        sys.stderr.write(f"jupyter agentruns {args.command}: {error}\n")
+        return error.status
+    except AgentRunsError as error:
+        sys.stderr.write(f"jupyter agentruns {args.command}: {exits.from_api(error)}\n")
+        return exits.from_api(error).status
+    except ServerNotFound as error:
+        sys.stderr.write(f"jupyter agentruns {args.command}: {error}\n")
+        return exits.UNAVAILABLE
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")
+        return exits.STOPPED
+    except BrokenPipeError:
+        # The reader went away (| head): nothing more to say, to anyone.
+        sys.stderr.close()
+        return exits.OK

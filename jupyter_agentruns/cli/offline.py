@@ -1,0 +1,271 @@
+"""The commands that work on the store itself, with no server: gc and doctor.
+
+The store is the one a server started here would use: ``c.AgentRuns.*`` from
+the Jupyter configuration files (and ``AGENTRUNS_STORE_URL``), unless
+``--db`` or ``--store-url`` names another. Both stores are safe to share
+between processes (SQLite in WAL mode, PostgreSQL), so these commands may
+run while servers use the same store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from jupyter_core.application import JupyterApp
+from traitlets import TraitError
+from traitlets.config import Config
+
+from .. import __version__
+from ..app import AgentRuns, UnsafeStore
+from ..broadcaster import Broadcaster
+from ..compaction import Compactor
+from ..reader import Reader
+from ..store import Store
+from ..store.filesystems import network_filesystem
+from ..writer import Writer
+from . import exits
+from .exits import CliError
+from .remote import print_json
+
+# A pass compacts at most 100 runs and deletes at most 1000: a backlog takes
+# several. A bound all the same, for a store a busy server keeps refilling.
+MAX_PASSES = 10000
+
+log = logging.getLogger("jupyter_agentruns.cli")
+
+
+class _ServerConfigFiles(JupyterApp):
+    """Reads the configuration files a ``jupyter server`` reads (and nothing of its command line)."""
+
+    name = "jupyter-agentruns"
+    config_file_name = "jupyter_server_config"
+
+
+def server_config() -> Config:
+    """``c.*`` from ``jupyter_config`` and ``jupyter_server_config`` (.py, .json) in Jupyter's config path."""
+    files = _ServerConfigFiles()
+    files.load_config_file(suppress_errors=False)
+    return files.config
+
+
+def settings(db: str | None, store_url: str | None) -> AgentRuns:
+    """The ``c.AgentRuns`` settings a server here would have, with ``--db``/``--store-url`` on top."""
+    try:
+        config = server_config()
+        if db is not None:
+            config.AgentRuns.db_path = db
+            config.AgentRuns.store_url = ""  # --db chooses SQLite, whatever the environment says
+        if store_url is not None:
+            config.AgentRuns.store_url = store_url
+        return AgentRuns(config=config)
+    except (TraitError, ValueError, SyntaxError) as error:
+        raise CliError(f"the Jupyter configuration is wrong: {error}", exits.CONFIG) from None
+
+
+def kind(app: AgentRuns) -> str:
+    return "postgresql" if app.store_url else "sqlite"
+
+
+def open_store(app: AgentRuns) -> Store:
+    """The store, opened as the server opens it; a store that cannot be opened says why."""
+    try:
+        return app.open_store()
+    except UnsafeStore as error:
+        raise CliError(str(error), exits.UNAVAILABLE) from None
+    except Exception as error:
+        raise CliError(
+            f"the store at {app.store_location()} cannot be opened: {error}", exits.UNAVAILABLE
+        ) from None
+
+
+# gc --------------------------------------------------------------------------
+
+
+async def collect(store: Store, app: AgentRuns, on_pass) -> dict[str, int]:
+    """Retention now, pass after pass until nothing is due: the server's own compactor, here.
+
+    ``on_pass(totals)`` after each pass (the progress display).
+    """
+    loop = asyncio.get_running_loop()
+    reader = Reader(store)
+    writer = Writer(store, loop, lambda appended, refused: None, log)
+    compactor = Compactor(
+        writer=writer,
+        reader=reader,
+        broadcaster=Broadcaster(reader),  # no channels: no run is executed here
+        settings=app,
+        on_deleted=lambda run_id: None,
+    )
+    totals = {"runs_deleted": 0, "runs_compacted": 0, "events_compacted": 0}
+    try:
+        for _ in range(MAX_PASSES):
+            counts = await compactor.run_once()
+            totals["runs_deleted"] += counts["deleted"]
+            totals["runs_compacted"] += counts["compacted"]
+            totals["events_compacted"] += counts["events"]
+            on_pass(totals)
+            if not counts["deleted"] and not counts["compacted"]:
+                break
+    finally:
+        await loop.run_in_executor(None, writer.close)
+        await loop.run_in_executor(None, reader.close)
+    return totals
+
+
+def gc_summary(totals: dict[str, int]) -> str:
+    return (
+        f"{totals['runs_deleted']:,} runs deleted, {totals['events_compacted']:,} events "
+        f"compacted in {totals['runs_compacted']:,} runs"
+    )
+
+
+def cmd_gc(args, out: TextIO) -> int:
+    app = settings(args.db, args.store_url)
+    if kind(app) == "sqlite" and not Path(app.db_path).exists():
+        totals = {"runs_deleted": 0, "runs_compacted": 0, "events_compacted": 0}
+        if args.json:
+            print_json({"store": app.store_location(), **totals}, out)
+        else:
+            out.write(f"no store at {app.db_path} yet: nothing to collect\n")
+        return exits.OK
+    store = open_store(app)
+    progress = sys.stderr.isatty() and not args.json
+
+    def on_pass(totals: dict[str, int]) -> None:
+        if progress:
+            sys.stderr.write(f"\rcollecting: {gc_summary(totals)}…")
+            sys.stderr.flush()
+
+    totals = asyncio.run(collect(store, app, on_pass))
+    if progress:
+        sys.stderr.write("\r\033[K")
+    if args.json:
+        print_json({"store": app.store_location(), **totals}, out)
+    else:
+        out.write(gc_summary(totals) + "\n")
+    return exits.OK
+
+
+# doctor ----------------------------------------------------------------------
+
+
+def versions() -> dict[str, str]:
+    import jupyter_server
+
+    return {
+        "jupyter_agentruns": __version__,
+        "jupyter_server": jupyter_server.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def expired_leases(store: Store, now: float) -> list[dict[str, Any]]:
+    """Unfinished runs no live server holds: their executor's lease ran out (or was handed over)."""
+    conn = store.connect()
+    try:
+        rows = conn.expired_active_runs(now)
+    finally:
+        conn.close()
+    return [
+        {
+            "run_id": row["run_id"],
+            "status": row["status"],
+            "agent": row["agent"],
+            "owner": row["owner"],
+            "lease_expired_seconds_ago": (
+                round(now - row["lease_expires"], 1) if row.get("lease_expires") else None
+            ),
+            "handed_over": row["executor_id"] is None,
+        }
+        for row in rows
+    ]
+
+
+def diagnose(app: AgentRuns) -> dict[str, Any]:
+    """Everything doctor reports, with ``problems``: one line each, saying what to do."""
+    report: dict[str, Any] = {
+        "store": {"kind": kind(app), "location": app.store_location()},
+        "versions": versions(),
+        "problems": [],
+    }
+    problems = report["problems"]
+    if kind(app) == "sqlite":
+        fstype = network_filesystem(app.db_path)
+        report["store"]["network_filesystem"] = fstype
+        report["store"]["exists"] = Path(app.db_path).exists()
+        if fstype:
+            problems.append(
+                f"the SQLite file is on a network file system ({fstype}): servers refuse it; "
+                "set c.AgentRuns.db_path to a local disk, or c.AgentRuns.store_url to PostgreSQL"
+            )
+            return report
+        if not report["store"]["exists"]:
+            report["note"] = "no store yet: the first server started here creates it"
+            return report
+    try:
+        store = open_store(app)
+        conn = store.connect()
+        try:
+            found = conn.diagnostics()
+        finally:
+            conn.close()
+        report["versions"].update(found.pop("versions"))
+        report.update(found)
+        report["expired_leases"] = expired_leases(store, time.time())
+    except CliError as error:
+        problems.append(str(error))
+        return report
+    except Exception as error:
+        problems.append(f"the store cannot be read: {type(error).__name__}: {error}")
+        return report
+    for lease in report["expired_leases"]:
+        problems.append(
+            f"run {lease['run_id']} is {lease['status']} but no server executes it "
+            "(its server's lease expired): start a server on this store, which takes it over "
+            "or ends it interrupted"
+        )
+    return report
+
+
+def doctor_text(report: dict[str, Any]) -> str:
+    store = report["store"]
+    lines = [f"store      {store['kind']} {store['location']}"]
+    if store["kind"] == "sqlite":
+        lines.append(f"filesystem {store.get('network_filesystem') or 'local'}")
+    if "note" in report:
+        lines.append(f"note       {report['note']}")
+    if "schema_version" in report:
+        lines.append(
+            f"schema     version {report['schema_version']} "
+            f"(this package knows up to {report['schema_versions_known']})"
+        )
+        counts = report.get("runs_by_status") or {}
+        runs = ", ".join(f"{n:,} {status}" for status, n in sorted(counts.items())) or "none"
+        lines.append(f"runs       {runs}")
+        lines.append(f"leases     {len(report.get('expired_leases', []))} expired")
+    lines.append(
+        "versions   " + ", ".join(f"{name} {value}" for name, value in report["versions"].items())
+    )
+    for problem in report["problems"]:
+        lines.append(f"problem    {problem}")
+    if not report["problems"]:
+        lines.append("ok")
+    return "\n".join(lines)
+
+
+def cmd_doctor(args, out: TextIO) -> int:
+    report = diagnose(settings(args.db, args.store_url))
+    if args.json:
+        print_json(report, out)
+    else:
+        out.write(doctor_text(report) + "\n")
+    return exits.FAILED if report["problems"] else exits.OK
+
+
+COMMANDS = {"gc": cmd_gc, "doctor": cmd_doctor}  # STORE_COMMANDS of the parser

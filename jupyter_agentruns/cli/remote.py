@@ -1,0 +1,331 @@
+"""The commands that ask a running Jupyter server: list, show, tail, cancel, answer, export, usage.
+
+They are clients of the REST API, through the notebook API's ``Client``:
+what they may do is exactly what a person with the server's token may do.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..client import TERMINAL, AgentRunsError, Client, ServerNotFound
+from . import exits, output
+from .exits import CliError
+
+LIST_PAGE_MAX = 500  # GET runs answers at most this many a page
+EXPORT_PAGE = 1000
+# The server's ``retry:`` is the floor of the reconnect backoff; this its ceiling.
+BACKOFF_FIRST_SECONDS = 1.0
+BACKOFF_MAX_SECONDS = 30.0
+TERMINAL_EVENTS = {f"run.{status}" for status in TERMINAL}
+
+
+def print_json(value: Any, out: TextIO) -> None:
+    out.write(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
+
+
+# list ------------------------------------------------------------------------
+
+
+def list_runs(
+    client: Client,
+    *,
+    status: str | None,
+    session: str | None,
+    agent: str | None,
+    limit: int,
+) -> list[dict[str, Any]]:
+    """The caller's newest ``limit`` runs matching the filters, following ``next`` page by page.
+
+    The API filters by status and session; ``agent`` is filtered here, page
+    by page, so a rare agent may take several pages to fill ``limit``.
+    """
+    runs: list[dict[str, Any]] = []
+    before = None
+    while len(runs) < limit:
+        wanted = limit - len(runs)
+        page = client.list_runs(
+            status=status,
+            session=session,
+            limit=LIST_PAGE_MAX if agent else min(wanted, LIST_PAGE_MAX),
+            before=before,
+        )
+        runs += [run for run in page["runs"] if agent is None or run["agent"] == agent]
+        before = page.get("next")
+        if not before:
+            break
+    return runs[:limit]
+
+
+def cmd_list(client: Client, args, out: TextIO) -> int:
+    runs = list_runs(
+        client, status=args.status, session=args.session, agent=args.agent, limit=args.limit
+    )
+    if args.json:
+        print_json(runs, out)
+    elif runs:
+        out.write(output.runs_table(runs) + "\n")
+    else:
+        out.write(
+            "no runs" + (" match" if args.status or args.session or args.agent else "") + "\n"
+        )
+    return exits.OK
+
+
+# show ------------------------------------------------------------------------
+
+
+def cmd_show(client: Client, args, out: TextIO) -> int:
+    run = client.get_run(args.run)
+    if args.json:
+        print_json(run, out)
+    else:
+        out.write(output.run_details(run) + "\n")
+    return exits.OK
+
+
+# tail ------------------------------------------------------------------------
+
+
+class EventPrinter:
+    """Prints what ``tail`` receives: text as text, other events one short line each.
+
+    While a message streams, its progress and usage events are left out: a
+    line between two words would cut the text (``--json`` has every event).
+    """
+
+    QUIET_IN_TEXT = ("progress", "usage")
+
+    def __init__(self, out: TextIO, as_json: bool):
+        self.out = out
+        self.as_json = as_json
+        self.mid_line = False  # the last thing printed was text without its newline
+        self.in_message = False
+
+    def event(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
+        if self.as_json:
+            self._line(json.dumps(event, ensure_ascii=False, separators=(",", ":")))
+        elif kind == "text.delta":
+            delta = event["data"].get("delta", "")
+            self.out.write(delta)
+            self.mid_line = not delta.endswith("\n") if delta else self.mid_line
+        elif kind in ("message.started", "message.completed"):
+            self.in_message = kind == "message.started"
+        elif not (self.in_message and kind in self.QUIET_IN_TEXT):
+            self._line(output.event_line(event))
+        self.out.flush()
+
+    def snapshot(self, seq: int, run: dict[str, Any]) -> None:
+        """The run at ``seq``, when the events before it were compacted away."""
+        if self.as_json:
+            self._line(json.dumps({"type": "snapshot", "seq": seq, "run": run}))
+        else:
+            self._line(f"[{seq}] snapshot: the events up to here were compacted")
+            text = "".join(
+                m.get("text", "") for m in (run.get("snapshot") or {}).get("messages", [])
+            )
+            if text:
+                self.out.write(text)
+                self.mid_line = not text.endswith("\n")
+        self.out.flush()
+
+    def end(self) -> None:
+        if self.mid_line:
+            self.out.write("\n")
+            self.mid_line = False
+        self.out.flush()
+
+    def _line(self, text: str) -> None:
+        if self.mid_line:
+            self.out.write("\n")
+            self.mid_line = False
+        self.out.write(text + "\n")
+
+
+class Backoff:
+    """Exponential reconnect delays with jitter, so a restarted server is not stampeded."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    def next(self, retry_after: float | None = None) -> float:
+        delay = min(BACKOFF_MAX_SECONDS, BACKOFF_FIRST_SECONDS * 2**self.attempts)
+        self.attempts += 1
+        delay = delay * random.uniform(0.5, 1.0)
+        return max(delay, BACKOFF_FIRST_SECONDS, retry_after or 0.0)
+
+    def reset(self) -> None:
+        self.attempts = 0
+
+
+def follow(
+    client: Client,
+    run_id: str,
+    *,
+    after: int,
+    printer: EventPrinter,
+    give_up_after: float,
+    read_timeout: float,
+    notices: TextIO,
+) -> str:
+    """Print the run's events after ``after`` until its terminal one; returns its final status.
+
+    The cursor is the last ``seq`` printed: after a dropped connection, a
+    server restart or a 503 the stream is asked again from it (with
+    ``Last-Event-ID``), so every event is printed exactly once. Reconnects
+    back off (at least what ``Retry-After`` says) and give up once the server
+    has been unreachable for ``give_up_after`` seconds in a row.
+    """
+    cursor = after
+    backoff = Backoff()
+    unreachable_since: float | None = None
+    while True:
+        try:
+            for frame in client.stream_events(run_id, cursor, read_timeout):
+                unreachable_since = None
+                backoff.reset()
+                if frame.get("event") == "snapshot":
+                    cursor = frame["id"]
+                    printer.snapshot(cursor, frame["data"])
+                    continue
+                event = frame["data"]
+                if event["seq"] <= cursor:
+                    continue  # already printed (a server may repeat what follows the cursor)
+                printer.event(event)
+                cursor = event["seq"]
+                if event["type"] in TERMINAL_EVENTS:
+                    printer.end()
+                    return event["type"].removeprefix("run.")
+            # The stream ended without the terminal event (a 204, a server stopping):
+            # the run itself says whether anything is left.
+            run = client.get_run(run_id)
+            if run["status"] in TERMINAL and cursor >= run["last_seq"]:
+                printer.end()
+                return run["status"]
+        except (ServerNotFound, AgentRunsError) as error:
+            if isinstance(error, AgentRunsError) and error.status not in (429, 502, 503, 504):
+                printer.end()
+                raise exits.from_api(error) from None
+            now = time.monotonic()
+            unreachable_since = unreachable_since or now
+            if now - unreachable_since >= give_up_after:
+                printer.end()
+                raise CliError(
+                    f"gave up following {run_id} after {give_up_after:g} s without the server "
+                    f"({error}); run again with --after {cursor} to go on from here",
+                    exits.UNAVAILABLE,
+                ) from None
+            delay = backoff.next(getattr(error, "retry_after", None))
+            notices.write(f"{error}; reconnecting in {delay:.1f} s from event {cursor}\n")
+            notices.flush()
+            time.sleep(delay)
+
+
+def cmd_tail(client: Client, args, out: TextIO) -> int:
+    client.get_run(args.run)  # a run that is not there is said at once, not retried
+    printer = EventPrinter(out, args.json)
+    status = follow(
+        client,
+        args.run,
+        after=args.after,
+        printer=printer,
+        give_up_after=args.give_up_after,
+        read_timeout=args.read_timeout,
+        notices=sys.stderr,
+    )
+    if not args.json:
+        sys.stderr.write(f"{args.run} {status}\n")
+    return exits.OUTCOMES[status]
+
+
+# cancel, answer --------------------------------------------------------------
+
+
+def cmd_cancel(client: Client, args, out: TextIO) -> int:
+    run = client.cancel(args.run, args.reason)
+    if args.json:
+        print_json(run, out)
+    elif run["status"] in TERMINAL and not run.get("cancel"):
+        out.write(f"{args.run} had already {run['status']}: nothing to cancel\n")
+    else:
+        out.write(f"{args.run} {run['status']}\n")
+    return exits.OK
+
+
+def cmd_answer(client: Client, args, out: TextIO) -> int:
+    run = client.answer(args.run, args.request, args.choice, args.note)
+    if args.json:
+        print_json(run, out)
+    else:
+        out.write(f"answered {args.request} with {args.choice!r}; {args.run} is {run['status']}\n")
+    return exits.OK
+
+
+# export ----------------------------------------------------------------------
+
+
+def exported_json(client: Client, run_id: str) -> dict[str, Any]:
+    """The run object and its kept events up to its ``last_seq``: one consistent record."""
+    run = client.get_run(run_id)
+    events: list[dict[str, Any]] = []
+    after = run["first_seq"] - 1
+    while after < run["last_seq"]:
+        page = client.events_page(run_id, after, EXPORT_PAGE)
+        batch = [event for event in page["events"] if event["seq"] <= run["last_seq"]]
+        if not batch:
+            break
+        events += batch
+        after = batch[-1]["seq"]
+    return {"run": run, "events": events}
+
+
+def cmd_export(client: Client, args, out: TextIO) -> int:
+    if args.format == "md":
+        text = client.record(args.run)
+    else:
+        text = json.dumps(exported_json(client, args.run), ensure_ascii=False, indent=2) + "\n"
+    if args.output is None:
+        out.write(text)
+        return exits.OK
+    path = Path(args.output)
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise CliError(f"cannot write {path}: {error.strerror}", exits.USAGE) from None
+    size = len(text.encode("utf-8"))
+    if args.json:
+        print_json(
+            {"run_id": args.run, "format": args.format, "path": str(path), "bytes": size}, out
+        )
+    else:
+        out.write(f"wrote {path} ({size:,} bytes)\n")
+    return exits.OK
+
+
+# usage -----------------------------------------------------------------------
+
+
+def cmd_usage(client: Client, args, out: TextIO) -> int:
+    usage = client.usage()
+    if args.json:
+        print_json(usage, out)
+    else:
+        out.write(output.usage_line(usage) + "\n")
+    return exits.OK
+
+
+COMMANDS = {
+    "list": cmd_list,
+    "show": cmd_show,
+    "tail": cmd_tail,
+    "cancel": cmd_cancel,
+    "answer": cmd_answer,
+    "export": cmd_export,
+    "usage": cmd_usage,
+}

@@ -1,0 +1,457 @@
+"""``jupyter agentruns``: the command line, run as users run it, against real servers and stores.
+
+Each command runs as a subprocess (``python -m jupyter_agentruns.cli``) with
+the environment of a real ``jupyter server`` subprocess: the server's commands
+find it through ``AGENTRUNS_URL``/``AGENTRUNS_TOKEN``, the store's commands
+read the server's own configuration files. Every test that starts a server
+runs on both stores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from jupyter_agentruns.cli import build_parser, exits, output
+
+from servers import ServerProcess, wait_status
+
+TERMINAL = {"succeeded", "failed", "cancelled", "interrupted"}
+SLOW = {"prompt": "follow me", "chunks": 300, "delay": 0.02}
+QUICK = {"prompt": "quick", "chunks": 5, "delay": 0}
+
+
+@pytest.fixture
+def servers(tmp_path, store_config):
+    started = []
+
+    def start(name="a", **agentruns):
+        config = {"lease_seconds": 1.5, **store_config, **agentruns}
+        server = ServerProcess(tmp_path / name, tmp_path / "agentruns.sqlite3", config)
+        started.append(server.start())
+        return server
+
+    yield start
+    for server in started:
+        server.kill()
+
+
+def command(server, *args, env=None):
+    """The command line with the server's environment (its config dir) and its URL and token."""
+    return [sys.executable, "-m", "jupyter_agentruns.cli", *args], {
+        **server.env,
+        "AGENTRUNS_URL": server.url,
+        "AGENTRUNS_TOKEN": server.token,
+        **(env or {}),
+    }
+
+
+def cli(server, *args, env=None, timeout=60) -> subprocess.CompletedProcess:
+    argv, environ = command(server, *args, env=env)
+    return subprocess.run(argv, env=environ, capture_output=True, text=True, timeout=timeout)
+
+
+def cli_json(server, *args, env=None):
+    result = cli(server, *args, "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def one_clear_line(result: subprocess.CompletedProcess) -> str:
+    """An expected error: one line on stderr, no traceback, nothing on stdout."""
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and result.stdout == "", result.stderr
+    return lines[0]
+
+
+def submit(client, input, **body) -> str:
+    response = client.post("runs", json={"agent": "demo", "input": input, **body})
+    assert response.status_code == 201, response.text
+    return response.json()["run_id"]
+
+
+def stored_events(client, run_id):
+    events, after = [], 0
+    while True:
+        page = client.get(f"runs/{run_id}/events", params={"after": after, "limit": 1000}).json()
+        if not page["events"]:
+            return events
+        events += page["events"]
+        after = events[-1]["seq"]
+
+
+class Tail:
+    """``tail`` as a subprocess, its output lines collected as they come."""
+
+    def __init__(self, server, *args):
+        argv, environ = command(server, "tail", *args)
+        self.process = subprocess.Popen(
+            argv, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        self.lines: list[str] = []
+        self.errors: list[str] = []
+        self._threads = [
+            threading.Thread(target=self._collect, args=(self.process.stdout, self.lines)),
+            threading.Thread(target=self._collect, args=(self.process.stderr, self.errors)),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    @staticmethod
+    def _collect(stream, into):
+        for line in stream:
+            into.append(line.rstrip("\n"))
+
+    def wait_lines(self, count, timeout=30):
+        deadline = time.monotonic() + timeout
+        while len(self.lines) < count:
+            assert self.process.poll() is None, f"tail ended early: {self.errors}"
+            assert time.monotonic() < deadline, f"tail printed {len(self.lines)} lines"
+            time.sleep(0.02)
+
+    def wait(self, timeout=60) -> int:
+        try:
+            return self.process.wait(timeout)
+        finally:
+            self.stop()
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        for thread in self._threads:
+            thread.join(10)
+
+
+@pytest.fixture
+def tails():
+    started = []
+
+    def start(server, *args):
+        started.append(Tail(server, *args))
+        return started[-1]
+
+    yield start
+    for tail in started:
+        tail.stop()
+
+
+# Output for people (pure) ------------------------------------------------------
+
+
+def test_the_readme_documents_every_command_and_every_exit_status():
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Command line") :]
+    section = section[: section.index("\n## ")]
+    [commands] = [a for a in build_parser()._actions if a.dest == "command"]
+    for name in commands.choices:
+        assert f"`jupyter agentruns {name}" in section, name
+    statuses = {v for k, v in vars(exits).items() if k.isupper() and isinstance(v, int)}
+    for status in statuses:
+        assert f"\n| {status} | " in section, status
+
+
+def test_ages_and_durations_read_like_a_person_would_say_them():
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    iso = lambda delta: (now - delta).isoformat().replace("+00:00", "Z")  # noqa: E731
+    assert output.age(iso(timedelta(minutes=3, seconds=5)), now) == "3m ago"
+    assert output.age(iso(timedelta(seconds=42)), now) == "42s ago"
+    assert output.age(iso(timedelta(days=2, hours=1)), now) == "2d ago"
+    assert output.age(None, now) == "-"
+    run = {"started_at": iso(timedelta(seconds=90)), "finished_at": iso(timedelta(seconds=88))}
+    assert output.duration(run, now) == "2.0s"
+    assert output.duration({"started_at": None}, now) == "-"
+
+
+def test_a_table_aligns_every_column_on_its_widest_cell():
+    text = output.table(("RUN", "STATUS"), [("run_a", "succeeded"), ("run_long_id", "failed")])
+    header, first, second = text.splitlines()
+    assert header.index("STATUS") == first.index("succeeded") == second.index("failed") == 13
+
+
+# Against a server --------------------------------------------------------------
+
+
+@pytest.mark.timeout(180)
+def test_list_show_usage_and_export_describe_the_callers_runs(servers, tmp_path):
+    server = servers()
+    with server.client() as client:
+        ok = submit(client, QUICK, session="notebooks/a.ipynb")
+        failed = submit(client, {**QUICK, "fail": True})
+        for run_id in (ok, failed):
+            wait_status(client, run_id, TERMINAL)
+        newest = submit(client, QUICK)
+        wait_status(client, newest, TERMINAL)
+        run = client.get(f"runs/{ok}").json()
+        record = client.get(f"runs/{ok}", headers={"Accept": "text/markdown"}).text
+        events = stored_events(client, ok)
+
+    listed = cli_json(server, "list")
+    assert [r["run_id"] for r in listed] == [newest, failed, ok]  # newest first
+    assert [r["run_id"] for r in cli_json(server, "list", "--limit", "2")] == [newest, failed]
+    assert [r["run_id"] for r in cli_json(server, "list", "--status", "failed")] == [failed]
+    assert [r["run_id"] for r in cli_json(server, "list", "--session", "notebooks/a.ipynb")] == [ok]
+    assert [r["run_id"] for r in cli_json(server, "list", "--agent", "demo", "--limit", "5")] == [
+        newest, failed, ok,
+    ]  # fmt: skip
+    assert cli_json(server, "list", "--agent", "nobody") == []
+
+    table = cli(server, "list").stdout.splitlines()
+    assert table[0].split() == ["RUN", "STATUS", "AGENT", "SESSION", "AGE", "DURATION", "TOKENS"]
+    assert table[3].split()[:4] == [ok, "succeeded", "demo", "notebooks/a.ipynb"]
+    assert "ago" in table[3]
+
+    assert cli_json(server, "show", ok) == run
+    shown = cli(server, "show", ok).stdout
+    assert f"{ok}  succeeded  (demo)" in shown
+    assert "tool      search" in shown and "Demo answer about quick" in shown
+    assert (
+        "error     DemoFailure: the demo agent was asked to fail"
+        in cli(server, "show", failed).stdout
+    )
+
+    usage = cli_json(server, "usage")
+    assert usage["runs"] == 3 and usage["window_seconds"] == 86400
+    assert cli(server, "usage").stdout.startswith("last 24 h: 3 runs")
+
+    assert cli(server, "export", ok).stdout == record
+    target = tmp_path / "run.json"
+    written = cli_json(server, "export", ok, "--format", "json", "-o", str(target))
+    assert written["path"] == str(target) and written["bytes"] == target.stat().st_size
+    exported = json.loads(target.read_text())
+    assert exported == {"run": run, "events": events}
+    assert [e["seq"] for e in exported["events"]] == list(range(1, run["last_seq"] + 1))
+
+
+@pytest.mark.timeout(120)
+def test_expected_errors_are_one_clear_line_and_a_distinct_exit_status(servers):
+    server = servers()
+    with server.client() as client:
+        run_id = submit(client, {**QUICK, "ask": True})
+        [question] = wait_status(client, run_id, {"waiting"})["snapshot"]["inputs"]
+
+    missing = cli(server, "show", "run_nope")
+    assert missing.returncode == 66 and "jupyter agentruns list" in one_clear_line(missing)
+    assert cli(server, "tail", "run_nope").returncode == 66
+
+    unreachable = cli(server, "list", env={"AGENTRUNS_URL": "http://127.0.0.1:9/"})
+    assert unreachable.returncode == 69 and "127.0.0.1:9" in one_clear_line(unreachable)
+
+    signed_out = cli(server, "usage", env={"AGENTRUNS_TOKEN": "wrong"})
+    assert signed_out.returncode == 77 and "--token" in one_clear_line(signed_out)
+
+    refused = cli(server, "answer", run_id, question["request_id"], "maybe")
+    assert refused.returncode == 65 and "invalid_choice" in one_clear_line(refused)
+
+    usage = cli(server, "list", "--limit", "0")
+    assert usage.returncode == 64 and "Traceback" not in usage.stderr
+    assert cli(server, "frobnicate").returncode == 64
+
+
+@pytest.mark.timeout(120)
+def test_answer_lets_a_waiting_run_go_on_and_tail_exits_with_its_success(servers):
+    server = servers()
+    with server.client() as client:
+        run_id = submit(client, {**QUICK, "ask": True})
+        [question] = wait_status(client, run_id, {"waiting"})["snapshot"]["inputs"]
+    request_id = question["request_id"]
+    assert f"asks      {request_id}: " in cli(server, "show", run_id).stdout
+
+    answered = cli(server, "answer", run_id, request_id, "approve", "--note", "go")
+    assert answered.returncode == 0, answered.stderr
+    assert answered.stdout in {  # the run goes on at once: it may be over by the answer
+        f"answered {request_id} with 'approve'; {run_id} is {status}\n"
+        for status in ("running", "succeeded")
+    }
+    tail = cli(server, "tail", run_id)
+    assert tail.returncode == 0
+    assert f"input.resolved {request_id} → approve" in tail.stdout
+    assert tail.stdout.rstrip().endswith("run.succeeded")
+
+    again = cli(server, "answer", run_id, request_id, "deny")
+    assert again.returncode == 65 and "input_resolved" in one_clear_line(again)
+
+
+@pytest.mark.timeout(120)
+def test_cancel_ends_a_run_and_tail_exits_2_with_the_reason(servers, tails):
+    server = servers()
+    with server.client() as client:
+        run_id = submit(client, {**SLOW, "chunks": 3000})  # a minute: time to cancel it
+        tail = tails(server, run_id)
+        tail.wait_lines(3)
+        cancelled = cli_json(server, "cancel", run_id, "--reason", "enough")
+        assert cancelled["status"] in ("cancelling", "cancelled")
+        assert cancelled["cancel"]["reason"] == "enough"
+        assert tail.wait(30) == 2
+        assert (
+            tail.lines[-1]
+            == f"[{wait_status(client, run_id, TERMINAL)['last_seq']}] run.cancelled enough"
+        )
+        assert tail.errors[-1] == f"{run_id} cancelled"
+
+    again = cli(server, "cancel", run_id)
+    assert again.returncode == 0 and again.stdout == f"{run_id} cancelled\n"
+
+
+@pytest.mark.timeout(120)
+def test_tail_of_a_failed_run_exits_1_and_prints_the_failure(servers):
+    server = servers()
+    with server.client() as client:
+        run_id = submit(client, {**QUICK, "fail": True})
+        run = wait_status(client, run_id, TERMINAL)
+    tail = cli(server, "tail", run_id)
+    assert tail.returncode == 1
+    assert tail.stdout.splitlines()[-1].startswith(f"[{run['last_seq']}] run.failed ")
+    assert "Demo answer about quick" in tail.stdout  # the text, as text
+    json_tail = cli(server, "tail", run_id, "--json", "--after", "3")
+    assert json_tail.returncode == 1
+    seqs = [json.loads(line)["seq"] for line in json_tail.stdout.splitlines()]
+    assert seqs == list(range(4, run["last_seq"] + 1))
+
+
+@pytest.mark.timeout(180)
+def test_tail_follows_a_run_through_a_server_kill_and_restart_printing_each_event_once(
+    servers, tails
+):
+    server = servers()
+    with server.client() as client:
+        run_id = submit(client, SLOW)
+    tail = tails(server, run_id, "--json", "--give-up-after", "60")
+    tail.wait_lines(40)
+    server.kill()
+    time.sleep(1)
+    server.start()  # the same port, token and store: the run is taken over once its lease expires
+
+    assert tail.wait(90) == 0, tail.errors
+    with server.client() as client:
+        run = wait_status(client, run_id, TERMINAL)
+        stored = stored_events(client, run_id)
+    printed = [json.loads(line) for line in tail.lines]
+    assert run["status"] == "succeeded" and run["attempt"] == 2
+    assert printed == stored  # every event, once, in order, as stored
+    assert [e["seq"] for e in printed] == list(range(1, run["last_seq"] + 1))
+    assert "run.resumed" in [e["type"] for e in printed]
+    assert any("reconnecting in" in line for line in tail.errors)
+
+
+@pytest.mark.timeout(120)
+def test_tail_gives_up_when_the_server_stays_away(servers, tails):
+    server = servers()
+    with server.client() as client:
+        run_id = submit(client, SLOW)
+    tail = tails(server, run_id, "--give-up-after", "2")
+    tail.wait_lines(2)
+    server.kill()
+    assert tail.wait(30) == 69
+    assert "gave up following" in tail.errors[-1] and "--after" in tail.errors[-1]
+
+
+# On the store ------------------------------------------------------------------
+
+
+def cli_config(tmp_path, server, name, **agentruns):
+    """Another Jupyter config dir naming the server's store, with other retention settings."""
+    config_dir = tmp_path / name
+    config_dir.mkdir()
+    server_config = json.loads((server.home / "config" / "jupyter_server_config.json").read_text())
+    config = {"AgentRuns": {**server_config["AgentRuns"], **agentruns}}
+    (config_dir / "jupyter_server_config.json").write_text(json.dumps(config))
+    return {"JUPYTER_CONFIG_DIR": str(config_dir)}
+
+
+@pytest.mark.timeout(180)
+def test_gc_compacts_then_deletes_expired_runs_beside_a_running_server(servers, tmp_path):
+    server = servers()  # the server's own retention is a day: only gc acts here
+    with server.client() as client:
+        finished = [submit(client, QUICK) for _ in range(3)]
+        runs = [wait_status(client, run_id, TERMINAL) for run_id in finished]
+        live = submit(client, {**SLOW, "chunks": 3000})  # still running when gc is done
+        time.sleep(1.2)
+
+        compact = cli_config(tmp_path, server, "compact", event_retention_seconds=1)
+        counts = cli_json(server, "gc", env=compact)
+        assert counts["runs_deleted"] == 0 and counts["runs_compacted"] == 3
+        assert counts["events_compacted"] == sum(run["last_seq"] - 1 for run in runs)
+        for run in runs:
+            after = client.get(f"runs/{run['run_id']}").json()
+            assert after["first_seq"] == after["last_seq"] == run["last_seq"]
+            assert after["snapshot"] == run["snapshot"]
+        assert cli_json(server, "gc", env=compact)["runs_compacted"] == 0  # nothing left to do
+
+        delete = cli_config(tmp_path, server, "delete", run_retention_seconds=1)
+        result = cli(server, "gc", env=delete)
+        assert result.returncode == 0
+        assert result.stdout == "3 runs deleted, 0 events compacted in 0 runs\n"
+        for run_id in finished:
+            assert client.get(f"runs/{run_id}").status_code == 410
+        assert cli(server, "show", finished[0]).returncode == 66
+        # The running run is untouched, and the server goes on with it.
+        running = client.get(f"runs/{live}").json()
+        assert running["status"] == "running" and running["first_seq"] == 1
+
+
+@pytest.mark.timeout(120)
+def test_doctor_reports_a_healthy_store(servers, store_kind):
+    server = servers()
+    with server.client() as client:
+        wait_status(client, submit(client, QUICK), TERMINAL)
+        wait_status(client, submit(client, {**QUICK, "fail": True}), TERMINAL)
+    report = cli_json(server, "doctor")
+    assert report["problems"] == [] and report["expired_leases"] == []
+    assert report["store"]["kind"] == {"sqlite": "sqlite", "postgres": "postgresql"}[store_kind]
+    assert report["runs_by_status"] == {"succeeded": 1, "failed": 1}
+    assert report["schema_version"] == report["schema_versions_known"] >= 1
+    assert {"jupyter_agentruns", "jupyter_server", "python"} <= set(report["versions"])
+    assert ("sqlite" if store_kind == "sqlite" else "postgresql") in report["versions"]
+    if store_kind == "sqlite":
+        assert report["store"]["location"] == str(server.db_path)
+        assert report["store"]["network_filesystem"] is None
+    text = cli(server, "doctor")
+    assert text.returncode == 0 and text.stdout.rstrip().endswith("ok")
+
+
+@pytest.mark.timeout(120)
+def test_doctor_finds_a_run_whose_server_died_and_exits_non_zero(servers):
+    server = servers()
+    with server.client() as client:
+        run_id = submit(client, SLOW)
+        wait_status(client, run_id, {"running"})
+    server.kill()
+    time.sleep(2)  # past the 1.5 s lease
+
+    report = cli(server, "doctor", "--json")
+    assert report.returncode == 1
+    report = json.loads(report.stdout)
+    [lease] = report["expired_leases"]
+    assert lease["run_id"] == run_id and lease["status"] == "running"
+    assert lease["lease_expired_seconds_ago"] > 0
+    assert run_id in report["problems"][0] and "start a server" in report["problems"][0]
+    text = cli(server, "doctor")
+    assert text.returncode == 1 and f"problem    run {run_id} is running" in text.stdout
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.own_store
+def test_store_commands_on_a_store_not_created_yet_change_nothing(tmp_path):
+    missing = tmp_path / "nowhere" / "agentruns.sqlite3"
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "config")}
+    env.pop("AGENTRUNS_STORE_URL", None)
+    base = [sys.executable, "-m", "jupyter_agentruns.cli"]
+    gc = subprocess.run(
+        [*base, "gc", "--db", str(missing)], env=env, capture_output=True, text=True
+    )
+    assert gc.returncode == 0 and "nothing to collect" in gc.stdout
+    doctor = subprocess.run(
+        [*base, "doctor", "--db", str(missing), "--json"], env=env, capture_output=True, text=True
+    )
+    assert doctor.returncode == 0 and json.loads(doctor.stdout)["store"]["exists"] is False
+    assert not missing.exists()
