@@ -288,6 +288,7 @@ def exported_json(client: Client, run_id: str) -> dict[str, Any]:
 def cmd_export(client: Client, args, out: TextIO) -> int:
     if args.format == "md":
         text = client.record(args.run)
+        text += "" if text.endswith("\n") else "\n"  # a file ends with a line end
     else:
         text = json.dumps(exported_json(client, args.run), ensure_ascii=False, indent=2) + "\n"
     if args.output is None:
