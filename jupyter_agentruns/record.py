@@ -102,7 +102,14 @@ def _footer(run: dict[str, Any]) -> str:
     started = run.get("created_at") or ""
     when = f", started {started[:16].replace('T', ' ')} UTC" if started else ""
     again = f", run again of `{run['retry_of']}`" if run.get("retry_of") else ""
-    return f"<sub>run `{run['run_id']}`{when}{again}</sub>"
+    attempt = run.get("attempt") or 1
+    # A reader of the export should know the answer came through a takeover.
+    resumed = (
+        f", resumed {attempt - 1} time{'s' if attempt > 2 else ''} after its server stopped"
+        if attempt > 1
+        else ""
+    )
+    return f"<sub>run `{run['run_id']}`{when}{again}{resumed}</sub>"
 
 
 def _tool_outcome(tool: dict[str, Any]) -> str:

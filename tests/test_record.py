@@ -46,6 +46,12 @@ def test_a_failure_a_cancel_an_interruption_and_a_live_run_say_so():
     assert "Still running when this was saved (9 events)" in live
 
 
+def test_a_run_taken_over_after_its_server_stopped_says_so():
+    assert "resumed" not in run_markdown(run_object(attempt=1))
+    assert ", resumed 1 time after its server stopped</sub>" in run_markdown(run_object(attempt=2))
+    assert ", resumed 2 times after its server stopped</sub>" in run_markdown(run_object(attempt=3))
+
+
 def test_a_huge_answer_is_cut_with_a_note_naming_the_run():
     text = "word " * 100_000
     record = run_markdown(
