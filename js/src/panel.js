@@ -203,7 +203,10 @@ export class RunsPanel {
     if (this.visible) return;
     this.visible = true;
     void this.refresh();
-    this.refreshTimer = this.setInterval(() => void this.refresh(), REFRESH_MS);
+    // A browser tab in the background asks nothing: the next look after it comes back does.
+    this.refreshTimer = this.setInterval(() => {
+      if (!document.hidden) void this.refresh();
+    }, REFRESH_MS);
     this.tickTimer = this.setInterval(() => this._tick(), TICK_MS);
   }
 

@@ -121,6 +121,22 @@ test("the caller's runs are listed newest first, with status, agent, notebook, a
   assert.deepEqual(timers.map((timer) => timer.ms).sort((x, y) => x - y), [1000, 5000]);
 });
 
+test("the look for new runs waits while the browser tab is in the background", async () => {
+  const server = fakeServer([runObject("run_a")]);
+  const { panel, timers } = makePanel(fakeHub());
+  panel.show();
+  await sleep(10);
+  const poll = timers.find((timer) => timer.ms === 5000);
+  Object.defineProperty(document, "hidden", { value: true, configurable: true });
+  poll.fn();
+  await sleep(10);
+  assert.equal(server.requests.length, 1);
+  Object.defineProperty(document, "hidden", { value: false, configurable: true });
+  poll.fn();
+  await sleep(10);
+  assert.equal(server.requests.length, 2);
+});
+
 test("an empty list says how to start a run, and filters that match nothing say so", async () => {
   fakeServer([]);
   const { panel } = makePanel(fakeHub());
