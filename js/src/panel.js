@@ -38,7 +38,7 @@ export const STATUSES = ["queued", "running", "waiting", "cancelling", "succeede
  *   state: RunState, node: HTMLElement, chip: HTMLElement, agent: HTMLElement, notebook: HTMLElement,
  *   age: HTMLElement, timing: HTMLElement, tokens: HTMLElement, inputs: HTMLElement, note: HTMLElement,
  *   cancel: HTMLButtonElement, again: HTMLButtonElement, unfollow: (() => void) | null, busy: boolean,
- *   inputsKey: string,
+ *   inputsKey: string, broken: boolean, rereading: boolean,
  * }} Row
  */
 
@@ -164,8 +164,13 @@ export class RunsPanel {
     this.refreshTimer = null;
     /** @type {any} */
     this.tickTimer = null;
-    // Bumped by each new listing: an answer to an older one arriving late is dropped.
+    // Bumped when the filters change (and at dispose): an answer for the old ones is dropped.
     this.generation = 0;
+    // The listing under way: one at a time, so a slow server is not asked
+    // again before it answered, and a refresh never undoes a page More added.
+    /** @type {Promise<void> | null} */
+    this.pending = null;
+    this.disposed = false;
 
     this.node = element("div", "agentruns-panel");
     const header = element("div", "agentruns-panel-header");
@@ -218,6 +223,8 @@ export class RunsPanel {
   }
 
   dispose() {
+    this.disposed = true;
+    this.generation += 1;
     this.hide();
     for (const row of this.rows.values()) this._unfollow(row);
     this.rows.clear();
@@ -225,6 +232,8 @@ export class RunsPanel {
 
   /** Start over with the filters' values: the first page. */
   async reload() {
+    this.generation += 1;
+    this.pending = null;
     for (const row of this.rows.values()) this._unfollow(row);
     this.rows.clear();
     this.order = [];
@@ -233,24 +242,43 @@ export class RunsPanel {
     await this.refresh();
   }
 
-  /** Read the listed runs again (as many as are shown, at least a page) and merge them in. */
-  async refresh() {
-    const limit = Math.min(MAX_SHOWN, Math.max(PAGE_SIZE, this.order.length));
-    const answer = await this._list({ limit }, ++this.generation);
-    if (answer === null) return;
-    this._merge(answer.runs, true);
-    this.next = answer.next;
-    this._renderList();
+  /**
+   * Read the listed runs again (as many as are shown, at least a page) and
+   * merge them in; while a listing is under way, that one is the answer.
+   * @returns {Promise<void>}
+   */
+  refresh() {
+    if (this.pending === null) {
+      const limit = Math.min(MAX_SHOWN, Math.max(PAGE_SIZE, this.order.length));
+      this._start(this._list({ limit }, this.generation), true);
+    }
+    return /** @type {Promise<void>} */ (this.pending);
   }
 
-  /** The next page, after the oldest run shown. */
+  /** The next page, after the oldest run shown (once the listing under way is done). */
   async more() {
+    while (this.pending !== null) await this.pending;
     if (this.next === null) return;
-    const answer = await this._list({ limit: PAGE_SIZE, before: this.next }, this.generation);
-    if (answer === null) return;
-    this._merge(answer.runs, false);
-    this.next = answer.next;
-    this._renderList();
+    await this._start(this._list({ limit: PAGE_SIZE, before: this.next }, this.generation), false);
+  }
+
+  /**
+   * @param {Promise<{runs: Run[], next: string | null} | null>} listing
+   * @param {boolean} head
+   */
+  _start(listing, head) {
+    const pending = listing
+      .then((answer) => {
+        if (answer === null) return;
+        this._merge(answer.runs, head);
+        this.next = answer.next;
+        this._renderList();
+      })
+      .finally(() => {
+        if (this.pending === pending) this.pending = null;
+      });
+    this.pending = pending;
+    return pending;
   }
 
   /**
@@ -301,7 +329,7 @@ export class RunsPanel {
         this.rows.set(run.run_id, row);
       }
       // The stream is ahead of a listing read before its last events: keep what it brought.
-      if (row.state.run === null || run.last_seq >= row.state.lastSeq) row.state.loadRun(run);
+      if (!row.broken && (row.state.run === null || run.last_seq >= row.state.lastSeq)) this._load(row, run);
       this._follow(row);
       this._renderRow(row);
     }
@@ -331,21 +359,51 @@ export class RunsPanel {
    * @param {Row} row
    */
   _follow(row) {
-    if (row.unfollow !== null || row.state.terminal) return;
+    if (row.unfollow !== null || row.state.terminal || row.broken || !this._listed(row)) return;
     const runId = row.state.runId;
     row.unfollow = this.hub.register(runId, row.state.lastSeq, {
       onEvent: (envelope) => {
         const result = row.state.applyEnvelope(envelope);
-        if (result === "gap" || result === "protocol_error") void this._reread(row);
+        if (result === "gap") void this._reread(row);
+        else if (result === "protocol_error") this._broken(row);
         this._renderRow(row);
         if (row.state.terminal) this._unfollow(row);
       },
       onSnapshot: (run) => {
-        row.state.loadRun(run);
+        this._load(row, run);
         this._renderRow(row);
       },
       onError: () => this._unfollow(row),
     });
+  }
+
+  /**
+   * Whether `row` is still the panel's row of its run (an answer that comes
+   * back after a filter changed must not bring it back to life).
+   * @param {Row} row
+   */
+  _listed(row) {
+    return !this.disposed && this.rows.get(row.state.runId) === row;
+  }
+
+  /**
+   * @param {Row} row
+   * @param {unknown} run
+   */
+  _load(row, run) {
+    if (row.state.loadRun(run) === "protocol_error") this._broken(row);
+  }
+
+  /**
+   * A run the panel cannot show (an answer it refuses, e.g. a text over its
+   * bound): say so on its row and stop following it, rather than read it
+   * again and again.
+   * @param {Row} row
+   */
+  _broken(row) {
+    row.broken = true;
+    this._unfollow(row);
+    this._note(row, `This run cannot be shown here: ${row.state.problem}. Its notebook's view or the REST API can read it.`);
   }
 
   /** @param {Row} row */
@@ -361,16 +419,21 @@ export class RunsPanel {
    * @param {Row} row
    */
   async _reread(row) {
+    if (row.rereading) return; // the events behind the gap all ask: one read answers them
+    row.rereading = true;
     try {
       const response = await apiFetch(runsUrl(this.baseUrl, row.state.runId));
-      if (!response.ok) return;
-      row.state = new RunState(row.state.runId);
-      row.state.loadRun(await response.json());
+      if (!response.ok || !this._listed(row)) return;
+      const run = await response.json();
       this._unfollow(row);
+      row.state = new RunState(row.state.runId);
+      this._load(row, run);
       this._follow(row);
       this._renderRow(row);
     } catch {
       // The next refresh reads it again.
+    } finally {
+      row.rereading = false;
     }
   }
 
@@ -408,7 +471,7 @@ export class RunsPanel {
     /** @type {Row} */
     const row = {
       state: new RunState(runId), node, chip, agent, notebook, age, timing, tokens, inputs, note, cancel, again,
-      unfollow: null, busy: false, inputsKey: "",
+      unfollow: null, busy: false, inputsKey: "", broken: false, rereading: false,
     };
     cancel.addEventListener("click", () => void this._cancel(row));
     again.addEventListener("click", () => void this._runAgain(row));
@@ -540,7 +603,8 @@ export class RunsPanel {
       });
       if (!response.ok) return this._note(row, `Cancel failed: ${await errorMessage(response)}`);
       const run = await response.json();
-      if (run.last_seq >= row.state.lastSeq) row.state.loadRun(run);
+      if (!this._listed(row) || row.broken) return;
+      if (run.last_seq >= row.state.lastSeq) this._load(row, run);
       this._follow(row);
     });
   }

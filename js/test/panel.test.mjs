@@ -308,3 +308,78 @@ test("words for tokens, timing and paths", () => {
   state.loadRun(runObject("run_x", { status: "queued", started_at: null }));
   assert.equal(describeTiming(state, NOW), "not started yet");
 });
+
+/** A fetch whose answers the test releases one by one. */
+function heldServer(answer) {
+  const held = [];
+  globalThis.fetch = (url, init = {}) =>
+    new Promise((resolve) => held.push({ url: new URL(url, "http://localhost"), init, release: () => resolve(answer(new URL(url, "http://localhost"), init)) }));
+  return held;
+}
+
+test("a slow server is not asked again before it answered, and its answer is shown", async () => {
+  const held = heldServer(() => Response.json({ runs: [runObject("run_slow")], next: null }));
+  const { panel } = makePanel(fakeHub());
+  const first = panel.refresh();
+  panel.refresh();
+  panel.refresh();
+  assert.equal(held.length, 1);
+  held[0].release();
+  await first;
+  assert.deepEqual(rows(panel).map((row) => row.dataset.runId), ["run_slow"]);
+});
+
+test("a refresh due while More reads a page waits for it and keeps that page", async () => {
+  const many = Array.from({ length: PAGE_SIZE + 3 }, (_, i) => runObject(`run_${String(100 - i)}`, { status: "succeeded" }));
+  fakeServer(many);
+  const { panel } = makePanel(fakeHub());
+  await panel.refresh();
+  const server = fakeServer(many);
+  const more = panel.more();
+  const refresh = panel.refresh(); // the tick, while More's answer is on its way
+  await Promise.all([more, refresh]);
+  await panel.refresh();
+  assert.equal(rows(panel).length, PAGE_SIZE + 3);
+  assert.deepEqual(server.requests.map((request) => request.query.get("limit")), [String(PAGE_SIZE), String(PAGE_SIZE + 3)]);
+});
+
+test("an answer that comes back after the filters changed does not follow a run no longer listed", async () => {
+  fakeServer([runObject("run_a", { session: "a.ipynb" }), runObject("run_b", { session: "b.ipynb" })]);
+  const hub = fakeHub();
+  const { panel } = makePanel(hub);
+  await panel.refresh();
+  const held = heldServer((url) =>
+    url.pathname.endsWith("/cancel")
+      ? Response.json(runObject("run_a", { session: "a.ipynb", status: "cancelling", last_seq: 3 }), { status: 202 })
+      : Response.json({ runs: [runObject("run_b", { session: "b.ipynb" })], next: null })
+  );
+  rows(panel)[0].querySelector(".agentruns-cancel").click();
+  panel.sessionFilter.value = "b.ipynb";
+  const reloaded = panel.reload();
+  for (const request of held) request.release();
+  await reloaded;
+  await sleep(10);
+  assert.deepEqual(rows(panel).map((row) => row.dataset.runId), ["run_b"]);
+  assert.deepEqual([...hub.listeners.keys()], ["run_b"]);
+});
+
+test("a gap is read again once for all the events behind it; an event it cannot apply stops the following", async () => {
+  const server = fakeServer([runObject("run_gap", { last_seq: 2 })]);
+  const hub = fakeHub();
+  const { panel } = makePanel(hub);
+  await panel.refresh();
+  const listener = hub.listeners.get("run_gap");
+  server.runs[0] = runObject("run_gap", { last_seq: 6 });
+  globalThis.fetch = async (url) => {
+    server.requests.push({ path: new URL(url, "http://x").pathname });
+    return Response.json(server.runs[0]);
+  };
+  for (const seq of [5, 6]) listener.onEvent({ run_id: "run_gap", seq, type: "progress", ts: TS, data: { fraction: 0.5, message: "x" } });
+  await sleep(10);
+  assert.equal(server.requests.filter((request) => request.path === "/api/agentruns/runs/run_gap").length, 1);
+  assert.equal(hub.cursors.get("run_gap"), 6); // following again, from what it read
+  const [row] = rows(panel);
+  hub.listeners.get("run_gap").onEvent({ run_id: "run_gap", seq: 7, type: "text.delta", ts: TS, data: { message_id: "nope" } });
+  assert.equal(hub.listeners.has("run_gap"), false);
+  assert.match(text(row, ".agentruns-panel-note"), /cannot be shown here/);
+});
