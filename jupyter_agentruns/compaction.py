@@ -90,9 +90,10 @@ class Compactor:
             expired = await self._reader.run(
                 lambda conn: conn.expired_runs(now - settings.run_retention_seconds)
             )
+            deleted = 0
             for run_id, owner in expired:
-                await self.bury(run_id, owner)
-            return {"compacted": compacted, "events": events, "deleted": len(expired)}
+                deleted += await self.bury(run_id, owner)
+            return {"compacted": compacted, "events": events, "deleted": deleted}
 
     async def compact(self, run_id: str) -> bool:
         """Fold the run's old events into its snapshot; True when ``first_seq`` advanced."""
@@ -156,12 +157,17 @@ class Compactor:
             await asyncio.sleep(0)
         return folded
 
-    async def bury(self, run_id: str, owner: str) -> None:
-        """Delete a run past its retention, in chunks, leaving its tombstone."""
+    async def bury(self, run_id: str, owner: str) -> bool:
+        """Delete a run past its retention, in chunks, leaving its tombstone.
+
+        False when another server sharing the store deleted it first: counted once, by that one.
+        """
         while await self._writer.run(
             lambda conn: conn.delete_events_before(run_id, 2**62, DELETE_CHUNK)
         ):
             await asyncio.sleep(0)
-        await self._writer.run(lambda conn: conn.bury(run_id, owner, time.time()))
-        metrics.RUNS_DELETED.labels("retention").inc()
+        buried = await self._writer.run(lambda conn: conn.bury(run_id, owner, time.time()))
+        if buried:
+            metrics.RUNS_DELETED.labels("retention").inc()
         self._on_deleted(run_id)
+        return buried

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import secrets
 import threading
 import time
@@ -106,9 +107,13 @@ class Engine(LoggingConfigurable):
         # Per owner: the tokens of their runs of the last day that this server
         # does not execute (read from the store; live runs count from memory).
         self._day_tokens: dict[str, dict[str, int]] = {}
-        # The store's runs by status, as last counted off the loop (for the metrics).
-        self.run_counts: dict[str, int] = {}
-        metrics.RUNS.track(self, lambda engine: engine.run_counts)
+        # The store's runs by status, as last counted off the loop (for the
+        # metrics): every status is a series from the start.
+        self.run_counts: dict[str, int] = dict.fromkeys(lifecycle.ALL_STATUSES, 0)
+        self._counted_at = -math.inf
+        self._counting = False
+        self._count_loop: asyncio.AbstractEventLoop | None = None
+        metrics.RUNS.track(self, lambda engine: engine.runs_for_metrics())
         metrics.EXECUTING_RUNS.track(self, lambda engine: len(engine.live))
 
     @property
@@ -163,8 +168,9 @@ class Engine(LoggingConfigurable):
         self._background = [
             loop.create_task(self._maintain()),
             loop.create_task(self._compact_periodically()),
-            loop.create_task(self._count_runs_periodically()),
         ]
+        self._count_loop = loop
+        self._count_runs_soon()  # the first scrape has a count
 
     async def stop(self) -> None:
         """End live runs ``interrupted`` (``server_shutdown``), commit, close the store.
@@ -271,22 +277,36 @@ class Engine(LoggingConfigurable):
         finally:
             channel.compaction_due = False
 
-    async def _count_runs_periodically(self) -> None:
-        """Count the store's runs by status every few seconds, on a reader thread.
+    def runs_for_metrics(self) -> dict[str, int]:
+        """The store's runs by status as last counted; a scrape that finds the count old asks
+        for a new one.
 
         ``/metrics`` is answered on the event loop, which must never wait on
-        the store: it reports the last count.
+        the store: it reports the last count, and the count runs on a reader
+        thread for the next scrape. Nobody scraping, nothing is counted.
         """
-        while True:
-            try:
-                counts = await self.reader.run(lambda conn: conn.count_runs_by_status())
-            except Exception as exc:  # the store is away: the last count stands
-                self.log.debug("agentruns: counting runs for the metrics failed: %s", exc)
-            else:
-                self.run_counts = {
-                    status: counts.get(status, 0) for status in lifecycle.ALL_STATUSES
-                }
-            await asyncio.sleep(metrics.RUN_COUNT_SECONDS)
+        if time.monotonic() - self._counted_at >= metrics.RUN_COUNT_SECONDS:
+            self._count_runs_soon()
+        return self.run_counts
+
+    def _count_runs_soon(self) -> None:
+        loop = self._count_loop
+        if self._counting or loop is None or loop.is_closed() or self._stopping:
+            return
+        self._counting = True
+        # Thread-safe: a registry may be scraped from a thread of its own.
+        loop.call_soon_threadsafe(lambda: loop.create_task(self._count_runs()))
+
+    async def _count_runs(self) -> None:
+        try:
+            counts = await self.reader.run(lambda conn: conn.count_runs_by_status())
+        except Exception as exc:  # the store is away: the last count stands
+            self.log.debug("agentruns: counting runs for the metrics failed: %s", exc)
+        else:
+            self.run_counts = {status: counts.get(status, 0) for status in lifecycle.ALL_STATUSES}
+            self._counted_at = time.monotonic()
+        finally:
+            self._counting = False
 
     async def _compact_periodically(self) -> None:
         settings = self.settings

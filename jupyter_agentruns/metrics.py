@@ -192,13 +192,15 @@ class SampledCollector:
         return [gauge.family() for gauge in self._gauges]
 
 
-# How often a server counts the runs of its store by status (agentruns_runs).
-RUN_COUNT_SECONDS = 5.0
+# A scrape that finds the count of the store's runs by status older than
+# this asks for a new one (agentruns_runs): it reports the last count.
+RUN_COUNT_SECONDS = 2.0
 
 RUNS = Sampled(
     "agentruns_runs",
-    f"Runs in the store by status, as this server last counted them (every "
-    f"{RUN_COUNT_SECONDS:g} s, on a reader thread). Store-wide: servers sharing one "
+    f"Runs in the store by status, as this server last counted them (on a reader thread, "
+    f"when a scrape found the last count over {RUN_COUNT_SECONDS:g} s old: a scrape reports "
+    "the count the one before it asked for). Store-wide: servers sharing one "
     "PostgreSQL store each report the same runs, so aggregate them with max, not sum.",
     label="status",
 )

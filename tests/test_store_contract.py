@@ -168,9 +168,12 @@ def test_a_buried_run_leaves_a_tombstone_and_nothing_else(conn):
         conn.insert_run(run_row("run_a", status="succeeded"))
     add_events(conn, "run_a", 1, 3)
     with conn.transaction():
-        conn.bury("run_a", "me", 5.0)
+        assert conn.bury("run_a", "me", 5.0) is True
     assert conn.get_run("run_a") is None and conn.read_events("run_a", 0, 10) == []
     assert conn.get_tombstone("run_a")["owner"] == "me"
+    # A second server burying the same run finds it gone: it deleted nothing.
+    with conn.transaction():
+        assert conn.bury("run_a", "me", 6.0) is False
 
 
 def test_a_serialized_scope_makes_a_second_transaction_wait_for_the_first(store, store_kind):

@@ -257,11 +257,16 @@ class StoreConnection(abc.ABC):
     def delete_events_before(self, run_id: str, seq: int, limit: int) -> int: ...
 
     @abc.abstractmethod
-    def bury(self, run_id: str, owner: str, now: float) -> None:
-        """Delete a run for retention, leaving a tombstone (410, not 404)."""
+    def bury(self, run_id: str, owner: str, now: float) -> bool:
+        """Delete a run for retention, leaving a tombstone (410, not 404).
+
+        False when the run was gone already (another server sharing the
+        store buried it first).
+        """
 
     @abc.abstractmethod
-    def delete_run(self, run_id: str) -> None: ...
+    def delete_run(self, run_id: str) -> bool:
+        """Delete a run and all it has; False when there was no such run."""
 
     @abc.abstractmethod
     def renew_leases(self, executor_id: str, run_ids: list[str], expires: float) -> None: ...

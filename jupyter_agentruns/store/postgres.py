@@ -680,15 +680,16 @@ class PostgresConnection(StoreConnection):
             [run_id, run_id, seq, limit],
         ).rowcount
 
-    def bury(self, run_id: str, owner: str, now: float) -> None:
-        self.delete_run(run_id)
+    def bury(self, run_id: str, owner: str, now: float) -> bool:
+        deleted = self.delete_run(run_id)
         self._execute(
             "INSERT INTO tombstones (run_id, owner, deleted_ts) VALUES (%s, %s, %s) "
             "ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, deleted_ts = excluded.deleted_ts",
             [run_id, owner, now],
         )
+        return deleted
 
-    def delete_run(self, run_id: str) -> None:
+    def delete_run(self, run_id: str) -> bool:
         for table in (
             "events",
             "idempotency_keys",
@@ -697,8 +698,9 @@ class PostgresConnection(StoreConnection):
             "input_answers",
             "runs",
         ):
-            self._execute(f"DELETE FROM {table} WHERE run_id = %s", [run_id])
+            deleted = self._execute(f"DELETE FROM {table} WHERE run_id = %s", [run_id]).rowcount
         self._touched[run_id] = 0  # its subscribers on other servers learn it is gone
+        return deleted > 0
 
     def renew_leases(self, executor_id: str, run_ids: list[str], expires: float) -> None:
         self._execute(

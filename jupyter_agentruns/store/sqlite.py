@@ -614,14 +614,15 @@ class SQLiteConnection(StoreConnection):
             [run_id, run_id, seq, limit],
         ).rowcount
 
-    def bury(self, run_id: str, owner: str, now: float) -> None:
-        self.delete_run(run_id)
+    def bury(self, run_id: str, owner: str, now: float) -> bool:
+        deleted = self.delete_run(run_id)
         self.conn.execute(
             "INSERT OR REPLACE INTO tombstones (run_id, owner, deleted_ts) VALUES (?, ?, ?)",
             [run_id, owner, now],
         )
+        return deleted
 
-    def delete_run(self, run_id: str) -> None:
+    def delete_run(self, run_id: str) -> bool:
         tables = (
             "events",
             "idempotency_keys",
@@ -631,7 +632,8 @@ class SQLiteConnection(StoreConnection):
             "runs",
         )
         for table in tables:
-            self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+            deleted = self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id]).rowcount
+        return deleted > 0
 
     def renew_leases(self, executor_id: str, run_ids: list[str], expires: float) -> None:
         self.conn.executemany(
