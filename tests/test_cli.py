@@ -19,6 +19,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+import rawdb
 
 from jupyter_agentruns.cli import build_parser, exits, output
 
@@ -455,3 +456,83 @@ def test_store_commands_on_a_store_not_created_yet_change_nothing(tmp_path):
     )
     assert doctor.returncode == 0 and json.loads(doctor.stdout)["store"]["exists"] is False
     assert not missing.exists()
+
+
+def older_store(store_kind, tmp_path, request):
+    """A store one migration behind this package: what a server of the previous version left.
+
+    Returns the command line's option naming it, the version this package
+    knows, and a function reading the version the store holds now.
+    """
+    if store_kind == "sqlite":
+        from sqlite_utils import Database
+
+        from jupyter_agentruns.store import sqlite
+
+        path = tmp_path / "older.sqlite3"
+        conn = rawdb.connect(str(path))
+        db = Database(conn)
+        for number, migration in enumerate(sqlite.MIGRATIONS[:-1], start=1):
+            migration(db)
+            conn.execute(f"PRAGMA user_version = {number}")
+        version = lambda: conn.execute("PRAGMA user_version").fetchone()[0]  # noqa: E731
+        return ["--db", str(path)], len(sqlite.MIGRATIONS), version, conn
+    from jupyter_agentruns.store import postgres
+
+    url = request.getfixturevalue("postgres_url")
+    conn = rawdb.connect(url)
+    conn.execute(f"CREATE SCHEMA {url.rsplit('schema=', 1)[1]}")
+    conn.execute("CREATE TABLE schema_version (version integer NOT NULL)")
+    for number, sql in enumerate(postgres._MIGRATIONS[:-1], start=1):
+        conn.execute(sql)
+        conn.execute("INSERT INTO schema_version (version) VALUES (?)", [number])
+    version = lambda: conn.execute("SELECT max(version) FROM schema_version").fetchone()[0]  # noqa: E731
+    return ["--store-url", url], len(postgres._MIGRATIONS), version, conn
+
+
+def store_cli(tmp_path, *args) -> subprocess.CompletedProcess:
+    """A store command with no Jupyter configuration: the store is the one its options name."""
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "no-config")}
+    env.pop("AGENTRUNS_STORE_URL", None)
+    return subprocess.run(
+        [sys.executable, "-m", "jupyter_agentruns.cli", *args],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+@pytest.mark.timeout(120)
+def test_doctor_and_gc_leave_an_older_or_newer_schema_as_it_is(store_kind, tmp_path, request):
+    where, known, version, conn = older_store(store_kind, tmp_path, request)
+    older = known - 1
+
+    doctor = store_cli(tmp_path, "doctor", *where, "--json")
+    assert doctor.returncode == 1, doctor.stderr
+    report = json.loads(doctor.stdout)
+    assert report["schema_version"] == older and report["schema_versions_known"] == known
+    [problem] = report["problems"]
+    assert f"schema version {older}, this package knows {known}" in problem
+    assert "a server of this version migrates it at its start" in problem
+    assert "runs_by_status" not in report and "not read" in report["note"]
+    assert version() == older  # not migrated beneath the older servers using it
+    text = store_cli(tmp_path, "doctor", *where)
+    assert text.returncode == 1
+    assert f"schema     version {older} (this package knows up to {known})" in text.stdout
+    assert f"problem    the store has schema version {older}" in text.stdout
+
+    gc = store_cli(tmp_path, "gc", *where)
+    assert gc.returncode == 69 and "migrates it at its start" in one_clear_line(gc)
+    assert version() == older
+
+    # A newer package wrote it: said, and left alone too.
+    if store_kind == "sqlite":
+        conn.execute(f"PRAGMA user_version = {known + 1}")
+    else:
+        conn.execute("INSERT INTO schema_version (version) VALUES (?)", [older + 1])
+        conn.execute("INSERT INTO schema_version (version) VALUES (?)", [known + 1])
+    newer = json.loads(store_cli(tmp_path, "doctor", *where, "--json").stdout)
+    assert newer["schema_version"] == known + 1
+    assert "newer than this package knows" in newer["problems"][0]
+    gc = store_cli(tmp_path, "gc", *where)
+    assert gc.returncode == 69 and "upgrade this package" in one_clear_line(gc)
+    assert version() == known + 1
+    conn.close()
