@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import rawdb
+from tcpproxy import TcpProxy
 
 from jupyter_agentruns.cli import build_parser, exits, output
 
@@ -93,8 +94,8 @@ def stored_events(client, run_id):
 class Tail:
     """``tail`` as a subprocess, its output lines collected as they come."""
 
-    def __init__(self, server, *args):
-        argv, environ = command(server, "tail", *args)
+    def __init__(self, server, *args, env=None):
+        argv, environ = command(server, "tail", *args, env=env)
         self.process = subprocess.Popen(
             argv, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
@@ -137,8 +138,8 @@ class Tail:
 def tails():
     started = []
 
-    def start(server, *args):
-        started.append(Tail(server, *args))
+    def start(server, *args, env=None):
+        started.append(Tail(server, *args, env=env))
         return started[-1]
 
     yield start
@@ -354,6 +355,94 @@ def test_tail_gives_up_when_the_server_stays_away(servers, tails):
     server.kill()
     assert tail.wait(30) == 69
     assert "gave up following" in tail.errors[-1] and "--after" in tail.errors[-1]
+
+
+@pytest.fixture
+def proxy(servers):
+    """A line between the command line and its server that the test can cut and restore."""
+    made = []
+
+    def make(server):
+        made.append(TcpProxy("127.0.0.1", server.port))
+        return made[-1], {"AGENTRUNS_URL": f"http://127.0.0.1:{made[-1].port}/"}
+
+    yield make
+    for line in made:
+        line.close()
+
+
+def wait_connected(proxy, tail, timeout=30):
+    """Until tail has a connection through the proxy again (it must not have given up)."""
+    deadline = time.monotonic() + timeout
+    while proxy.connections == 0:
+        assert tail.process.poll() is None, f"tail ended: {tail.errors}"
+        assert time.monotonic() < deadline, f"tail did not reconnect: {tail.errors}"
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(120)
+def test_tail_back_on_a_stream_of_pings_gives_a_later_short_cut_its_whole_give_up_time(
+    servers, tails, proxy
+):
+    server = servers(heartbeat_interval=0.5)
+    line, env = proxy(server)
+    with server.client() as client:
+        run_id = submit(client, {**QUICK, "ask": True})
+        waiting = wait_status(client, run_id, {"waiting"})
+        [question] = waiting["snapshot"]["inputs"]
+        tail = tails(server, run_id, "--json", "--give-up-after", "8", env=env)
+        tail.wait_lines(waiting["last_seq"])
+
+        line.cut()  # most of the give-up time without the server
+        time.sleep(5)
+        line.restore()
+        wait_connected(line, tail)  # back: the run waits, only pings come
+        time.sleep(4)  # past the give-up time since the first cut
+        line.cut()  # a short cut: not a reason to give up
+        time.sleep(1.5)
+        line.restore()
+        wait_connected(line, tail)
+
+        answered = client.post(
+            f"runs/{run_id}/inputs/{question['request_id']}", json={"choice": "approve"}
+        )
+        assert answered.status_code == 200, answered.text
+        assert tail.wait(30) == 0, tail.errors
+        run = wait_status(client, run_id, TERMINAL)
+    assert [json.loads(text)["seq"] for text in tail.lines] == list(range(1, run["last_seq"] + 1))
+    assert sum("reconnecting in" in text for text in tail.errors) >= 2
+
+
+@pytest.mark.timeout(120)
+def test_tail_waits_for_a_server_that_does_not_answer_yet(servers, tails, proxy):
+    server = servers()
+    line, env = proxy(server)
+    line.cut()
+    with server.client() as client:
+        run = wait_status(client, submit(client, QUICK), TERMINAL)
+    tail = tails(server, run["run_id"], "--json", "--give-up-after", "30", env=env)
+    time.sleep(2.5)
+    assert tail.process.poll() is None, tail.errors
+    line.restore()
+    assert tail.wait(30) == 0, tail.errors
+    assert [json.loads(text)["seq"] for text in tail.lines] == list(range(1, run["last_seq"] + 1))
+    assert "reconnecting in" in tail.errors[0]
+
+
+def test_tail_waits_at_least_what_the_streams_retry_says_before_reconnecting():
+    from jupyter_agentruns.cli.remote import Backoff
+    from jupyter_agentruns.client import _sse_frames
+
+    floors = []
+    body = [b"retry: 4000\n", b"\n", b": ping\n", b"\n", b"id: 1\n", b'data: {"seq": 1}\n', b"\n"]
+    assert list(_sse_frames(iter(body), floors.append)) == [{"id": 1, "data": {"seq": 1}}]
+    assert floors == [4.0]
+    backoff = Backoff()
+    backoff.set_floor(floors[0])
+    assert all(backoff.next() >= 4.0 for _ in range(3))
+    backoff.set_floor(0.2)  # never below the first delay of the backoff itself
+    backoff.reset()
+    assert backoff.next() >= 1.0
 
 
 # On the store ------------------------------------------------------------------
