@@ -234,6 +234,24 @@ def test_list_show_usage_and_export_describe_the_callers_runs(servers, tmp_path)
     assert [e["seq"] for e in exported["events"]] == list(range(1, run["last_seq"] + 1))
 
 
+@pytest.mark.timeout(180)
+def test_export_json_of_a_run_compacted_meanwhile_has_every_kept_event_and_no_hole(servers):
+    server = servers(max_retained_events=40)  # a live run is compacted as it goes
+    with server.client() as client:
+        run_id = submit(client, {"prompt": "long", "chunks": 4000, "delay": 0.002})
+        exports = []
+        while client.get(f"runs/{run_id}").json()["status"] not in TERMINAL:
+            result = cli(server, "export", run_id, "--format", "json")
+            assert result.returncode == 0, result.stderr
+            exports.append(json.loads(result.stdout))
+        exports.append(cli_json(server, "export", run_id, "--format", "json"))
+    assert len(exports) >= 3 and exports[-1]["run"]["first_seq"] > 1
+    for exported in exports:
+        run = exported["run"]
+        seqs = [event["seq"] for event in exported["events"]]
+        assert seqs == list(range(run["first_seq"], run["last_seq"] + 1))
+
+
 @pytest.mark.timeout(120)
 def test_expected_errors_are_one_clear_line_and_a_distinct_exit_status(servers):
     server = servers()

@@ -19,6 +19,8 @@ from .exits import CliError
 
 LIST_PAGE_MAX = 500  # GET runs answers at most this many a page
 EXPORT_PAGE = 1000
+# Reads of a run's events that compaction overtook before export gives up.
+EXPORT_ATTEMPTS = 10
 # The server's ``retry:`` is the floor of the reconnect backoff; this its ceiling.
 BACKOFF_FIRST_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 30.0
@@ -323,18 +325,36 @@ def cmd_answer(client: Client, args, out: TextIO) -> int:
 
 
 def exported_json(client: Client, run_id: str) -> dict[str, Any]:
-    """The run object and its kept events up to its ``last_seq``: one consistent record."""
-    run = client.get_run(run_id)
+    """The run object and its kept events ``first_seq..last_seq``: one consistent record.
+
+    Compaction may take events away while they are read (a run over its
+    event budget, retention): the record is then read again from a fresh
+    run object, a few times, rather than written with a hole.
+    """
+    for _ in range(EXPORT_ATTEMPTS):
+        run = client.get_run(run_id)
+        events = kept_events(client, run)
+        if events is not None:
+            return {"run": run, "events": events}
+    raise CliError(
+        f"the events of {run_id} were compacted faster than they could be read "
+        f"({EXPORT_ATTEMPTS} tries): export it again, or as Markdown (--format md)",
+        exits.UNAVAILABLE,
+    )
+
+
+def kept_events(client: Client, run: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The run's events from its ``first_seq`` to its ``last_seq``; None when some were compacted meanwhile."""
     events: list[dict[str, Any]] = []
     after = run["first_seq"] - 1
     while after < run["last_seq"]:
-        page = client.events_page(run_id, after, EXPORT_PAGE)
-        batch = [event for event in page["events"] if event["seq"] <= run["last_seq"]]
-        if not batch:
-            break
-        events += batch
-        after = batch[-1]["seq"]
-    return {"run": run, "events": events}
+        page = client.events_page(run["run_id"], after, EXPORT_PAGE)
+        # An expired cursor answers with a snapshot instead: the events after it are gone.
+        if "snapshot" in page or not page["events"] or page["events"][0]["seq"] != after + 1:
+            return None
+        events += [event for event in page["events"] if event["seq"] <= run["last_seq"]]
+        after = events[-1]["seq"]
+    return events
 
 
 def cmd_export(client: Client, args, out: TextIO) -> int:
