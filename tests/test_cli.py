@@ -162,6 +162,11 @@ def test_the_readme_documents_every_command_and_every_exit_status():
         assert f"\n| {status} | " in section, status
 
 
+def test_tail_waits_for_a_ping_longer_than_a_server_with_a_long_heartbeat_sends_one():
+    args = build_parser().parse_args(["tail", "run_x"])
+    assert args.read_timeout >= 2 * 60  # heartbeat_interval set to a minute still pings in time
+
+
 def test_ages_and_durations_read_like_a_person_would_say_them():
     now = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
     iso = lambda delta: (now - delta).isoformat().replace("+00:00", "Z")  # noqa: E731
