@@ -183,8 +183,11 @@ class AgentRuns(ExtensionApp):
             )
         return value
 
-    def open_store(self) -> Store:
-        """The store configured: PostgreSQL at ``store_url``, else SQLite at ``db_path``."""
+    def open_store(self, migrate: bool = True) -> Store:
+        """The store configured: PostgreSQL at ``store_url``, else SQLite at ``db_path``.
+
+        ``migrate`` False: nothing is created or migrated before the first ``connect()``.
+        """
         if self.store_url:
             return PostgresStore(self.store_url)
         if fstype := network_filesystem(self.db_path):
@@ -194,7 +197,7 @@ class AgentRuns(ExtensionApp):
                 "set c.AgentRuns.db_path to a local disk, or c.AgentRuns.store_url to a "
                 "PostgreSQL database"
             )
-        return SQLiteStore(self.db_path, self.sqlite_synchronous)
+        return SQLiteStore(self.db_path, self.sqlite_synchronous, migrate=migrate)
 
     def store_location(self) -> str:
         return redact(self.store_url) if self.store_url else self.db_path

@@ -18,7 +18,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,7 +195,13 @@ class Client:
         )[2]
 
     def stream_events(
-        self, run_id: str, after: int, read_timeout: float = 60
+        self,
+        run_id: str,
+        after: int,
+        read_timeout: float = 60,
+        *,
+        on_open: Callable[[], None] | None = None,
+        on_retry: Callable[[float], None] | None = None,
     ) -> Iterator[dict[str, Any]]:
         """The run's events after ``after`` over SSE, as they come: ``{"event", "id", "data"}``.
 
@@ -206,6 +212,10 @@ class Client:
         connection, or ``read_timeout`` seconds without a byte (the server
         sends a ping at least every ``heartbeat_interval``), raises
         ``ServerNotFound``: resume from the last ``id`` received.
+
+        ``on_open()`` when the server answered (the server is back, even if
+        only pings follow); ``on_retry(seconds)`` with the stream's ``retry:``,
+        the least a client should wait before it reconnects.
         """
         url = f"{self.api}runs/{run_id}/events"
         request = urllib.request.Request(url)
@@ -222,10 +232,12 @@ class Client:
                 f"Cannot reach the Jupyter server at {self.server.url}: {reason}"
             ) from None
         with response:
+            if on_open is not None:
+                on_open()
             if response.status == 204:
                 return
             try:
-                yield from _sse_frames(response)
+                yield from _sse_frames(response, on_retry)
             except (OSError, http.client.HTTPException, ValueError) as error:
                 raise ServerNotFound(
                     f"The stream from the Jupyter server at {self.server.url} broke: {error!r}"
@@ -306,8 +318,13 @@ def _api_error(error: urllib.error.HTTPError) -> AgentRunsError:
     return AgentRunsError(error.code, code, message, body, _retry_after(error.headers))
 
 
-def _sse_frames(response: Any) -> Iterator[dict[str, Any]]:
-    """Frames of a ``text/event-stream`` body: ``{"event", "id", "data"}`` (comments skipped)."""
+def _sse_frames(
+    response: Any, on_retry: Callable[[float], None] | None = None
+) -> Iterator[dict[str, Any]]:
+    """Frames of a ``text/event-stream`` body: ``{"event", "id", "data"}`` (comments skipped).
+
+    A ``retry:`` field (milliseconds) goes to ``on_retry``, in seconds.
+    """
     frame: dict[str, Any] = {}
     for raw in response:
         line = raw.decode("utf-8").rstrip("\r\n")
@@ -326,6 +343,8 @@ def _sse_frames(response: Any) -> Iterator[dict[str, Any]]:
                 frame["id"] = int(value)
             elif name == "event":
                 frame["event"] = value
+            elif name == "retry" and value.isdigit() and on_retry is not None:
+                on_retry(int(value) / 1000)
     if "data" in frame:
         raise ValueError("the stream ended in the middle of a frame")
 

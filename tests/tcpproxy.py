@@ -69,6 +69,12 @@ class TcpProxy:
         with contextlib.suppress(OSError):
             sock.close()
 
+    @property
+    def connections(self) -> int:
+        """The connections open through the proxy now."""
+        with self._lock:
+            return len(self._sockets) // 2
+
     def cut(self) -> None:
         """Close every connection and refuse new ones."""
         self._up = False

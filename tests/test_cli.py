@@ -19,6 +19,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+import rawdb
+from tcpproxy import TcpProxy
 
 from jupyter_agentruns.cli import build_parser, exits, output
 
@@ -92,8 +94,8 @@ def stored_events(client, run_id):
 class Tail:
     """``tail`` as a subprocess, its output lines collected as they come."""
 
-    def __init__(self, server, *args):
-        argv, environ = command(server, "tail", *args)
+    def __init__(self, server, *args, env=None):
+        argv, environ = command(server, "tail", *args, env=env)
         self.process = subprocess.Popen(
             argv, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
@@ -136,8 +138,8 @@ class Tail:
 def tails():
     started = []
 
-    def start(server, *args):
-        started.append(Tail(server, *args))
+    def start(server, *args, env=None):
+        started.append(Tail(server, *args, env=env))
         return started[-1]
 
     yield start
@@ -158,6 +160,11 @@ def test_the_readme_documents_every_command_and_every_exit_status():
     statuses = {v for k, v in vars(exits).items() if k.isupper() and isinstance(v, int)}
     for status in statuses:
         assert f"\n| {status} | " in section, status
+
+
+def test_tail_waits_for_a_ping_longer_than_a_server_with_a_long_heartbeat_sends_one():
+    args = build_parser().parse_args(["tail", "run_x"])
+    assert args.read_timeout >= 2 * 60  # heartbeat_interval set to a minute still pings in time
 
 
 def test_ages_and_durations_read_like_a_person_would_say_them():
@@ -230,6 +237,24 @@ def test_list_show_usage_and_export_describe_the_callers_runs(servers, tmp_path)
     exported = json.loads(target.read_text())
     assert exported == {"run": run, "events": events}
     assert [e["seq"] for e in exported["events"]] == list(range(1, run["last_seq"] + 1))
+
+
+@pytest.mark.timeout(180)
+def test_export_json_of_a_run_compacted_meanwhile_has_every_kept_event_and_no_hole(servers):
+    server = servers(max_retained_events=40)  # a live run is compacted as it goes
+    with server.client() as client:
+        run_id = submit(client, {"prompt": "long", "chunks": 4000, "delay": 0.002})
+        exports = []
+        while client.get(f"runs/{run_id}").json()["status"] not in TERMINAL:
+            result = cli(server, "export", run_id, "--format", "json")
+            assert result.returncode == 0, result.stderr
+            exports.append(json.loads(result.stdout))
+        exports.append(cli_json(server, "export", run_id, "--format", "json"))
+    assert len(exports) >= 3 and exports[-1]["run"]["first_seq"] > 1
+    for exported in exports:
+        run = exported["run"]
+        seqs = [event["seq"] for event in exported["events"]]
+        assert seqs == list(range(run["first_seq"], run["last_seq"] + 1))
 
 
 @pytest.mark.timeout(120)
@@ -355,6 +380,94 @@ def test_tail_gives_up_when_the_server_stays_away(servers, tails):
     assert "gave up following" in tail.errors[-1] and "--after" in tail.errors[-1]
 
 
+@pytest.fixture
+def proxy(servers):
+    """A line between the command line and its server that the test can cut and restore."""
+    made = []
+
+    def make(server):
+        made.append(TcpProxy("127.0.0.1", server.port))
+        return made[-1], {"AGENTRUNS_URL": f"http://127.0.0.1:{made[-1].port}/"}
+
+    yield make
+    for line in made:
+        line.close()
+
+
+def wait_connected(proxy, tail, timeout=30):
+    """Until tail has a connection through the proxy again (it must not have given up)."""
+    deadline = time.monotonic() + timeout
+    while proxy.connections == 0:
+        assert tail.process.poll() is None, f"tail ended: {tail.errors}"
+        assert time.monotonic() < deadline, f"tail did not reconnect: {tail.errors}"
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(120)
+def test_tail_back_on_a_stream_of_pings_gives_a_later_short_cut_its_whole_give_up_time(
+    servers, tails, proxy
+):
+    server = servers(heartbeat_interval=0.5)
+    line, env = proxy(server)
+    with server.client() as client:
+        run_id = submit(client, {**QUICK, "ask": True})
+        waiting = wait_status(client, run_id, {"waiting"})
+        [question] = waiting["snapshot"]["inputs"]
+        tail = tails(server, run_id, "--json", "--give-up-after", "8", env=env)
+        tail.wait_lines(waiting["last_seq"])
+
+        line.cut()  # most of the give-up time without the server
+        time.sleep(5)
+        line.restore()
+        wait_connected(line, tail)  # back: the run waits, only pings come
+        time.sleep(4)  # past the give-up time since the first cut
+        line.cut()  # a short cut: not a reason to give up
+        time.sleep(1.5)
+        line.restore()
+        wait_connected(line, tail)
+
+        answered = client.post(
+            f"runs/{run_id}/inputs/{question['request_id']}", json={"choice": "approve"}
+        )
+        assert answered.status_code == 200, answered.text
+        assert tail.wait(30) == 0, tail.errors
+        run = wait_status(client, run_id, TERMINAL)
+    assert [json.loads(text)["seq"] for text in tail.lines] == list(range(1, run["last_seq"] + 1))
+    assert sum("reconnecting in" in text for text in tail.errors) >= 2
+
+
+@pytest.mark.timeout(120)
+def test_tail_waits_for_a_server_that_does_not_answer_yet(servers, tails, proxy):
+    server = servers()
+    line, env = proxy(server)
+    line.cut()
+    with server.client() as client:
+        run = wait_status(client, submit(client, QUICK), TERMINAL)
+    tail = tails(server, run["run_id"], "--json", "--give-up-after", "30", env=env)
+    time.sleep(2.5)
+    assert tail.process.poll() is None, tail.errors
+    line.restore()
+    assert tail.wait(30) == 0, tail.errors
+    assert [json.loads(text)["seq"] for text in tail.lines] == list(range(1, run["last_seq"] + 1))
+    assert "reconnecting in" in tail.errors[0]
+
+
+def test_tail_waits_at_least_what_the_streams_retry_says_before_reconnecting():
+    from jupyter_agentruns.cli.remote import Backoff
+    from jupyter_agentruns.client import _sse_frames
+
+    floors = []
+    body = [b"retry: 4000\n", b"\n", b": ping\n", b"\n", b"id: 1\n", b'data: {"seq": 1}\n', b"\n"]
+    assert list(_sse_frames(iter(body), floors.append)) == [{"id": 1, "data": {"seq": 1}}]
+    assert floors == [4.0]
+    backoff = Backoff()
+    backoff.set_floor(floors[0])
+    assert all(backoff.next() >= 4.0 for _ in range(3))
+    backoff.set_floor(0.2)  # never below the first delay of the backoff itself
+    backoff.reset()
+    assert backoff.next() >= 1.0
+
+
 # On the store ------------------------------------------------------------------
 
 
@@ -455,3 +568,83 @@ def test_store_commands_on_a_store_not_created_yet_change_nothing(tmp_path):
     )
     assert doctor.returncode == 0 and json.loads(doctor.stdout)["store"]["exists"] is False
     assert not missing.exists()
+
+
+def older_store(store_kind, tmp_path, request):
+    """A store one migration behind this package: what a server of the previous version left.
+
+    Returns the command line's option naming it, the version this package
+    knows, and a function reading the version the store holds now.
+    """
+    if store_kind == "sqlite":
+        from sqlite_utils import Database
+
+        from jupyter_agentruns.store import sqlite
+
+        path = tmp_path / "older.sqlite3"
+        conn = rawdb.connect(str(path))
+        db = Database(conn)
+        for number, migration in enumerate(sqlite.MIGRATIONS[:-1], start=1):
+            migration(db)
+            conn.execute(f"PRAGMA user_version = {number}")
+        version = lambda: conn.execute("PRAGMA user_version").fetchone()[0]  # noqa: E731
+        return ["--db", str(path)], len(sqlite.MIGRATIONS), version, conn
+    from jupyter_agentruns.store import postgres
+
+    url = request.getfixturevalue("postgres_url")
+    conn = rawdb.connect(url)
+    conn.execute(f"CREATE SCHEMA {url.rsplit('schema=', 1)[1]}")
+    conn.execute("CREATE TABLE schema_version (version integer NOT NULL)")
+    for number, sql in enumerate(postgres._MIGRATIONS[:-1], start=1):
+        conn.execute(sql)
+        conn.execute("INSERT INTO schema_version (version) VALUES (?)", [number])
+    version = lambda: conn.execute("SELECT max(version) FROM schema_version").fetchone()[0]  # noqa: E731
+    return ["--store-url", url], len(postgres._MIGRATIONS), version, conn
+
+
+def store_cli(tmp_path, *args) -> subprocess.CompletedProcess:
+    """A store command with no Jupyter configuration: the store is the one its options name."""
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "no-config")}
+    env.pop("AGENTRUNS_STORE_URL", None)
+    return subprocess.run(
+        [sys.executable, "-m", "jupyter_agentruns.cli", *args],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+@pytest.mark.timeout(120)
+def test_doctor_and_gc_leave_an_older_or_newer_schema_as_it_is(store_kind, tmp_path, request):
+    where, known, version, conn = older_store(store_kind, tmp_path, request)
+    older = known - 1
+
+    doctor = store_cli(tmp_path, "doctor", *where, "--json")
+    assert doctor.returncode == 1, doctor.stderr
+    report = json.loads(doctor.stdout)
+    assert report["schema_version"] == older and report["schema_versions_known"] == known
+    [problem] = report["problems"]
+    assert f"schema version {older}, this package knows {known}" in problem
+    assert "a server of this version migrates it at its start" in problem
+    assert "runs_by_status" not in report and "not read" in report["note"]
+    assert version() == older  # not migrated beneath the older servers using it
+    text = store_cli(tmp_path, "doctor", *where)
+    assert text.returncode == 1
+    assert f"schema     version {older} (this package knows up to {known})" in text.stdout
+    assert f"problem    the store has schema version {older}" in text.stdout
+
+    gc = store_cli(tmp_path, "gc", *where)
+    assert gc.returncode == 69 and "migrates it at its start" in one_clear_line(gc)
+    assert version() == older
+
+    # A newer package wrote it: said, and left alone too.
+    if store_kind == "sqlite":
+        conn.execute(f"PRAGMA user_version = {known + 1}")
+    else:
+        conn.execute("INSERT INTO schema_version (version) VALUES (?)", [older + 1])
+        conn.execute("INSERT INTO schema_version (version) VALUES (?)", [known + 1])
+    newer = json.loads(store_cli(tmp_path, "doctor", *where, "--json").stdout)
+    assert newer["schema_version"] == known + 1
+    assert "newer than this package knows" in newer["problems"][0]
+    gc = store_cli(tmp_path, "gc", *where)
+    assert gc.returncode == 69 and "upgrade this package" in one_clear_line(gc)
+    assert version() == known + 1
+    conn.close()

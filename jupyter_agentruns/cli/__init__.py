@@ -20,11 +20,16 @@ from .exits import CliError
 
 EPILOG = """exit status: 0 ok (tail: the run succeeded), 1 the run failed (doctor: a problem
 found), 2 cancelled, 3 interrupted, 64 wrong arguments, 65 the server refused the
-request, 66 no such run, 69 no server (or store) reachable, 77 the token was refused,
-78 the Jupyter configuration is wrong, 130 stopped by Ctrl-C"""
+request, 66 no such run, 69 no server (or store) reachable, or a store of another
+schema version, 77 the token was refused, 78 the Jupyter configuration is wrong,
+130 stopped by Ctrl-C"""
 
 
 STORE_COMMANDS = ("gc", "doctor")
+# How long tail waits for a byte before it takes the stream for dead and reconnects.
+# The server pings every heartbeat_interval (15 s by default) and does not say
+# its own: this leaves room for one set to a minute, twice over.
+READ_TIMEOUT_SECONDS = 120
 
 
 class Parser(argparse.ArgumentParser):
@@ -113,7 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop when the server stays unreachable this long (default 300)",
     )
     tail.add_argument(
-        "--read-timeout", type=seconds, default=60, metavar="SECONDS", help=argparse.SUPPRESS
+        "--read-timeout",
+        type=seconds,
+        default=READ_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help=argparse.SUPPRESS,
     )
 
     cancel = commands.add_parser("cancel", parents=[server], help="ask the server to cancel a run")

@@ -73,15 +73,48 @@ def kind(app: AgentRuns) -> str:
 
 
 def open_store(app: AgentRuns) -> Store:
-    """The store, opened as the server opens it; a store that cannot be opened says why."""
+    """The store, not yet connected; a store that cannot be opened says why.
+
+    Nothing is created or migrated: ``schema_version`` says first whether
+    this package and the store agree (``connect()`` migrates).
+    """
     try:
-        return app.open_store()
+        return app.open_store(migrate=False)
     except UnsafeStore as error:
         raise CliError(str(error), exits.UNAVAILABLE) from None
     except Exception as error:
         raise CliError(
             f"the store at {app.store_location()} cannot be opened: {error}", exits.UNAVAILABLE
         ) from None
+
+
+def stored_schema(store: Store) -> int:
+    """The store's schema version, read without migrating it."""
+    try:
+        return store.schema_version()
+    except Exception as error:
+        raise CliError(
+            f"the store at {store.describe()} cannot be read: {error}", exits.UNAVAILABLE
+        ) from None
+
+
+def schema_problem(stored: int, known: int) -> str | None:
+    """What is wrong when the store's schema is not this package's: None when it is.
+
+    An older one is left to the servers: they migrate it at their start, and
+    a store migrated here would change beneath the older servers using it.
+    """
+    if stored < known:
+        return (
+            f"the store has schema version {stored}, this package knows {known}: a server of "
+            "this version migrates it at its start (this command does not)"
+        )
+    if stored > known:
+        return (
+            f"the store has schema version {stored}, newer than this package knows ({known}): "
+            "a newer jupyter_agentruns wrote it; upgrade this package"
+        )
+    return None
 
 
 # gc --------------------------------------------------------------------------
@@ -127,14 +160,20 @@ def gc_summary(totals: dict[str, int]) -> str:
 
 def cmd_gc(args, out: TextIO) -> int:
     app = settings(args.db, args.store_url)
-    if kind(app) == "sqlite" and not Path(app.db_path).exists():
+    store = None
+    if kind(app) == "postgresql" or Path(app.db_path).exists():
+        store = open_store(app)
+    stored = stored_schema(store) if store is not None else 0
+    if stored == 0:
         totals = {"runs_deleted": 0, "runs_compacted": 0, "events_compacted": 0}
         if args.json:
             print_json({"store": app.store_location(), **totals}, out)
         else:
-            out.write(f"no store at {app.db_path} yet: nothing to collect\n")
+            out.write(f"no store at {app.store_location()} yet: nothing to collect\n")
         return exits.OK
-    store = open_store(app)
+    problem = schema_problem(stored, store.schema_versions_known)
+    if problem:
+        raise CliError(f"{problem}; gc leaves it as it is", exits.UNAVAILABLE)
     progress = sys.stderr.isatty() and not args.json
 
     def on_pass(totals: dict[str, int]) -> None:
@@ -210,6 +249,17 @@ def diagnose(app: AgentRuns) -> dict[str, Any]:
             return report
     try:
         store = open_store(app)
+        stored = stored_schema(store)
+        if stored == 0:
+            report["note"] = "no store yet: the first server started here creates it"
+            return report
+        report["schema_version"] = stored
+        report["schema_versions_known"] = store.schema_versions_known
+        problem = schema_problem(stored, store.schema_versions_known)
+        if problem:
+            problems.append(problem)
+            report["note"] = "runs and leases not read: the store's schema is not this package's"
+            return report
         conn = store.connect()
         try:
             found = conn.diagnostics()
@@ -245,7 +295,8 @@ def doctor_text(report: dict[str, Any]) -> str:
             f"schema     version {report['schema_version']} "
             f"(this package knows up to {report['schema_versions_known']})"
         )
-        counts = report.get("runs_by_status") or {}
+    if "runs_by_status" in report:
+        counts = report["runs_by_status"]
         runs = ", ".join(f"{n:,} {status}" for status, n in sorted(counts.items())) or "none"
         lines.append(f"runs       {runs}")
         lines.append(f"leases     {len(report.get('expired_leases', []))} expired")

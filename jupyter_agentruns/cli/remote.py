@@ -19,6 +19,8 @@ from .exits import CliError
 
 LIST_PAGE_MAX = 500  # GET runs answers at most this many a page
 EXPORT_PAGE = 1000
+# Reads of a run's events that compaction overtook before export gives up.
+EXPORT_ATTEMPTS = 10
 # The server's ``retry:`` is the floor of the reconnect backoff; this its ceiling.
 BACKOFF_FIRST_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 30.0
@@ -149,19 +151,69 @@ class EventPrinter:
 
 
 class Backoff:
-    """Exponential reconnect delays with jitter, so a restarted server is not stampeded."""
+    """Exponential reconnect delays with jitter, so a restarted server is not stampeded.
+
+    Never shorter than ``floor``: the server's ``retry:`` when it said one.
+    """
 
     def __init__(self) -> None:
         self.attempts = 0
+        self.floor = BACKOFF_FIRST_SECONDS
 
     def next(self, retry_after: float | None = None) -> float:
         delay = min(BACKOFF_MAX_SECONDS, BACKOFF_FIRST_SECONDS * 2**self.attempts)
         self.attempts += 1
         delay = delay * random.uniform(0.5, 1.0)
-        return max(delay, BACKOFF_FIRST_SECONDS, retry_after or 0.0)
+        return max(delay, self.floor, retry_after or 0.0)
 
     def reset(self) -> None:
         self.attempts = 0
+
+    def set_floor(self, seconds: float) -> None:
+        self.floor = min(BACKOFF_MAX_SECONDS, max(BACKOFF_FIRST_SECONDS, seconds))
+
+
+class Reconnects:
+    """When ``tail`` tries the server again, and when it gives up on it.
+
+    The give-up clock runs while the server stays away: any answer from it
+    (a stream that opens, even with only pings) stops it and resets the
+    backoff, so a short cut long after a long one is a short cut.
+    """
+
+    TRANSIENT = (429, 502, 503, 504)
+
+    def __init__(self, run_id: str, give_up_after: float, notices: TextIO):
+        self.run_id = run_id
+        self.give_up_after = give_up_after
+        self.notices = notices
+        self.backoff = Backoff()
+        self.unreachable_since: float | None = None
+
+    def answered(self) -> None:
+        self.unreachable_since = None
+        self.backoff.reset()
+
+    def failed(self, error: ServerNotFound | AgentRunsError, cursor: int) -> None:
+        """Wait before the next try; raises when the error is no passing one, or it is time to give up."""
+        if isinstance(error, AgentRunsError) and error.status not in self.TRANSIENT:
+            raise exits.from_api(error) from None
+        now = time.monotonic()
+        self.unreachable_since = self.unreachable_since or now
+        if now - self.unreachable_since >= self.give_up_after:
+            raise CliError(
+                f"gave up following {self.run_id} after {self.give_up_after:g} s without the "
+                f"server ({error}); run again with --after {cursor} to go on from here",
+                exits.UNAVAILABLE,
+            ) from None
+        delay = self.backoff.next(getattr(error, "retry_after", None))
+        self.notices.write(f"{error}; reconnecting in {delay:.1f} s from event {cursor}\n")
+        self.notices.flush()
+        time.sleep(delay)
+
+    def pause(self) -> None:
+        """A stream ended with nothing new (a server stopping): not straight back at it."""
+        time.sleep(self.backoff.next())
 
 
 def follow(
@@ -170,74 +222,76 @@ def follow(
     *,
     after: int,
     printer: EventPrinter,
-    give_up_after: float,
+    reconnects: Reconnects,
     read_timeout: float,
-    notices: TextIO,
 ) -> str:
     """Print the run's events after ``after`` until its terminal one; returns its final status.
 
     The cursor is the last ``seq`` printed: after a dropped connection, a
     server restart or a 503 the stream is asked again from it (with
     ``Last-Event-ID``), so every event is printed exactly once. Reconnects
-    back off (at least what ``Retry-After`` says) and give up once the server
-    has been unreachable for ``give_up_after`` seconds in a row.
+    back off (at least what ``Retry-After`` and the stream's ``retry:`` say)
+    and give up once the server has been unreachable for the give-up time
+    in a row.
     """
     cursor = after
-    backoff = Backoff()
-    unreachable_since: float | None = None
+    try:
+        while True:
+            before = cursor
+            try:
+                for frame in client.stream_events(
+                    run_id,
+                    cursor,
+                    read_timeout,
+                    on_open=reconnects.answered,
+                    on_retry=reconnects.backoff.set_floor,
+                ):
+                    if frame.get("event") == "snapshot":
+                        cursor = frame["id"]
+                        printer.snapshot(cursor, frame["data"])
+                        continue
+                    event = frame["data"]
+                    if event["seq"] <= cursor:
+                        continue  # already printed (a server may repeat what follows the cursor)
+                    printer.event(event)
+                    cursor = event["seq"]
+                    if event["type"] in TERMINAL_EVENTS:
+                        return event["type"].removeprefix("run.")
+                # The stream ended without the terminal event (a 204, a server stopping):
+                # the run itself says whether anything is left.
+                run = client.get_run(run_id)
+                if run["status"] in TERMINAL and cursor >= run["last_seq"]:
+                    return run["status"]
+                if cursor == before:
+                    reconnects.pause()
+            except (ServerNotFound, AgentRunsError) as error:
+                reconnects.failed(error, cursor)
+    finally:
+        printer.end()
+
+
+def first_look(client: Client, run_id: str, reconnects: Reconnects, after: int) -> dict[str, Any]:
+    """The run, asked until the server answers: a run that is not there is said at once."""
     while True:
         try:
-            for frame in client.stream_events(run_id, cursor, read_timeout):
-                unreachable_since = None
-                backoff.reset()
-                if frame.get("event") == "snapshot":
-                    cursor = frame["id"]
-                    printer.snapshot(cursor, frame["data"])
-                    continue
-                event = frame["data"]
-                if event["seq"] <= cursor:
-                    continue  # already printed (a server may repeat what follows the cursor)
-                printer.event(event)
-                cursor = event["seq"]
-                if event["type"] in TERMINAL_EVENTS:
-                    printer.end()
-                    return event["type"].removeprefix("run.")
-            # The stream ended without the terminal event (a 204, a server stopping):
-            # the run itself says whether anything is left.
             run = client.get_run(run_id)
-            if run["status"] in TERMINAL and cursor >= run["last_seq"]:
-                printer.end()
-                return run["status"]
         except (ServerNotFound, AgentRunsError) as error:
-            if isinstance(error, AgentRunsError) and error.status not in (429, 502, 503, 504):
-                printer.end()
-                raise exits.from_api(error) from None
-            now = time.monotonic()
-            unreachable_since = unreachable_since or now
-            if now - unreachable_since >= give_up_after:
-                printer.end()
-                raise CliError(
-                    f"gave up following {run_id} after {give_up_after:g} s without the server "
-                    f"({error}); run again with --after {cursor} to go on from here",
-                    exits.UNAVAILABLE,
-                ) from None
-            delay = backoff.next(getattr(error, "retry_after", None))
-            notices.write(f"{error}; reconnecting in {delay:.1f} s from event {cursor}\n")
-            notices.flush()
-            time.sleep(delay)
+            reconnects.failed(error, after)
+        else:
+            reconnects.answered()
+            return run
 
 
 def cmd_tail(client: Client, args, out: TextIO) -> int:
-    client.get_run(args.run)  # a run that is not there is said at once, not retried
-    printer = EventPrinter(out, args.json)
+    reconnects = Reconnects(args.run, args.give_up_after, sys.stderr)
+    first_look(client, args.run, reconnects, args.after)
     status = follow(
         client,
         args.run,
         after=args.after,
-        printer=printer,
-        give_up_after=args.give_up_after,
+        printer=EventPrinter(out, args.json),
+        reconnects=reconnects,
         read_timeout=args.read_timeout,
-        notices=sys.stderr,
     )
     if not args.json:
         sys.stderr.write(f"{args.run} {status}\n")
@@ -271,18 +325,36 @@ def cmd_answer(client: Client, args, out: TextIO) -> int:
 
 
 def exported_json(client: Client, run_id: str) -> dict[str, Any]:
-    """The run object and its kept events up to its ``last_seq``: one consistent record."""
-    run = client.get_run(run_id)
+    """The run object and its kept events ``first_seq..last_seq``: one consistent record.
+
+    Compaction may take events away while they are read (a run over its
+    event budget, retention): the record is then read again from a fresh
+    run object, a few times, rather than written with a hole.
+    """
+    for _ in range(EXPORT_ATTEMPTS):
+        run = client.get_run(run_id)
+        events = kept_events(client, run)
+        if events is not None:
+            return {"run": run, "events": events}
+    raise CliError(
+        f"the events of {run_id} were compacted faster than they could be read "
+        f"({EXPORT_ATTEMPTS} tries): export it again, or as Markdown (--format md)",
+        exits.UNAVAILABLE,
+    )
+
+
+def kept_events(client: Client, run: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The run's events from its ``first_seq`` to its ``last_seq``; None when some were compacted meanwhile."""
     events: list[dict[str, Any]] = []
     after = run["first_seq"] - 1
     while after < run["last_seq"]:
-        page = client.events_page(run_id, after, EXPORT_PAGE)
-        batch = [event for event in page["events"] if event["seq"] <= run["last_seq"]]
-        if not batch:
-            break
-        events += batch
-        after = batch[-1]["seq"]
-    return {"run": run, "events": events}
+        page = client.events_page(run["run_id"], after, EXPORT_PAGE)
+        # An expired cursor answers with a snapshot instead: the events after it are gone.
+        if "snapshot" in page or not page["events"] or page["events"][0]["seq"] != after + 1:
+            return None
+        events += [event for event in page["events"] if event["seq"] <= run["last_seq"]]
+        after = events[-1]["seq"]
+    return events
 
 
 def cmd_export(client: Client, args, out: TextIO) -> int:

@@ -287,10 +287,24 @@ class Store(abc.ABC):
 
     # Reads cost microseconds (a local file, no network): bounded ones may run on the event loop.
     local_reads: bool = False
+    # The schema version this package's migrations bring a store to.
+    schema_versions_known: int
 
     @abc.abstractmethod
     def connect(self) -> StoreConnection:
-        """A new connection (each thread that reads or writes has its own)."""
+        """A new connection (each thread that reads or writes has its own).
+
+        The first one brings the store's schema to ``schema_versions_known``.
+        """
+
+    @abc.abstractmethod
+    def schema_version(self) -> int:
+        """The schema version the store holds, read without migrating it (0: no store yet).
+
+        The servers using a store migrate it at their start. A command line of
+        a newer package than theirs checks this first: migrating the store
+        under a running older server would change its tables beneath it.
+        """
 
     @abc.abstractmethod
     def describe(self) -> str:

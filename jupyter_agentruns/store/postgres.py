@@ -206,19 +206,11 @@ class PostgresStore(Store):
         self._migrated = False
         self._migrating = threading.Lock()
 
+    schema_versions_known = len(_MIGRATIONS)
+
     def open(self) -> psycopg.Connection:
         """A new autocommit connection with the store's schema first in its search path."""
-        try:
-            conn = psycopg.connect(
-                self._conninfo,
-                autocommit=True,
-                connect_timeout=CONNECT_TIMEOUT_SECONDS,
-                options=f"-c search_path={self.schema}",
-            )
-        except psycopg.Error as exc:
-            raise StoreUnavailable(
-                f"PostgreSQL at {self._redacted} cannot be reached: {exc}"
-            ) from exc
+        conn = self._open()
         if not self._migrated:
             with self._migrating:
                 if not self._migrated:
@@ -232,6 +224,36 @@ class PostgresStore(Store):
                         ) from exc
                     self._migrated = True
         return conn
+
+    def _open(self) -> psycopg.Connection:
+        """A connection as ``open`` makes it, without migrating the schema."""
+        try:
+            conn = psycopg.connect(
+                self._conninfo,
+                autocommit=True,
+                connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                options=f"-c search_path={self.schema}",
+            )
+        except psycopg.Error as exc:
+            raise StoreUnavailable(
+                f"PostgreSQL at {self._redacted} cannot be reached: {exc}"
+            ) from exc
+        return conn
+
+    def schema_version(self) -> int:
+        conn = self._open()
+        try:
+            table = conn.execute(
+                "SELECT to_regclass(%s)", [f'"{self.schema}".schema_version']
+            ).fetchone()[0]
+            if table is None:
+                return 0
+            [version] = conn.execute(
+                f'SELECT max(version) FROM "{self.schema}".schema_version'
+            ).fetchone()
+            return version or 0
+        finally:
+            conn.close()
 
     def connect(self) -> PostgresConnection:
         return PostgresConnection(self)

@@ -250,10 +250,14 @@ class SQLiteStore(Store):
 
     local_reads = True
 
-    def __init__(self, path: str | Path, synchronous: str = "FULL"):
+    schema_versions_known = len(MIGRATIONS)
+
+    def __init__(self, path: str | Path, synchronous: str = "FULL", *, migrate: bool = True):
+        """``migrate`` False: the file is neither created nor migrated until ``connect()``."""
         self.path = Path(path)
         self.synchronous = synchronous
-        self.connect().close()  # create and migrate it now: a problem shows at start-up
+        if migrate:
+            self.connect().close()  # create and migrate it now: a problem shows at start-up
 
     def connect(self) -> SQLiteConnection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -265,6 +269,17 @@ class SQLiteStore(Store):
         db = Database(conn)
         migrate(db)
         return SQLiteConnection(db)
+
+    def schema_version(self) -> int:
+        if not self.path.exists():
+            return 0
+        # Read-only: neither a migration nor a journal mode change can happen on it.
+        conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            return conn.execute("PRAGMA user_version").fetchone()[0]
+        finally:
+            conn.close()
 
     def describe(self) -> str:
         return f"SQLite {self.path}"
