@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,6 +13,23 @@ import time
 from pathlib import Path
 
 import httpx
+
+
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` started, from /proc (none where there is no /proc).
+
+    Kernels run in sessions of their own: killing the server's process group
+    leaves them running.
+    """
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == pid:
+            found.append(int(stat.parent.name))
+    return found
 
 
 def free_port() -> int:
@@ -123,7 +141,11 @@ class ServerProcess:
     def kill(self) -> None:
         """SIGKILL: the process gets no chance to clean up."""
         if self.process and self.process.poll() is None:
+            kernels = children(self.process.pid)
             os.killpg(self.process.pid, signal.SIGKILL)
+            for pid in kernels:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             self.process.wait(10)
 
     def terminate(self, timeout: float = 30) -> int:

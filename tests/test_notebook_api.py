@@ -105,10 +105,14 @@ def lab(tmp_path, agentruns_config):
     (server.home / "work").mkdir(exist_ok=True)
     http = server.client()
     kernel = Kernel(server, http)
-    yield server, http, kernel
-    kernel.close()
-    http.close()
-    server.kill()
+    try:
+        yield server, http, kernel
+    finally:  # the server goes whatever closing the kernel or the client raised
+        try:
+            kernel.close()
+            http.close()
+        finally:
+            server.kill()
 
 
 CELL = """
