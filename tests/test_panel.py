@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from servers import ServerProcess, wait_status
 from test_browser import (  # noqa: F401  (fixtures are found by name)
     browser,
     jp_asyncio_loop,
     jp_server_cleanup,
+    lab,
     open_notebook,
     page,
     pytestmark,
@@ -24,19 +23,6 @@ from test_browser import (  # noqa: F401  (fixtures are found by name)
 
 DOCS = Path(__file__).parent.parent / "docs"
 PANEL = "#jupyter-agentruns-runs"
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    home = tmp_path_factory.mktemp("panel")
-    server = ServerProcess(
-        home,
-        home / "agentruns.sqlite3",
-        {"heartbeat_interval": 2, "max_active_runs_per_user": 20},
-        app="jupyterlab",
-    ).start(timeout=120)
-    yield server
-    server.kill()
 
 
 def open_panel(page) -> None:

@@ -9,7 +9,7 @@ import { apiFetch, errorMessage, newIdempotencyKey, runsUrl, withSlash } from ".
 import { getHub } from "./hub.js";
 import { openInputs } from "./reducer.js";
 import { RunState } from "./runstate.js";
-import { formatAgo, formatCost, formatDuration, inputCard } from "./view.js";
+import { button, element, formatAgo, formatCost, formatDuration, inputCard, parseTime } from "./view.js";
 
 /** Runs on one page of the panel; "More" adds another page. */
 export const PAGE_SIZE = 20;
@@ -43,30 +43,6 @@ export const STATUSES = ["queued", "running", "waiting", "cancelling", "succeede
  */
 
 /**
- * @param {string} tag
- * @param {string} [className]
- * @param {string} [text]
- * @returns {HTMLElement}
- */
-function element(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
-/**
- * @param {string} text
- * @param {string} className
- * @returns {HTMLButtonElement}
- */
-function button(text, className) {
-  const node = /** @type {HTMLButtonElement} */ (element("button", `agentruns-button ${className}`, text));
-  node.type = "button";
-  return node;
-}
-
-/**
  * @param {string} text
  * @param {string} value
  * @returns {HTMLOptionElement}
@@ -75,16 +51,6 @@ function option(text, value) {
   const node = /** @type {HTMLOptionElement} */ (element("option", "", text));
   node.value = value;
   return node;
-}
-
-/**
- * @param {string | null | undefined} text
- * @returns {number | null}
- */
-function parseTime(text) {
-  if (!text) return null;
-  const ms = Date.parse(text);
-  return Number.isNaN(ms) ? null : ms;
 }
 
 /**

@@ -190,7 +190,7 @@ export function formatAgo(then, now) {
  * @param {string | null | undefined} text
  * @returns {number | null}
  */
-function parseTime(text) {
+export function parseTime(text) {
   if (!text) return null;
   const ms = Date.parse(text);
   return Number.isNaN(ms) ? null : ms;
@@ -230,7 +230,7 @@ const CONNECTION_CHIPS = { reconnecting: "reconnecting", signed_out: "signed out
  * @param {string} [text]
  * @returns {HTMLElement}
  */
-function element(tag, className, text) {
+export function element(tag, className, text) {
   const node = document.createElement(tag);
   if (className) node.className = className;
   if (text !== undefined) node.textContent = text;
@@ -242,7 +242,7 @@ function element(tag, className, text) {
  * @param {string} className
  * @returns {HTMLButtonElement}
  */
-function button(text, className) {
+export function button(text, className) {
   const node = /** @type {HTMLButtonElement} */ (element("button", `agentruns-button ${className}`, text));
   node.type = "button";
   return node;
