@@ -15,7 +15,7 @@ import time
 
 from tornado import web
 
-from jupyter_agentruns.broadcaster import envelope
+from jupyter_agentruns.events import envelope
 from jupyter_agentruns.timeutil import now_iso
 
 from .agents import delta

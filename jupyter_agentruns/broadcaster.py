@@ -17,7 +17,7 @@ import weakref
 from collections import deque
 
 from . import metrics
-from .events import Event, envelope
+from .events import FRAME, SEQ, Event, is_terminal
 from .reader import Reader
 from .store import Listener, Store, StoreConnection
 
@@ -121,24 +121,23 @@ class Channel:
         self.signal = Signal()
 
     def publish(self, events: list[Event]) -> None:
-        for event in events:
-            self._window.append(event)
-            self._window_bytes += len(event.envelope)
+        self._window.extend(events)
+        self._window_bytes += sum([len(event[FRAME]) for event in events])
         while len(self._window) > WINDOW_EVENTS or self._window_bytes > WINDOW_BYTES:
-            self._window_bytes -= len(self._window.popleft().envelope)
-        self.committed_seq = events[-1].seq
+            self._window_bytes -= len(self._window.popleft()[FRAME])
+        self.committed_seq = events[-1][SEQ]
         self.signal.fire()
 
     def window_after(self, cursor: int, limit: int, max_bytes: int) -> list[Event] | None:
         """Committed events after ``cursor`` from the window, or None if it does not reach back."""
-        if not self._window or self._window[0].seq > cursor + 1:
+        if not self._window or self._window[0][SEQ] > cursor + 1:
             return None
-        start = cursor + 1 - self._window[0].seq
+        start = cursor + 1 - self._window[0][SEQ]
         events, size = [], 0
         for index in range(start, min(len(self._window), start + limit)):
             event = self._window[index]
             events.append(event)
-            size += len(event.envelope)
+            size += len(event[FRAME])
             if size >= max_bytes:
                 break
         return events
@@ -285,7 +284,6 @@ class Subscriber:
         self.run_id = run_id
         self.cursor = cursor
         self.done = False
-        self._run_id_json = '"' + run_id + '"'
         self._store_reads = 0
 
     async def read(self, limit: int) -> list[Event]:
@@ -317,28 +315,24 @@ class Subscriber:
                 )
             )
         if events:
-            self.cursor = events[-1].seq
-            if events[-1].terminal:
+            self.cursor = events[-1][SEQ]
+            if is_terminal(events[-1]):
                 self.done = True
         return events
 
     def _from_store(self, conn: StoreConnection, limit: int, remote: bool) -> list[Event]:
         cursor = self.cursor
-        rows = conn.read_events(self.run_id, cursor, limit, max_bytes=READ_MAX_BYTES)
-        if rows and rows[0][0] != cursor + 1:
+        events = conn.read_frames(self.run_id, cursor, limit, READ_MAX_BYTES)
+        if events and events[0][SEQ] != cursor + 1:
             raise CursorExpired(self.run_id)
-        if not rows and remote:
+        if not events and remote:
             # Nothing new, or nothing at all any more: only the run's row tells.
             head = conn.get_run_head(self.run_id)
             if head is None:
                 raise RunGone(self.run_id)
             if head["first_seq"] > cursor + 1:
                 raise CursorExpired(self.run_id)
-        run_id_json = self._run_id_json
-        return [
-            Event(seq, type, envelope(run_id_json, seq, type, ts, data))
-            for seq, type, ts, data in rows
-        ]
+        return events
 
     async def pull(self, limit: int, timeout: float, waiter: Waiter | None = None) -> list[Event]:
         """Like ``read``, but wait up to ``timeout`` seconds for at least one event.

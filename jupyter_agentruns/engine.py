@@ -29,7 +29,7 @@ from .broadcaster import Broadcaster, Subscriber
 from .compaction import Compactor
 from .cursor import page_cursor, parse_page_cursor
 from .errors import ApiError, run_not_found
-from .events import Append
+from .events import EVENT, TYPE, Append
 from .executor import Executor
 from .idempotency import fingerprint
 from .reader import Reader
@@ -205,7 +205,7 @@ class Engine(LoggingConfigurable):
             channel = self.broadcaster.get(run_id)
             if channel is None:
                 continue
-            channel.publish(items)
+            channel.publish([item[EVENT] for item in items])
             # A live run over its event budget (with some slack, so this is
             # not every batch) is compacted while it goes on.
             kept = channel.committed_seq - channel.first_seq + 1
@@ -1169,8 +1169,8 @@ class Tally:
 
 def count_runs_in_commit(items: list[Append]) -> None:
     """A run's committed events in the metrics: did it start, did it end (two looks a batch)."""
-    if items[0].type == "run.started":
+    if items[0][EVENT][TYPE] == "run.started":
         metrics.RUNS_STARTED.inc()
-    outcome = lifecycle.TERMINAL_EVENTS.get(items[-1].type)
+    outcome = lifecycle.TERMINAL_EVENTS.get(items[-1][EVENT][TYPE])
     if outcome is not None:
         metrics.RUNS_FINISHED.labels(outcome).inc()

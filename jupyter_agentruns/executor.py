@@ -25,11 +25,11 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import budgets, lifecycle, metrics, reducer
+from . import budgets, events, lifecycle, metrics, reducer
 from .agents import AgentSpec, EventTooLarge, RunClosed, TokenBudgetExceeded
 from .broadcaster import Broadcaster, Waiter
 from .errors import error_object
-from .events import Append, envelope
+from .events import envelope
 from .lifecycle import Transition
 from .timeutil import now_iso
 from .writer import Writer
@@ -58,6 +58,9 @@ RELEASE_MEMORY_AFTER_BYTES = 16 * 1024 * 1024
 # Built once: json.dumps with options builds an encoder per call. allow_nan=False:
 # NaN is not JSON, and a browser could not parse the event.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+# What _ENCODER does to a string, called directly: a text delta, most of a run's
+# events, is encoded in a fifth of the time the encoder takes for its dict.
+_quote = json.encoder.encode_basestring_ascii
 
 
 class Stop(enum.Enum):
@@ -127,7 +130,8 @@ class Execution:
     async def emit(self, type: str, data: dict[str, Any]) -> int:
         """Append an event: wait for queue space (backpressure), then number and queue it."""
         data_json = self.encode(type, data)
-        await self.reserve()
+        if self._writer.full:
+            await self._writer.wait_for_space()
         seq = self.append(type, data, data_json)
         self._since_yield += 1
         if self._since_yield >= YIELD_EVERY:
@@ -144,7 +148,16 @@ class Execution:
     def encode(self, type: str, data: dict[str, Any]) -> str:
         if self.closed:
             raise RunClosed(f"run {self.run_id} has ended")
-        data_json = _ENCODER.encode(data)
+        if type == "text.delta" and len(data) == 2:
+            message_id, delta = data.get("message_id"), data.get("delta")
+            if message_id.__class__ is str and delta.__class__ is str:
+                data_json = (
+                    '{"message_id":' + _quote(message_id) + ',"delta":' + _quote(delta) + "}"
+                )
+            else:
+                data_json = _ENCODER.encode(data)
+        else:
+            data_json = _ENCODER.encode(data)
         if len(data_json) > self._max_event_bytes:
             error = EventTooLarge(
                 f"a {type} event of {len(data_json)} bytes is over max_event_bytes ({self._max_event_bytes})"
@@ -166,7 +179,8 @@ class Execution:
         if self.closed or self._writer.closed:
             raise RunClosed(f"run {self.run_id} has ended")
         if (
-            isinstance(self.fatal, TokenBudgetExceeded)
+            self.fatal is not None
+            and isinstance(self.fatal, TokenBudgetExceeded)
             and not type.startswith("run.")
             and type != "input.resolved"
         ):
@@ -187,7 +201,7 @@ class Execution:
             # The builder itself: the writer streams it into the store in parts,
             # so a long text is never joined or encoded whole.
             fields = {**(fields or {}), "snapshot": self.snapshot, "snapshot_seq": seq}
-        item = Append(
+        item = events.append(
             self.run_id,
             seq,
             type,
@@ -201,6 +215,9 @@ class Execution:
         self.seq = seq
         if terminal:
             self.closed = True
+        elif type == "text.delta":
+            self.snapshot.add_text(data["message_id"], data["delta"])
+            self.last_type = type
         else:
             self.snapshot.apply({"type": type, "data": data})
             self.last_type = type

@@ -157,20 +157,27 @@ class Snapshot:
             apply(self._snapshot, event)
             return
         data = event["data"]
+        self.add_text(data["message_id"], data["delta"])
+
+    def add_text(self, message_id: str, delta: str) -> None:
+        """``apply`` of a ``text.delta``: the event most of a run is made of."""
         messages = self._snapshot["messages"]
-        for index in range(len(messages) - 1, -1, -1):
-            if messages[index]["id"] == data["message_id"]:
-                break
-        else:
-            apply(
-                self._snapshot,
-                {"type": "message.started", "data": {"message_id": data["message_id"]}},
-            )
-            index = len(messages) - 1
-        pending = self._pending.setdefault(index, [])
+        index = len(messages) - 1
+        if index < 0 or messages[index]["id"] != message_id:  # not the latest message
+            for index in range(len(messages) - 1, -1, -1):
+                if messages[index]["id"] == message_id:
+                    break
+            else:
+                apply(
+                    self._snapshot, {"type": "message.started", "data": {"message_id": message_id}}
+                )
+                index = len(messages) - 1
+        pending = self._pending.get(index)
+        if pending is None:
+            pending = self._pending[index] = []
         start, chars = self._loose.get(index, (len(pending), 0))
-        pending.append(data["delta"])
-        chars += len(data["delta"])
+        pending.append(delta)
+        chars += len(delta)
         if chars >= self.CHUNK_CHARS:
             pending[start:] = ["".join(pending[start:])]
             start, chars = len(pending), 0

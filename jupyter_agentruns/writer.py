@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import metrics
-from .events import Append
+from .events import EVENT, FIELDS, ROW, RUN_ID, SEQ, SIZE, Append
 from .store import SeqTaken, Store, StoreBusy, StoreConnection, StoreUnavailable
 
 MAX_BATCH = 5000
@@ -113,7 +113,7 @@ class Writer:
         """Queue one event; the caller waits for space first (``full``)."""
         self._put(item)
         self.pending_events += 1
-        self.pending_bytes += item.size
+        self.pending_bytes += item[SIZE]
 
     def run(self, fn: Callable[[StoreConnection], Any]) -> asyncio.Future:
         """Run ``fn(connection)`` in the writer's next transaction; the future gets its result.
@@ -141,8 +141,11 @@ class Writer:
         self._queue.append(item)  # deque appends are atomic: no lock per event
         # Wake the writer only when it sleeps (or is about to): it sets _idle
         # under the lock before it looks at the queue, so no append is missed.
+        # Once woken it is not idle any more: the appends that follow until
+        # it runs take no lock (each would wait for the waking thread's).
         if self._idle:
             with self._cond:
+                self._idle = False
                 self._cond.notify()
 
     def _committed(
@@ -151,7 +154,7 @@ class Writer:
         try:
             for items in (*appended.values(), *refused.values()):
                 self.pending_events -= len(items)
-                self.pending_bytes -= sum(item.size for item in items)
+                self.pending_bytes -= sum([item[SIZE] for item in items])
             self._on_commit(appended, set(refused))
         finally:
             for future, ok, value in results:
@@ -192,8 +195,12 @@ class Writer:
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._idle = True
-                while not self._queue and not self._stopping:
+                while True:
+                    # Set before each look at the queue (a producer that wakes
+                    # us clears it): an append after the look sees it and wakes us.
+                    self._idle = True
+                    if self._queue or self._stopping:
+                        break
                     self._cond.wait()
                 self._idle = False
                 if not self._queue and self._stopping:
@@ -251,28 +258,28 @@ class Writer:
     def _refuse_all(self, batch: list) -> dict[str, list[Append]]:
         refused: dict[str, list[Append]] = {}
         for item in batch:
-            if isinstance(item, Append):
-                self._refused.add(item.run_id)
-                refused.setdefault(item.run_id, []).append(item)
+            if item.__class__ is tuple:  # an Append
+                run_id = item[ROW][RUN_ID]
+                self._refused.add(run_id)
+                refused.setdefault(run_id, []).append(item)
         return refused
 
     @staticmethod
     def _append(conn: StoreConnection, runs: dict[str, list[Append]]) -> None:
         """The events of ``runs`` and the run state they imply."""
-        conn.append_events(
-            [(i.run_id, i.seq, i.type, i.ts, i.data) for items in runs.values() for i in items]
-        )
+        conn.append_events([item[ROW] for items in runs.values() for item in items])
         plain = []
         for run_id, items in runs.items():
             fields: dict[str, Any] = {}
             for item in items:
-                if item.fields:
-                    fields.update(item.fields)
+                if item[FIELDS]:
+                    fields.update(item[FIELDS])
+            last_seq = items[-1][EVENT][SEQ]
             if fields:
-                fields["last_seq"] = items[-1].seq
+                fields["last_seq"] = last_seq
                 conn.update_run(run_id, fields)
             else:
-                plain.append((items[-1].seq, run_id))
+                plain.append((last_seq, run_id))
         conn.set_last_seqs(plain)
 
     def _write(self, batch: list):
@@ -321,8 +328,13 @@ class Writer:
 
         with conn.transaction():
             for item in batch:
-                if isinstance(item, Append):
-                    pending_runs.setdefault(item.run_id, []).append(item)
+                if item.__class__ is tuple:  # an Append
+                    run_id = item[ROW][RUN_ID]
+                    items = pending_runs.get(run_id)
+                    if items is None:
+                        pending_runs[run_id] = [item]
+                    else:
+                        items.append(item)
                     continue
                 flush_appends()
                 try:

@@ -4,13 +4,14 @@ import asyncio
 
 import pytest
 
+from jupyter_agentruns import events
 from jupyter_agentruns.broadcaster import Broadcaster, CursorExpired, RunGone, Waiter
-from jupyter_agentruns.events import Event, envelope
+from jupyter_agentruns.events import SEQ, envelope
 from jupyter_agentruns.reader import Reader
 
 
 def event(seq, type="text.delta"):
-    return Event(seq, type, envelope('"run_a"', seq, type, "t", "{}"))
+    return events.event(seq, type, envelope('"run_a"', seq, type, "t", "{}"))
 
 
 class CountingReader(Reader):
@@ -55,7 +56,7 @@ async def test_a_subscriber_inside_the_window_reads_it_without_the_store(reader)
     channel.publish([event(seq) for seq in range(5001, 5101)])
     subscriber = broadcaster.subscriber("run_a", 5050)
     events = await subscriber.read(1000)
-    assert [e.seq for e in events] == list(range(5051, 5101))
+    assert [e[SEQ] for e in events] == list(range(5051, 5101))
     assert reader.reads == 0
     assert await subscriber.read(1000) == []  # nothing after the last committed event
 
@@ -67,10 +68,10 @@ async def test_a_subscriber_behind_the_window_reads_the_store_then_catches_up_fr
     subscriber = broadcaster.subscriber("run_a", 0)
     seen = []
     while subscriber.cursor < 5000:
-        seen += [e.seq for e in await subscriber.read(1000)]
+        seen += [e[SEQ] for e in await subscriber.read(1000)]
     assert seen == list(range(1, 5001)) and reader.reads >= 5
     reads = reader.reads
-    assert [e.seq for e in await subscriber.read(1000)] == list(range(5001, 5011))
+    assert [e[SEQ] for e in await subscriber.read(1000)] == list(range(5001, 5011))
     assert reader.reads == reads
 
 
@@ -81,7 +82,7 @@ async def test_a_pull_wakes_at_the_next_publish_and_a_release_ends_it_at_once(re
     pulling = asyncio.ensure_future(subscriber.pull(100, 30))
     await asyncio.sleep(0)
     channel.publish([event(5001)])
-    assert [e.seq for e in await asyncio.wait_for(pulling, 5)] == [5001]
+    assert [e[SEQ] for e in await asyncio.wait_for(pulling, 5)] == [5001]
 
     waiter = Waiter()
     pulling = asyncio.ensure_future(subscriber.pull(100, 30, waiter))
@@ -95,7 +96,7 @@ async def test_the_terminal_event_ends_a_subscriber(reader):
     channel = broadcaster.open("run_a", 5000)
     channel.publish([event(5001), event(5002, "run.succeeded")])
     subscriber = broadcaster.subscriber("run_a", 5000)
-    assert [e.seq for e in await subscriber.read(10)] == [5001, 5002]
+    assert [e[SEQ] for e in await subscriber.read(10)] == [5001, 5002]
     assert subscriber.done and await subscriber.read(10) == []
 
 
@@ -115,7 +116,7 @@ async def test_another_servers_run_wakes_its_subscribers_on_commits_of_other_con
         conn.append_events([("run_a", 5001, "text.delta", "t", "{}")])
     # At once: not at the safety net's reread (0.5 s polled, 15 s notified).
     events = await asyncio.wait_for(pulling, 0.4)
-    assert [e.seq for e in events] == [5001]
+    assert [e[SEQ] for e in events] == [5001]
     conn.close()
     broadcaster.close_watch()
 

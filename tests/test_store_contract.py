@@ -70,6 +70,51 @@ def test_events_read_back_in_order_and_a_taken_seq_is_refused_whole(conn):
     assert conn.read_events("run_a", 50, 10) == []
 
 
+@pytest.mark.parametrize("count", [1, 127, 128, 129, 255, 4096, 5000])
+def test_a_batch_of_any_size_is_stored_whole_and_in_order(conn, count):
+    # SQLite writes a batch as a few INSERTs of a power of two of rows each.
+    with conn.transaction():
+        conn.insert_run(run_row("run_a"))
+    add_events(conn, "run_a", 1, count)
+    rows = conn.read_events("run_a", 0, count + 10)
+    assert [row[0] for row in rows] == list(range(1, count + 1))
+    # A seq taken in the last statement of a batch refuses the whole batch.
+    with pytest.raises(SeqTaken), conn.transaction():
+        conn.append_events(
+            [("run_a", seq, "t", "t", "{}") for seq in range(count + 1, 2 * count + 1)]
+            + [("run_a", count, "t", "t", "{}")]
+        )
+    assert len(conn.read_events("run_a", 0, 2 * count + 10)) == count
+
+
+def test_the_last_seqs_of_many_runs_are_set_at_once(conn):
+    run_ids = [f"run_{index:04d}" for index in range(300)]
+    with conn.transaction():
+        for run_id in run_ids:
+            conn.insert_run(run_row(run_id))
+    with conn.transaction():
+        conn.set_last_seqs([(index + 1, run_id) for index, run_id in enumerate(run_ids)])
+    assert [conn.get_run_head(run_id)["last_seq"] for run_id in run_ids] == list(range(1, 301))
+
+
+def test_sqlite_batches_fit_an_old_sqlite_parameter_limit(tmp_path):
+    import sqlite3
+
+    from jupyter_agentruns.store.sqlite import SQLiteStore, insert_rows
+
+    store = SQLiteStore(tmp_path / "old.db")
+    conn = store.connect()
+    try:
+        conn.conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)  # before SQLite 3.32
+        assert insert_rows(conn.conn) == 128
+        with conn.transaction():
+            conn.insert_run(run_row("run_a"))
+        add_events(conn, "run_a", 1, 1000)
+        assert [row[0] for row in conn.read_events("run_a", 0, 2000)] == list(range(1, 1001))
+    finally:
+        conn.close()
+
+
 def test_a_read_stops_at_its_byte_bound_but_returns_at_least_one_event(conn):
     with conn.transaction():
         conn.insert_run(run_row("run_a"))

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from jupyter_agentruns.events import Append
+from jupyter_agentruns.events import EVENT, SEQ, append
 from jupyter_agentruns.store import sqlite as sqlite_store
 from jupyter_agentruns.store.sqlite import SQLiteStore
 from jupyter_agentruns.writer import Writer
@@ -18,7 +18,7 @@ LOG = logging.getLogger("test-writer")
 
 def event(run_id, seq, text="x"):
     data = f'{{"message_id":"m1","delta":"{text}"}}'
-    return Append(run_id, seq, "text.delta", "2026-01-01T00:00:00.000Z", data, None, data)
+    return append(run_id, seq, "text.delta", "2026-01-01T00:00:00.000Z", data, None, data)
 
 
 def new_run(run_id):
@@ -40,17 +40,17 @@ class Commits:
         if not appended:
             return
         self.batches.append(
-            {run_id: [item.seq for item in items] for run_id, items in appended.items()}
+            {run_id: [item[EVENT][SEQ] for item in items] for run_id, items in appended.items()}
         )
         db = sqlite3.connect(self._path)
         try:
             for run_id, items in appended.items():
                 (stored,) = db.execute(
                     "SELECT count(*) FROM events WHERE run_id = ? AND seq <= ?",
-                    [run_id, items[-1].seq],
+                    [run_id, items[-1][EVENT][SEQ]],
                 ).fetchone()
-                if stored < items[-1].seq:
-                    self.unseen.append((run_id, items[-1].seq))
+                if stored < items[-1][EVENT][SEQ]:
+                    self.unseen.append((run_id, items[-1][EVENT][SEQ]))
         finally:
             db.close()
 

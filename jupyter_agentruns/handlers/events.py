@@ -11,6 +11,7 @@ from .. import jsonio
 from ..broadcaster import CursorExpired, RunGone, Subscriber
 from ..cursor import check_cursor, parse_cursor
 from ..errors import invalid_request, run_not_found
+from ..events import FRAME, envelope_of
 from ..lifecycle import is_terminal
 from ..store import StoreUnavailable
 from . import sse
@@ -62,7 +63,7 @@ class EventsHandler(AgentRunsHandler):
                     if self.waiter.released:
                         return  # the client left: its slot is free now, not at the next write
                     batch = SSE_BATCH
-                    text = "".join(sse.frame(event) for event in events) if events else sse.PING
+                    text = "".join([event[FRAME] for event in events]) if events else sse.PING
                     await sse.send(self, text, settings.write_timeout_seconds)
             except sse.ClientGone:
                 return
@@ -105,7 +106,7 @@ class EventsHandler(AgentRunsHandler):
         if snapshot is not None:
             tail["snapshot"] = snapshot
         tail_json = jsonio.dumps(tail, compact=True)
-        self.write_json('{"events":[' + ",".join(e.envelope for e in events) + "]," + tail_json[1:])
+        self.write_json('{"events":[' + ",".join(map(envelope_of, events)) + "]," + tail_json[1:])
 
     def _wait_argument(self) -> float:
         raw = self.get_argument("wait", None)

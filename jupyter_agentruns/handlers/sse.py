@@ -7,6 +7,7 @@ import asyncio
 from tornado.iostream import StreamClosedError
 from tornado.web import RequestHandler
 
+from .. import events
 from ..events import Event
 
 # The reconnect delay a browser EventSource uses; our own clients treat it as
@@ -30,7 +31,7 @@ def begin(handler: RequestHandler) -> None:
 
 
 def frame(event: Event, *, with_id: bool = True) -> str:
-    return event.sse(with_id)
+    return events.sse(event, with_id)
 
 
 def named(name: str, data: str, seq: int | None = None) -> str:

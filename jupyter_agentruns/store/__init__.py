@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from .. import jsonio, reducer
+from ..events import Event, envelope
+from ..events import event as make_event
 
 # What both stores share of their tables: ``runs`` columns holding JSON text
 # (the snapshot has tables of its own), and the queries' common parts.
@@ -127,6 +129,14 @@ class StoreConnection(abc.ABC):
         max_bytes: int | None = None,
     ) -> list[tuple[int, str, str, str]]:
         """``(seq, type, ts, data)`` with ``after < seq <= upto``, in order; at least one row within ``max_bytes``."""
+
+    def read_frames(self, run_id: str, after: int, limit: int, max_bytes: int) -> list[Event]:
+        """The events ``read_events`` reads, as subscribers send them (``events.Event``)."""
+        run_id_json = json.dumps(run_id)
+        return [
+            make_event(seq, type, envelope(run_id_json, seq, type, ts, data))
+            for seq, type, ts, data in self.read_events(run_id, after, limit, max_bytes=max_bytes)
+        ]
 
     @abc.abstractmethod
     def get_tombstone(self, run_id: str) -> dict[str, Any] | None:

@@ -10,6 +10,8 @@ several servers on one machine may share the file. WAL needs a local disk.
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import json
 import re
 import sqlite3
@@ -243,6 +245,36 @@ MIGRATIONS = [
     _migration_1, _migration_2, _migration_3, _migration_4, _migration_5, _migration_6,
     _migration_7, _migration_8, _migration_9,
 ]  # fmt: skip
+
+
+# The most rows one INSERT of events holds (five parameters each; SQLite
+# allows 32,766 parameters since 3.32, 999 before: see ``insert_rows``).
+INSERT_ROWS = 4096
+
+
+def insert_rows(conn: sqlite3.Connection) -> int:
+    """The most rows an INSERT of events holds here: a power of two within the parameter limit."""
+    if hasattr(conn, "getlimit"):  # Python 3.11
+        parameters = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    else:
+        parameters = 32766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
+    return min(INSERT_ROWS, 1 << ((parameters // 5).bit_length() - 1))
+
+
+@functools.cache
+def _set_last_seqs_sql(runs: int) -> str:
+    values = ",".join(["(?, ?)"] * runs)
+    return (
+        f"WITH v (seq, run_id) AS (VALUES {values}) "
+        "UPDATE runs SET last_seq = (SELECT v.seq FROM v WHERE v.run_id = runs.run_id) "
+        "WHERE run_id IN (SELECT run_id FROM v)"
+    )
+
+
+@functools.cache
+def _insert_events_sql(rows: int) -> str:
+    values = ",".join(["(?, ?, ?, ?, ?)"] * rows)
+    return f"INSERT INTO events (run_id, seq, type, ts, data) VALUES {values}"
 
 
 class SQLiteStore(Store):
@@ -612,15 +644,41 @@ class SQLiteConnection(StoreConnection):
         )
 
     def append_events(self, rows: Iterable[tuple[str, int, str, str, str]]) -> None:
+        # As few statements as can be, not ``executemany``: Python's sqlite3
+        # lets go of the GIL around every statement it steps, and a thread
+        # that lets go waits up to the interpreter's switch interval (5 ms)
+        # to get it back from a busy event loop. One row per step paid that
+        # at every event; a statement of thousands of rows pays it once and
+        # inserts them all in SQLite's own code while the loop goes on.
+        # Statements hold a power of two of rows (a dozen texts, all cached).
+        rows = rows if isinstance(rows, list) else list(rows)
+        most = insert_rows(self.conn)
         try:
-            self.conn.executemany(
-                "INSERT INTO events (run_id, seq, type, ts, data) VALUES (?, ?, ?, ?, ?)", rows
-            )
+            start, left = 0, len(rows)
+            while left:
+                count = min(most, 1 << (left.bit_length() - 1))
+                self.conn.execute(
+                    _insert_events_sql(count),
+                    list(itertools.chain.from_iterable(rows[start : start + count])),
+                )
+                start += count
+                left -= count
         except sqlite3.IntegrityError as exc:
             raise SeqTaken(str(exc)) from exc
 
     def set_last_seqs(self, pairs: list[tuple[int, str]]) -> None:
-        self.conn.executemany("UPDATE runs SET last_seq = ? WHERE run_id = ?", pairs)
+        # A statement for up to 256 runs, not one each (see append_events).
+        # Each row looks its seq up in the VALUES: 256 keeps that look short.
+        most = min(256, insert_rows(self.conn))
+        start, left = 0, len(pairs)
+        while left:
+            count = min(most, 1 << (left.bit_length() - 1))
+            self.conn.execute(
+                _set_last_seqs_sql(count),
+                list(itertools.chain.from_iterable(pairs[start : start + count])),
+            )
+            start += count
+            left -= count
 
     def delete_events_before(self, run_id: str, seq: int, limit: int) -> int:
         return self.conn.execute(
