@@ -24,8 +24,9 @@ from .store import Listener, Store, StoreConnection
 WINDOW_EVENTS = 2048
 WINDOW_BYTES = 4 * 1024 * 1024
 STORE_READ_CHUNK = 1000
-# One read's worth of event bytes: bounds what a subscriber hands to a response at once.
-READ_MAX_BYTES = 1024 * 1024
+# One read's worth of event bytes: bounds what a subscriber hands to a response
+# at once, and how long a store read on the event loop holds it (about 0.5 ms).
+READ_MAX_BYTES = 256 * 1024
 # Runs no channel here announces (executed by another server sharing the
 # store): the change token, which moves on any other connection's commit, is
 # checked this often while someone waits for such a run...
@@ -284,7 +285,6 @@ class Subscriber:
         self.run_id = run_id
         self.cursor = cursor
         self.done = False
-        self._store_reads = 0
 
     async def read(self, limit: int) -> list[Event]:
         """Committed events after the cursor, at most ``limit``, advancing the cursor.
@@ -303,13 +303,12 @@ class Subscriber:
                 return []
             events = channel.window_after(self.cursor, limit, READ_MAX_BYTES)
         if events is None:
-            # The first read comes at once (a small read: at most READ_MAX_BYTES);
-            # the rest of a long replay reads on a reader thread, so that it
-            # never holds the event loop from the live streams.
-            reader = self._broadcaster.reader
-            read = reader.run if self._store_reads else reader.small
-            self._store_reads += 1
-            events = await read(
+            # A read with a bound (STORE_READ_CHUNK events, READ_MAX_BYTES):
+            # on the event loop for a local store. A long replay is many such
+            # reads with a send after each, when the other streams go on; on a
+            # reader thread it went slower and held those streams back more, the
+            # thread and the loop taking turns at the GIL every switch interval.
+            events = await self._broadcaster.reader.small(
                 lambda conn: self._from_store(
                     conn, min(limit, STORE_READ_CHUNK), remote=channel is None
                 )

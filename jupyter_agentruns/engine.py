@@ -16,7 +16,7 @@ import secrets
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -797,28 +797,58 @@ class Engine(LoggingConfigurable):
             lambda conn: self.run_object(conn, self._owned(conn, owner, run_id, full=True))
         )
 
-    async def run_answer(self, owner: str, run_id: str, markdown: bool = False) -> list[bytes]:
+    async def run_answer(
+        self, owner: str, run_id: str, markdown: bool = False
+    ) -> AsyncIterator[bytes]:
         """What ``GET runs/{id}`` answers, JSON (or the Markdown record), in pieces to send in turn.
 
-        Made on a reader thread. A run's snapshot can hold 100 MB of text, and
-        decoding or encoding that holds the interpreter (the event loop too)
-        for a second: when the persisted snapshot is current, its stored JSON
-        parts go out as they are, spliced into the run object.
+        A run's snapshot can hold 100 MB of text, and decoding or encoding
+        that holds the interpreter for a second. When the persisted snapshot
+        is current, its stored JSON goes out as it is, spliced into the run
+        object, read a part (about a megabyte) at a time between the sends:
+        each read is short, so on a local store it runs on the event loop,
+        which a thread reading the whole text would hold back instead (the
+        two would take turns at the GIL every switch interval). Raises
+        ``ApiError`` before the first piece; ``SnapshotReplaced`` once a piece
+        was sent, if the snapshot went away meanwhile (the answer is then cut).
         """
 
-        def answer(conn: StoreConnection) -> list[bytes]:
+        def head(conn: StoreConnection) -> tuple[bytes, bytes, tuple[int, int]] | None:
             row = self._owned(conn, owner, run_id, full=True, snapshot=False)
-            if not markdown and row["snapshot_seq"] == row["last_seq"] > 0:
-                mark = f"\x00{secrets.token_hex(16)}\x00"  # nothing else in the run can hold it
-                head, tail = jsonio.dumps(self.run_object(conn, {**row, "snapshot": mark})).split(
-                    jsonio.dumps(mark)
-                )
-                parts = conn.snapshot_json(run_id)
-                return [head.encode(), *(part.encode() for part in parts), tail.encode()]
-            run = self.run_object(conn, self._owned(conn, owner, run_id, full=True))
-            return [(run_markdown(run) if markdown else jsonio.dumps(run)).encode("utf-8")]
+            if markdown or not row["snapshot_seq"] == row["last_seq"] > 0:
+                return None
+            layout = conn.snapshot_layout(run_id)
+            if layout is None or layout[0] != row["snapshot_seq"]:
+                return None
+            mark = f"\x00{secrets.token_hex(16)}\x00"  # nothing else in the run can hold it
+            before, after = jsonio.dumps(self.run_object(conn, {**row, "snapshot": mark})).split(
+                jsonio.dumps(mark)
+            )
+            return before.encode(), after.encode(), layout
 
-        return await self.reader.run(answer)
+        spliced = await self.reader.small(head)
+        if spliced is not None:
+            return self._spliced(run_id, *spliced)
+
+        def whole(conn: StoreConnection) -> bytes:
+            run = self.run_object(conn, self._owned(conn, owner, run_id, full=True))
+            return (run_markdown(run) if markdown else jsonio.dumps(run)).encode("utf-8")
+
+        return _pieces(await self.reader.run(whole))
+
+    async def _spliced(
+        self, run_id: str, before: bytes, after: bytes, layout: tuple[int, int]
+    ) -> AsyncIterator[bytes]:
+        seq, parts = layout
+        yield before
+        for part in range(parts):
+            text = await self.reader.small(
+                lambda conn, part=part: conn.snapshot_part(run_id, part, seq)
+            )
+            if text is None:
+                raise SnapshotReplaced(run_id)
+            yield text.encode()
+        yield after
 
     async def list_runs(
         self,
@@ -1174,3 +1204,12 @@ def count_runs_in_commit(items: list[Append]) -> None:
     outcome = lifecycle.TERMINAL_EVENTS.get(items[-1][EVENT][TYPE])
     if outcome is not None:
         metrics.RUNS_FINISHED.labels(outcome).inc()
+
+
+class SnapshotReplaced(Exception):
+    """A run's snapshot was replaced or deleted while its answer was being sent."""
+
+
+async def _pieces(*pieces: bytes) -> AsyncIterator[bytes]:
+    for piece in pieces:
+        yield piece

@@ -5,11 +5,15 @@ thousands of events; on the event loop that would stall every stream of
 every user. The loop only awaits ``Reader.run(fn)``; ``fn(connection)`` runs
 on one of the reader threads.
 
-Small reads with a bound (a run's head, a megabyte of events) are another
-matter: a hop to a thread and back costs more than they do when the store is
-a local file. ``Reader.small(fn)`` runs those on the loop's own connection
-for a store that says its reads are local (SQLite), and on a reader thread
-for one across a network.
+Small reads with a bound (a run's head, a megabyte of events, a part of a
+snapshot) are another matter: a hop to a thread and back costs more than they
+do when the store is a local file, and a thread busy with Python takes turns
+with the event loop at the GIL, every switch interval (5 ms), so a long
+replay or a 100 MB answer read on a thread holds the live streams back longer
+than the same reads made a part at a time on the loop, with sends between
+them. ``Reader.small(fn)`` runs those on the loop's own connection for a store
+that says its reads are local (SQLite), and on a reader thread for one across
+a network.
 """
 
 from __future__ import annotations

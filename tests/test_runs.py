@@ -5,11 +5,13 @@ import json
 import httpx
 import pytest
 
-from conftest import demo_input, submit, wait_run, wait_seq
+from jupyter_agentruns.reducer import reduce
+
+from conftest import all_events, demo_input, submit, wait_run, wait_seq
 
 
 async def finished(api, **input):
-    response = await submit(api, input=demo_input(chunks=3, **input))
+    response = await submit(api, input=demo_input(**{"chunks": 3, **input}))
     return await wait_run(api, response.json()["run_id"])
 
 
@@ -193,3 +195,34 @@ async def test_a_run_object_once_made_never_changes_under_later_reads(api, engin
     later = await engine.get_run(SHARED_OWNER, run_id)
     assert later["last_seq"] > first["last_seq"]
     assert json.dumps(first) == frozen
+
+
+def small_parts(monkeypatch):
+    from jupyter_agentruns.store import postgres, sqlite
+
+    for module in (sqlite, postgres):
+        monkeypatch.setattr(module, "SNAPSHOT_PART_CHARS", 300)
+
+
+async def test_a_snapshot_in_many_parts_is_answered_whole_a_part_at_a_time(api, monkeypatch):
+    small_parts(monkeypatch)  # a part per few deltas
+    run = await finished(api, chunks=200)
+    events = [event for event in await all_events(api, run["run_id"])]
+    assert run["snapshot"] == reduce(events)
+    assert run["snapshot"]["messages"][0]["text"] == run["output"]["text"]
+    markdown = await api.get(f"runs/{run['run_id']}", headers={"Accept": "text/markdown"})
+    assert markdown.status_code == 200 and run["output"]["text"][:40] in markdown.text
+
+
+async def test_a_run_deleted_while_its_answer_is_sent_cuts_the_answer(api, engine, monkeypatch):
+    from jupyter_agentruns.engine import SnapshotReplaced
+    from jupyter_agentruns.handlers.base import SHARED_OWNER
+
+    small_parts(monkeypatch)
+    run = await finished(api, chunks=200)
+    pieces = await engine.run_answer(SHARED_OWNER, run["run_id"])
+    assert (await anext(pieces)).startswith(b"{")
+    await engine.delete(SHARED_OWNER, run["run_id"])
+    with pytest.raises(SnapshotReplaced):
+        async for _ in pieces:
+            pass

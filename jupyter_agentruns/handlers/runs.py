@@ -131,13 +131,28 @@ class RunHandler(AgentRunsHandler):
         kind = "text/markdown; charset=UTF-8" if markdown else "application/json"
         self.set_header("Content-Type", kind)
         # A megabyte at a time: a 100 MB run never sits whole in tornado's buffer.
+        last, sent = None, False
         try:
-            for piece in pieces[:-1]:
-                self.write(piece)
-                await self.flush()
+            async for piece in pieces:
+                if last is not None:
+                    self.write(last)
+                    await self.flush()
+                    sent = True
+                last = piece
         except StreamClosedError:
             return  # the client left
-        self.finish(pieces[-1], set_content_type=kind)
+        except Exception as exc:  # noqa: BLE001 (answered as any error until a piece went out)
+            if not sent:
+                raise
+            # The run deleted, or the database gone, while it was sent: cut the
+            # answer, so that the client sees an error, not a JSON document that
+            # ends early (finishing it would end it cleanly).
+            self.log.warning("agentruns: the answer for run %s was cut: %r", run_id, exc)
+            stream = self.request.connection.stream
+            if stream is not None:
+                stream.close()
+            return
+        self.finish(last)  # a one-piece answer goes out whole, with its length
 
     @web.authenticated
     @authorized

@@ -90,12 +90,31 @@ class StoreConnection(abc.ABC):
     def get_run(self, run_id: str, *, snapshot: bool = True) -> dict[str, Any] | None:
         """Every column of a run, with its persisted ``snapshot`` (None without ``snapshot``) and ``snapshot_seq``."""
 
-    @abc.abstractmethod
     def snapshot_json(self, run_id: str) -> list[str]:
         """The persisted snapshot's JSON text, in its stored parts, not decoded (empty: none).
 
         Decoding a 100 MB snapshot holds the interpreter for a second: a run
-        whose persisted snapshot is current is answered from this text as is.
+        whose persisted snapshot is current is answered from this text as is,
+        a part (about a megabyte) at a time (``snapshot_layout``, ``snapshot_part``).
+        """
+        layout = self.snapshot_layout(run_id)
+        if layout is None:
+            return []
+        seq, count = layout
+        parts = [self.snapshot_part(run_id, part, seq) for part in range(count)]
+        return [] if None in parts else parts  # type: ignore[return-value]
+
+    @abc.abstractmethod
+    def snapshot_layout(self, run_id: str) -> tuple[int, int] | None:
+        """The persisted snapshot's ``(seq, parts)``, or None without one."""
+
+    @abc.abstractmethod
+    def snapshot_part(self, run_id: str, part: int, seq: int) -> str | None:
+        """Part ``part`` (from 0) of the persisted snapshot's JSON, if it is still the one at ``seq``.
+
+        A snapshot at a given seq is always the same text, cut in the same
+        parts: parts read one at a time, each checked against ``seq``, make the
+        whole text or, once the snapshot was replaced or deleted, a None.
         """
 
     @abc.abstractmethod

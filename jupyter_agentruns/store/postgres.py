@@ -406,11 +406,24 @@ class PostgresConnection(StoreConnection):
         rows = self._dicts(f"{select} WHERE runs.run_id = %s", [run_id])
         return self._decode(rows[0]) if rows else None
 
-    def snapshot_json(self, run_id: str) -> list[str]:
-        first = self._execute(
-            "SELECT snapshot FROM snapshots WHERE run_id = %s", [run_id]
+    def snapshot_layout(self, run_id: str) -> tuple[int, int] | None:
+        row = self._execute(
+            "SELECT seq, parts FROM snapshots WHERE run_id = %s", [run_id]
         ).fetchone()
-        return [] if first is None else [first[0], *self._later_parts(run_id)]
+        return None if row is None else (row[0], row[1])
+
+    def snapshot_part(self, run_id: str, part: int, seq: int) -> str | None:
+        if part == 0:
+            row = self._execute(
+                "SELECT snapshot FROM snapshots WHERE run_id = %s AND seq = %s", [run_id, seq]
+            ).fetchone()
+        else:
+            row = self._execute(
+                "SELECT p.data FROM snapshot_parts AS p JOIN snapshots AS s ON s.run_id = p.run_id "
+                "WHERE p.run_id = %s AND p.part = %s AND s.seq = %s",
+                [run_id, part, seq],
+            ).fetchone()
+        return None if row is None else row[0]
 
     def _later_parts(self, run_id: str) -> list[str]:
         rows = self._execute(

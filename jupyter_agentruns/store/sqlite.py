@@ -398,11 +398,24 @@ class SQLiteConnection(StoreConnection):
         rows = list(self.db.query(f"{select} WHERE runs.run_id = ?", [run_id]))
         return self._decode(rows[0]) if rows else None
 
-    def snapshot_json(self, run_id: str) -> list[str]:
-        first = self.conn.execute(
-            "SELECT snapshot FROM snapshots WHERE run_id = ?", [run_id]
+    def snapshot_layout(self, run_id: str) -> tuple[int, int] | None:
+        row = self.conn.execute(
+            "SELECT seq, parts FROM snapshots WHERE run_id = ?", [run_id]
         ).fetchone()
-        return [] if first is None else [first[0], *self._later_parts(run_id)]
+        return None if row is None else (row[0], row[1])
+
+    def snapshot_part(self, run_id: str, part: int, seq: int) -> str | None:
+        if part == 0:
+            row = self.conn.execute(
+                "SELECT snapshot FROM snapshots WHERE run_id = ? AND seq = ?", [run_id, seq]
+            ).fetchone()
+        else:
+            row = self.conn.execute(
+                "SELECT p.data FROM snapshot_parts AS p JOIN snapshots AS s ON s.run_id = p.run_id "
+                "WHERE p.run_id = ? AND p.part = ? AND s.seq = ?",
+                [run_id, part, seq],
+            ).fetchone()
+        return None if row is None else row[0]
 
     def _later_parts(self, run_id: str) -> list[str]:
         rows = self.conn.execute(
