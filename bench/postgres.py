@@ -96,7 +96,7 @@ def pg_append(bench: Bench) -> None:
     db = available(bench, "pg-append", [(label, "ev/s")])
     if db is None:
         return
-    PostgresStore(db.url("raw"))  # the store's own tables, for the baselines
+    PostgresStore(db.url("raw")).open().close()  # the store's own tables, for the baselines
     raw = db.connect("raw")
     server = bench.new_server("pg-append", store_url=db.url("append"))
     rates, copies, inserts, measures, counts = [], [], [], [], []
@@ -166,7 +166,7 @@ def pg_resume(bench: Bench) -> None:
     if db is None:
         return
     url = db.url("resume")
-    PostgresStore(url)
+    PostgresStore(url).open().close()  # its tables
     started = time.perf_counter()
     with db.connect("resume") as conn:
         big = database.insert_finished_run(conn, big_events)

@@ -131,14 +131,20 @@ class RunHandler(AgentRunsHandler):
         kind = "text/markdown; charset=UTF-8" if markdown else "application/json"
         self.set_header("Content-Type", kind)
         # A megabyte at a time: a 100 MB run never sits whole in tornado's buffer.
-        last, sent = None, False
+        # The next piece is read while the last one is on its way (at most two
+        # in tornado's buffer at once).
+        last, sent, flushed = None, False, None
         try:
             async for piece in pieces:
                 if last is not None:
+                    if flushed is not None:
+                        await flushed
                     self.write(last)
-                    await self.flush()
+                    flushed = self.flush()
                     sent = True
                 last = piece
+            if flushed is not None:
+                await flushed
         except StreamClosedError:
             return  # the client left
         except Exception as exc:  # noqa: BLE001 (answered as any error until a piece went out)
@@ -152,7 +158,7 @@ class RunHandler(AgentRunsHandler):
             if stream is not None:
                 stream.close()
             return
-        self.finish(last)  # a one-piece answer goes out whole, with its length
+        self.finish(last, set_content_type=kind)  # one piece goes out whole, with its length
 
     @web.authenticated
     @authorized
