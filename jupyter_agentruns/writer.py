@@ -41,11 +41,13 @@ CLOSE_TIMEOUT_SECONDS = 30.0
 class Op:
     """A function run inside the writer's transaction, answered through a future."""
 
-    __slots__ = ("fn", "future")
+    __slots__ = ("fn", "future", "abandoned")
 
     def __init__(self, fn: Callable[[StoreConnection], Any], future: asyncio.Future):
         self.fn = fn
         self.future = future
+        # Answered 503 while still queued (the store unreachable): never run.
+        self.abandoned = False
 
 
 class Refused(Exception):
@@ -167,6 +169,19 @@ class Writer:
             if not self.full:
                 self._space.set()
 
+    def _abandon_queued_ops(self) -> None:
+        """Answer 503 to the operations queued while the store cannot be reached; they never run."""
+        unavailable = self.unavailable
+        if unavailable is None:
+            return  # the store is back: they run in turn
+        with self._cond:  # the writer thread takes batches under it
+            ops = [item for item in self._queue if item.__class__ is Op and not item.abandoned]
+            for op in ops:
+                op.abandoned = True
+        for op in ops:
+            if not op.future.done():
+                op.future.set_exception(StoreUnavailable(str(unavailable)))
+
     def close(self, timeout: float = CLOSE_TIMEOUT_SECONDS) -> None:
         """Commit what is queued, then stop the thread and close its connection.
 
@@ -205,8 +220,12 @@ class Writer:
                 self._idle = False
                 if not self._queue and self._stopping:
                     return
-            batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
-            self._write_until_committed(batch)
+                # Taken under the lock, under which the loop abandons queued operations.
+                popleft = self._queue.popleft
+                batch = [popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
+            batch = [item for item in batch if item.__class__ is not Op or not item.abandoned]
+            if batch:
+                self._write_until_committed(batch)
 
     def _write_until_committed(self, batch: list) -> None:
         delay = RETRY_FIRST_SECONDS
@@ -219,6 +238,12 @@ class Writer:
             except StoreBusy as exc:
                 if isinstance(exc, StoreUnavailable):
                     self.unavailable = exc
+                    try:
+                        # Those queued after this batch was taken, before the
+                        # mark above, would otherwise wait for the store too.
+                        self._loop.call_soon_threadsafe(self._abandon_queued_ops)
+                    except RuntimeError:
+                        return  # the event loop is closed: nobody is waiting any more
                     # One-off operations are answered now (their requests get
                     # a 503, not a wait of unknown length); events stay and retry.
                     ops = [item for item in batch if isinstance(item, Op)]

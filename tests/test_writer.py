@@ -224,3 +224,61 @@ async def test_a_lost_connection_refuses_only_the_requests_of_its_batch(postgres
     conn = store.connect()
     assert conn.get_run_head("run_a")["run_id"] == "run_a"
     conn.close()
+
+
+async def test_requests_queued_behind_a_batch_that_finds_the_database_gone_are_answered_503(
+    postgres_database,
+):
+    """Nothing waits for the database's return but events: a request queued behind the batch
+    that found it gone is answered 503 (and never runs), not held for the whole outage."""
+    import threading
+    from urllib.parse import urlsplit, urlunsplit
+
+    from tcpproxy import TcpProxy
+
+    from jupyter_agentruns.store import StoreUnavailable
+    from jupyter_agentruns.store.postgres import PostgresStore
+
+    parts = urlsplit(postgres_database)
+    proxy = TcpProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    user = f"{parts.username}@" if parts.username else ""
+    url = urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{proxy.port}")) + "?schema=queued503"
+    store = PostgresStore(url)
+    loop = asyncio.get_running_loop()
+    writer = Writer(store, loop, lambda appended, refused: None, LOG)
+    inside, cut = threading.Event(), threading.Event()
+
+    def held(conn):
+        conn.get_run_head("run_a")
+        inside.set()  # the batch is taken and in its transaction
+        cut.wait(10)
+        conn.get_run_head("run_a")  # the line is cut: fails
+
+    try:
+        await writer.run(lambda conn: conn.insert_run(new_run("run_a")))
+        writer.append(event("run_a", 1))
+        first = writer.run(held)
+        await loop.run_in_executor(None, inside.wait, 10)
+        behind = writer.run(lambda conn: conn.insert_run(new_run("run_b")))  # queued
+        proxy.cut()
+        cut.set()
+        with pytest.raises(StoreUnavailable):
+            await asyncio.wait_for(first, 10)
+        with pytest.raises(StoreUnavailable):
+            await asyncio.wait_for(behind, 10)  # answered while the outage goes on
+        assert writer.pending_events == 1  # the event waits for the database
+        proxy.restore()
+        for _ in range(200):  # the event commits at the writer's next retry (at most 2 s)
+            if writer.pending_events == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert writer.pending_events == 0
+    finally:
+        writer.close()
+        proxy.close()
+    conn = PostgresStore(f"{postgres_database}?schema=queued503").connect()  # not through the proxy
+    try:
+        assert conn.get_run_head("run_a")["last_seq"] == 1
+        assert conn.get_run_head("run_b") is None  # a request answered 503 changed nothing
+    finally:
+        conn.close()
