@@ -10,6 +10,7 @@ server's log.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import math
 import secrets
@@ -101,6 +102,7 @@ class Engine(LoggingConfigurable):
         self.open_streams: Counter[str] = Counter()
         self._dispatching = False
         self._stopping = False
+        self._froze_gc = False  # gc.freeze() at start (undone at stop)
         self._stop_requested = asyncio.Event()
         self._dispatch_again = False
         self._dispatches: set[asyncio.Task] = set()
@@ -171,6 +173,12 @@ class Engine(LoggingConfigurable):
         ]
         self._count_loop = loop
         self._count_runs_soon()  # the first scrape has a count
+        if self.settings.freeze_gc_at_start and not self._froze_gc:
+            # A fast run keeps objects alive long enough to fill the collector's
+            # oldest generation, whose collections then walk the whole server:
+            # what was alive at start (nearly all of it) is left out of them.
+            gc.freeze()
+            self._froze_gc = True
 
     async def stop(self) -> None:
         """End live runs ``interrupted`` (``server_shutdown``), commit, close the store.
@@ -195,6 +203,9 @@ class Engine(LoggingConfigurable):
             await loop.run_in_executor(None, self.writer.close)
         await loop.run_in_executor(None, self.reader.close)
         self.broadcaster.close_watch()
+        if self._froze_gc:
+            gc.unfreeze()  # what became garbage since can be collected again
+            self._froze_gc = False
         metrics.RUNS.untrack(self)
         metrics.EXECUTING_RUNS.untrack(self)
 

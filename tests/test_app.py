@@ -32,6 +32,7 @@ DOCUMENTED = {
     "max_event_bytes": 262144,
     "max_run_seconds": 86400,
     "sqlite_synchronous": "FULL",
+    "freeze_gc_at_start": True,
     "store_url": "",
     "max_resume_attempts": 3,
 }
@@ -163,3 +164,24 @@ def test_a_store_that_cannot_be_opened_answers_503_and_the_server_stops_on_the_f
     finally:
         server.kill()
     assert "cannot be opened" in server.log_tail(200)
+
+
+async def test_the_startup_heap_is_frozen_while_the_engine_runs_and_thawed_at_its_stop(
+    api, jp_serverapp, engine, monkeypatch
+):
+    import gc
+
+    from jupyter_agentruns.engine import Engine
+
+    await engine.start()
+    assert gc.get_freeze_count() > 0  # the server's objects at start: out of full collections
+    app = jp_serverapp.extension_manager.extension_points["jupyter_agentruns"].app
+    other = Engine(parent=app, store=app.open_store(), agents=engine.agents)
+    await other.start()
+    await other.stop()
+    assert gc.get_freeze_count() == 0  # a stopped engine gives them back to the collector
+    monkeypatch.setattr(app, "freeze_gc_at_start", False)
+    other = Engine(parent=app, store=app.open_store(), agents=engine.agents)
+    await other.start()
+    assert gc.get_freeze_count() == 0
+    await other.stop()
