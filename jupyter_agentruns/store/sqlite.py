@@ -15,7 +15,7 @@ import itertools
 import json
 import re
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -665,30 +665,23 @@ class SQLiteConnection(StoreConnection):
         # inserts them all in SQLite's own code while the loop goes on.
         # Statements hold a power of two of rows (a dozen texts, all cached).
         rows = rows if isinstance(rows, list) else list(rows)
-        most = insert_rows(self.conn)
         try:
-            start, left = 0, len(rows)
-            while left:
-                count = min(most, 1 << (left.bit_length() - 1))
-                self.conn.execute(
-                    _insert_events_sql(count),
-                    list(itertools.chain.from_iterable(rows[start : start + count])),
-                )
-                start += count
-                left -= count
+            self._in_statements(_insert_events_sql, rows, insert_rows(self.conn))
         except sqlite3.IntegrityError as exc:
             raise SeqTaken(str(exc)) from exc
 
     def set_last_seqs(self, pairs: list[tuple[int, str]]) -> None:
         # A statement for up to 256 runs, not one each (see append_events).
         # Each row looks its seq up in the VALUES: 256 keeps that look short.
-        most = min(256, insert_rows(self.conn))
-        start, left = 0, len(pairs)
+        self._in_statements(_set_last_seqs_sql, pairs, min(256, insert_rows(self.conn)))
+
+    def _in_statements(self, sql: Callable[[int], str], rows: list[tuple], most: int) -> None:
+        """``rows`` in statements of ``sql(count)`` rows: powers of two, at most ``most``."""
+        start, left = 0, len(rows)
         while left:
             count = min(most, 1 << (left.bit_length() - 1))
             self.conn.execute(
-                _set_last_seqs_sql(count),
-                list(itertools.chain.from_iterable(pairs[start : start + count])),
+                sql(count), list(itertools.chain.from_iterable(rows[start : start + count]))
             )
             start += count
             left -= count
