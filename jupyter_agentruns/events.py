@@ -44,8 +44,8 @@ def event(seq: int, type: str, envelope: str) -> Event:
 
 def append(run_id: str, seq: int, type: str, ts: str, data: str, fields, envelope: str) -> Append:
     """One event of one run with the run-state change it implies; its event is published once committed."""
-    frame = f"id: {seq}\nevent: {type}\ndata: {envelope}\n\n"
-    return ((run_id, seq, type, ts, data), fields, (seq, type, frame), len(data) + len(frame))
+    made = event(seq, type, envelope)
+    return ((run_id, seq, type, ts, data), fields, made, len(data) + len(made[FRAME]))
 
 
 def is_terminal(event: Event) -> bool:

@@ -63,6 +63,16 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 _quote = json.encoder.encode_basestring_ascii
 
 
+def text_delta_json(data: dict[str, Any]) -> str | None:
+    """A ``text.delta``'s JSON as _ENCODER writes it, built directly; None if it is not the usual two strings."""
+    if len(data) != 2:
+        return None
+    message_id, delta = data.get("message_id"), data.get("delta")
+    if message_id.__class__ is not str or delta.__class__ is not str:
+        return None
+    return '{"message_id":' + _quote(message_id) + ',"delta":' + _quote(delta) + "}"
+
+
 class Stop(enum.Enum):
     """Why a run is being stopped before its agent returned."""
 
@@ -148,16 +158,9 @@ class Execution:
     def encode(self, type: str, data: dict[str, Any]) -> str:
         if self.closed:
             raise RunClosed(f"run {self.run_id} has ended")
-        if type == "text.delta" and len(data) == 2:
-            message_id, delta = data.get("message_id"), data.get("delta")
-            if message_id.__class__ is str and delta.__class__ is str:
-                data_json = (
-                    '{"message_id":' + _quote(message_id) + ',"delta":' + _quote(delta) + "}"
-                )
-            else:
-                data_json = _ENCODER.encode(data)
-        else:
-            data_json = _ENCODER.encode(data)
+        data_json = (text_delta_json(data) if type == "text.delta" else None) or _ENCODER.encode(
+            data
+        )
         if len(data_json) > self._max_event_bytes:
             error = EventTooLarge(
                 f"a {type} event of {len(data_json)} bytes is over max_event_bytes ({self._max_event_bytes})"
@@ -179,8 +182,7 @@ class Execution:
         if self.closed or self._writer.closed:
             raise RunClosed(f"run {self.run_id} has ended")
         if (
-            self.fatal is not None
-            and isinstance(self.fatal, TokenBudgetExceeded)
+            isinstance(self.fatal, TokenBudgetExceeded)
             and not type.startswith("run.")
             and type != "input.resolved"
         ):
@@ -215,11 +217,11 @@ class Execution:
         self.seq = seq
         if terminal:
             self.closed = True
-        elif type == "text.delta":
-            self.snapshot.add_text(data["message_id"], data["delta"])
-            self.last_type = type
         else:
-            self.snapshot.apply({"type": type, "data": data})
+            if type == "text.delta":
+                self.snapshot.add_text(data["message_id"], data["delta"])
+            else:
+                self.snapshot.apply({"type": type, "data": data})
             self.last_type = type
         if type == "usage" and self._check_usage is not None:
             # The usage event that crosses a budget is kept; the run fails at it.

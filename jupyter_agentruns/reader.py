@@ -5,7 +5,7 @@ thousands of events; on the event loop that would stall every stream of
 every user. The loop only awaits ``Reader.run(fn)``; ``fn(connection)`` runs
 on one of the reader threads.
 
-Small reads with a bound (a run's head, a megabyte of events, a part of a
+Small reads with a bound (a run's head, 256 KB of events, a part of a
 snapshot) are another matter: a hop to a thread and back costs more than they
 do when the store is a local file, and a thread busy with Python takes turns
 with the event loop at the GIL, every switch interval (5 ms), so a long

@@ -223,9 +223,7 @@ class Writer:
                 # Taken under the lock, under which the loop abandons queued operations.
                 popleft = self._queue.popleft
                 batch = [popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
-            batch = [item for item in batch if item.__class__ is not Op or not item.abandoned]
-            if batch:
-                self._write_until_committed(batch)
+            self._write_until_committed(batch)
 
     def _write_until_committed(self, batch: list) -> None:
         delay = RETRY_FIRST_SECONDS
@@ -361,6 +359,8 @@ class Writer:
                     else:
                         items.append(item)
                     continue
+                if item.abandoned:
+                    continue  # already answered 503 while it was queued
                 flush_appends()
                 try:
                     with conn.savepoint():

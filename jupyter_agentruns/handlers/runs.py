@@ -133,7 +133,7 @@ class RunHandler(AgentRunsHandler):
         # A megabyte at a time: a 100 MB run never sits whole in tornado's buffer.
         # The next piece is read while the last one is on its way (at most two
         # in tornado's buffer at once).
-        last, sent, flushed = None, False, None
+        last, flushed = None, None
         try:
             async for piece in pieces:
                 if last is not None:
@@ -141,14 +141,13 @@ class RunHandler(AgentRunsHandler):
                         await flushed
                     self.write(last)
                     flushed = self.flush()
-                    sent = True
                 last = piece
             if flushed is not None:
                 await flushed
         except StreamClosedError:
             return  # the client left
-        except Exception as exc:  # noqa: BLE001 (answered as any error until a piece went out)
-            if not sent:
+        except Exception as exc:  # noqa: BLE001 (any failure once the answer has begun)
+            if flushed is None:  # nothing went out yet: answered as any error
                 raise
             # The run deleted, or the database gone, while it was sent: cut the
             # answer, so that the client sees an error, not a JSON document that
