@@ -28,8 +28,10 @@ from . import metrics
 from .events import EVENT, FIELDS, ROW, RUN_ID, SEQ, SIZE, Append
 from .store import SeqTaken, Store, StoreBusy, StoreConnection, StoreUnavailable
 
-MAX_BATCH = 5000
-MAX_PENDING_EVENTS = 20000
+# A batch costs a few statements whatever its size (each a wait for the GIL
+# while the event loop is busy): under load, bigger batches pay them less often.
+MAX_BATCH = 8192
+MAX_PENDING_EVENTS = 4 * MAX_BATCH
 # Events queued but not yet committed; beyond either bound producers wait. The
 # bytes bound is what a run of large events can hold in memory before the disk.
 MAX_PENDING_BYTES = 16 * 1024 * 1024

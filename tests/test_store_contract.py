@@ -90,11 +90,16 @@ def test_a_batch_of_any_size_is_stored_whole_and_in_order(conn, count):
 def test_the_last_seqs_of_many_runs_are_set_at_once(conn):
     run_ids = [f"run_{index:04d}" for index in range(300)]
     with conn.transaction():
-        for run_id in run_ids:
+        for run_id in [*run_ids, "run_other"]:
             conn.insert_run(run_row(run_id))
     with conn.transaction():
         conn.set_last_seqs([(index + 1, run_id) for index, run_id in enumerate(run_ids)])
     assert [conn.get_run_head(run_id)["last_seq"] for run_id in run_ids] == list(range(1, 301))
+    assert conn.get_run_head("run_other")["last_seq"] == 0  # a run not named is left alone
+    with conn.transaction():
+        conn.set_last_seqs([(7, "run_0003")])
+        conn.set_last_seqs([])
+    assert conn.get_run_head("run_0003")["last_seq"] == 7
 
 
 def test_sqlite_batches_fit_an_old_sqlite_parameter_limit(tmp_path):

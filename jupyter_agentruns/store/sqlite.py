@@ -673,7 +673,14 @@ class SQLiteConnection(StoreConnection):
     def set_last_seqs(self, pairs: list[tuple[int, str]]) -> None:
         # A statement for up to 256 runs, not one each (see append_events).
         # Each row looks its seq up in the VALUES: 256 keeps that look short.
-        self._in_statements(_set_last_seqs_sql, pairs, min(256, insert_rows(self.conn)))
+        # Its rows are padded with copies of the last pair (a run set to the
+        # same seq twice) to a power of two: one statement, not one per bit.
+        most = min(256, insert_rows(self.conn))
+        for start in range(0, len(pairs), most):
+            chunk = pairs[start : start + most]
+            rows = 1 << (len(chunk) - 1).bit_length()
+            chunk.extend([chunk[-1]] * (rows - len(chunk)))
+            self.conn.execute(_set_last_seqs_sql(rows), list(itertools.chain.from_iterable(chunk)))
 
     def _in_statements(self, sql: Callable[[int], str], rows: list[tuple], most: int) -> None:
         """``rows`` in statements of ``sql(count)`` rows: powers of two, at most ``most``."""
