@@ -121,6 +121,14 @@ class AgentRuns(ExtensionApp):
         "each in a busy server, during which no stream is served. False leaves the collector as "
         "it is, e.g. when something else in the server manages it.",
     ).tag(config=True)
+    gil_switch_interval = Float(
+        0.001,
+        help="Seconds a thread that wants the interpreter (Python's GIL) waits before the one "
+        "holding it must let go (sys.setswitchinterval, set at start, undone at stop). Python's "
+        "own 5 ms makes the store's writer thread wait up to that long after each statement "
+        "while the event loop is busy, and a busy server then writes at half its speed. 0 "
+        "leaves the interpreter's setting as it is.",
+    ).tag(config=True)
     sqlite_synchronous = Enum(
         ["FULL", "NORMAL"],
         default_value="FULL",
@@ -152,6 +160,16 @@ class AgentRuns(ExtensionApp):
         if value < 1:
             raise TraitError(
                 f"c.AgentRuns.{proposal['trait'].name} must be at least 1, not {value!r}"
+            )
+        return value
+
+    @validate("gil_switch_interval")
+    def _switch_interval(self, proposal):
+        value = proposal["value"]
+        if not math.isfinite(value) or not 0 <= value <= 1:
+            raise TraitError(
+                "c.AgentRuns.gil_switch_interval must be 0 (leave Python's) or a number of "
+                f"seconds up to 1, not {value!r}"
             )
         return value
 

@@ -14,6 +14,7 @@ import gc
 import json
 import math
 import secrets
+import sys
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -103,6 +104,7 @@ class Engine(LoggingConfigurable):
         self._dispatching = False
         self._stopping = False
         self._froze_gc = False  # gc.freeze() at start (undone at stop)
+        self._switch_interval_before: float | None = None  # the GIL's, set at start
         self._stop_requested = asyncio.Event()
         self._dispatch_again = False
         self._dispatches: set[asyncio.Task] = set()
@@ -179,6 +181,13 @@ class Engine(LoggingConfigurable):
             # what was alive at start (nearly all of it) is left out of them.
             gc.freeze()
             self._froze_gc = True
+        interval = self.settings.gil_switch_interval
+        if interval and self._switch_interval_before is None:
+            # The writer thread lets go of the GIL around every SQLite
+            # statement; with Python's 5 ms it then waited up to that long for
+            # a busy loop to give it back, several times per batch.
+            self._switch_interval_before = sys.getswitchinterval()
+            sys.setswitchinterval(interval)
 
     async def stop(self) -> None:
         """End live runs ``interrupted`` (``server_shutdown``), commit, close the store.
@@ -206,6 +215,9 @@ class Engine(LoggingConfigurable):
         if self._froze_gc:
             gc.unfreeze()  # what became garbage since can be collected again
             self._froze_gc = False
+        if self._switch_interval_before is not None:
+            sys.setswitchinterval(self._switch_interval_before)
+            self._switch_interval_before = None
         metrics.RUNS.untrack(self)
         metrics.EXECUTING_RUNS.untrack(self)
 

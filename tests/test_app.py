@@ -33,6 +33,7 @@ DOCUMENTED = {
     "max_run_seconds": 86400,
     "sqlite_synchronous": "FULL",
     "freeze_gc_at_start": True,
+    "gil_switch_interval": 0.001,
     "store_url": "",
     "max_resume_attempts": 3,
 }
@@ -65,6 +66,13 @@ def test_the_store_url_comes_from_the_environment_and_must_be_postgresql(monkeyp
     with pytest.raises(TraitError) as refused:
         AgentRuns(store_url="mysql://me:s3cret@db/runs")
     assert "postgresql://" in str(refused.value) and "s3cret" not in str(refused.value)
+
+
+@pytest.mark.parametrize("value", [-0.001, 2.0, float("nan"), float("inf")])
+def test_a_gil_switch_interval_out_of_range_is_refused_with_its_name(value):
+    with pytest.raises(TraitError) as refused:
+        AgentRuns(gil_switch_interval=value)
+    assert "gil_switch_interval" in str(refused.value)
 
 
 @pytest.mark.own_store
@@ -185,3 +193,31 @@ async def test_the_startup_heap_is_frozen_while_the_engine_runs_and_thawed_at_it
     await other.start()
     assert gc.get_freeze_count() == 0
     await other.stop()
+
+
+async def test_the_gil_switch_interval_is_set_while_the_engine_runs_and_given_back_at_its_stop(
+    api, jp_serverapp, engine, monkeypatch
+):
+    import sys
+
+    from jupyter_agentruns.engine import Engine
+
+    await engine.start()
+    assert sys.getswitchinterval() == pytest.approx(0.001)  # the default while it runs
+    app = jp_serverapp.extension_manager.extension_points["jupyter_agentruns"].app
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.004)
+    try:
+        monkeypatch.setattr(app, "gil_switch_interval", 0.002)
+        other = Engine(parent=app, store=app.open_store(), agents=engine.agents)
+        await other.start()
+        assert sys.getswitchinterval() == pytest.approx(0.002)
+        await other.stop()
+        assert sys.getswitchinterval() == pytest.approx(0.004)  # what it was before
+        monkeypatch.setattr(app, "gil_switch_interval", 0.0)  # 0: left alone
+        other = Engine(parent=app, store=app.open_store(), agents=engine.agents)
+        await other.start()
+        assert sys.getswitchinterval() == pytest.approx(0.004)
+        await other.stop()
+    finally:
+        sys.setswitchinterval(before)
