@@ -43,8 +43,15 @@ class Reader:
         return await asyncio.get_running_loop().run_in_executor(self._pool, self._call, fn)
 
     async def small(self, fn: Callable[[StoreConnection], T]) -> T:
-        """``fn(connection)`` for a read with a bound: on the loop when the store is local."""
+        """``fn(connection)`` for a read with a bound: on the loop when the store is local.
+
+        The loop turns once before each such read. A caller reading part after
+        part to a client whose socket takes each part at once never waits in
+        its own awaits: without that turn, a 100 MB answer went out in one
+        step of the loop, half a second in which no other stream was served.
+        """
         if self._inline is not None:
+            await asyncio.sleep(0)
             return fn(self._inline)
         return await self.run(fn)
 

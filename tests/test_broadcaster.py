@@ -61,6 +61,29 @@ async def test_a_subscriber_inside_the_window_reads_it_without_the_store(reader)
     assert await subscriber.read(1000) == []  # nothing after the last committed event
 
 
+async def test_a_replay_from_the_store_gives_the_loop_a_turn_before_each_read(reader):
+    """Even where the store is read on the loop (SQLite), other streams go between the reads."""
+    broadcaster = Broadcaster(reader)
+    broadcaster.open("run_a", 5000)
+    subscriber = broadcaster.subscriber("run_a", 0)
+    turns, seen = 0, []
+
+    async def tick():
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.ensure_future(tick())
+    try:
+        while subscriber.cursor < 5000:
+            await subscriber.read(1000)
+            seen.append(turns)
+    finally:
+        ticker.cancel()
+    assert len(seen) >= 5 and seen == sorted(set(seen))  # a turn between any two reads
+
+
 async def test_a_subscriber_behind_the_window_reads_the_store_then_catches_up_from_it(reader):
     broadcaster = Broadcaster(reader)
     channel = broadcaster.open("run_a", 5000)

@@ -1,5 +1,6 @@
 """Reading, listing and deleting runs; the JSON error shape everywhere."""
 
+import asyncio
 import json
 
 import httpx
@@ -212,6 +213,40 @@ async def test_a_snapshot_in_many_parts_is_answered_whole_a_part_at_a_time(api, 
     assert run["snapshot"]["messages"][0]["text"] == run["output"]["text"]
     markdown = await api.get(f"runs/{run['run_id']}", headers={"Accept": "text/markdown"})
     assert markdown.status_code == 200 and run["output"]["text"][:40] in markdown.text
+
+
+async def test_a_big_answer_goes_out_a_slice_per_turn_of_the_loop(api, monkeypatch):
+    """Other streams are served between the slices, even when the socket takes each at once."""
+    from jupyter_agentruns.handlers import runs
+
+    small_parts(monkeypatch)
+    run = await finished(api, chunks=200)
+    monkeypatch.setattr(runs, "SEND_BYTES", 100)
+    turns, sends = 0, []
+
+    async def tick():
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    flush = runs.RunHandler.flush
+
+    def counted_flush(handler, *args, **kwargs):
+        sends.append((turns, sum(map(len, handler._write_buffer))))
+        return flush(handler, *args, **kwargs)
+
+    monkeypatch.setattr(runs.RunHandler, "flush", counted_flush)
+    ticker = asyncio.ensure_future(tick())
+    try:
+        response = await api.get(f"runs/{run['run_id']}")
+    finally:
+        ticker.cancel()
+    assert response.json() == run
+    assert len(sends) >= len(response.content) / 100  # a slice per flush, not a part
+    assert all(size <= 100 for _, size in sends)
+    turns_at = [turn for turn, _ in sends[:-1]]  # the last slice goes out with finish()
+    assert turns_at == sorted(set(turns_at))  # the loop turned between any two
 
 
 async def test_a_run_deleted_while_its_answer_is_sent_cuts_the_answer(api, engine, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import posixpath
 from typing import Any
@@ -25,6 +26,9 @@ SUBMIT_FIELDS = {
     "retry_of": str,
     "session_policy": str,
 }
+# What one turn of the event loop sends of a big answer (a run object can be
+# 100 MB): other streams go between two such sends.
+SEND_BYTES = 256 * 1024
 LIST_LIMIT_DEFAULT = 50
 LIST_LIMIT_MAX = 500
 
@@ -130,18 +134,24 @@ class RunHandler(AgentRunsHandler):
         pieces = await self.engine.run_answer(self.owner, run_id, markdown=markdown)
         kind = "text/markdown; charset=UTF-8" if markdown else "application/json"
         self.set_header("Content-Type", kind)
-        # A megabyte at a time: a 100 MB run never sits whole in tornado's buffer.
-        # The next piece is read while the last one is on its way (at most two
-        # in tornado's buffer at once).
-        last, flushed = None, None
+        # A 100 MB run is read a part (about a megabyte) at a time, each read
+        # while the last slice is on its way, and sent SEND_BYTES a turn of the
+        # loop: other streams go between two sends even when the socket takes
+        # everything at once (awaiting a finished flush gives no turn).
+        pending, flushed = b"", None
         try:
             async for piece in pieces:
-                if last is not None:
+                # Sent but the last slice, kept for what follows (or for finish).
+                pending += piece
+                sent = 0
+                while len(pending) - sent > SEND_BYTES:
                     if flushed is not None:
+                        await asyncio.sleep(0)
                         await flushed
-                    self.write(last)
+                    self.write(pending[sent : sent + SEND_BYTES])
                     flushed = self.flush()
-                last = piece
+                    sent += SEND_BYTES
+                pending = pending[sent:]
             if flushed is not None:
                 await flushed
         except StreamClosedError:
@@ -157,7 +167,9 @@ class RunHandler(AgentRunsHandler):
             if stream is not None:
                 stream.close()
             return
-        self.finish(last, set_content_type=kind)  # one piece goes out whole, with its length
+        self.finish(
+            pending, set_content_type=kind
+        )  # a small answer goes out whole, with its length
 
     @web.authenticated
     @authorized
