@@ -126,7 +126,7 @@ class AgentRuns(ExtensionApp):
         help="Seconds a thread that wants the interpreter (Python's GIL) waits before the one "
         "holding it must let go (sys.setswitchinterval, set at start, undone at stop). Python's "
         "own 5 ms makes the store's writer thread wait up to that long after each statement "
-        "while the event loop is busy, and a busy server then writes at half its speed. 0 "
+        "while the event loop is busy: about as long as it spends writing. 0 "
         "leaves the interpreter's setting as it is.",
     ).tag(config=True)
     sqlite_synchronous = Enum(
