@@ -150,6 +150,26 @@ def api(api_url, token, jp_asyncio_loop):
     jp_asyncio_loop.run_until_complete(client.aclose())
 
 
+class LoopTurns:
+    """Counts the event loop's turns while inside ``async with LoopTurns() as turns``."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._task: asyncio.Future | None = None
+
+    async def _tick(self) -> None:
+        while True:
+            self.count += 1
+            await asyncio.sleep(0)
+
+    async def __aenter__(self) -> LoopTurns:
+        self._task = asyncio.ensure_future(self._tick())
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self._task.cancel()
+
+
 def demo_input(**overrides):
     return {"prompt": "weather in Shanghai", "chunks": 20, "delay": 0, **overrides}
 

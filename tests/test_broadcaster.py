@@ -9,6 +9,8 @@ from jupyter_agentruns.broadcaster import Broadcaster, CursorExpired, RunGone, W
 from jupyter_agentruns.events import SEQ, envelope
 from jupyter_agentruns.reader import Reader
 
+from conftest import LoopTurns
+
 
 def event(seq, type="text.delta"):
     return events.event(seq, type, envelope('"run_a"', seq, type, "t", "{}"))
@@ -66,21 +68,11 @@ async def test_a_replay_from_the_store_gives_the_loop_a_turn_before_each_read(re
     broadcaster = Broadcaster(reader)
     broadcaster.open("run_a", 5000)
     subscriber = broadcaster.subscriber("run_a", 0)
-    turns, seen = 0, []
-
-    async def tick():
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
-    ticker = asyncio.ensure_future(tick())
-    try:
+    seen = []
+    async with LoopTurns() as turns:
         while subscriber.cursor < 5000:
             await subscriber.read(1000)
-            seen.append(turns)
-    finally:
-        ticker.cancel()
+            seen.append(turns.count)
     assert len(seen) >= 5 and seen == sorted(set(seen))  # a turn between any two reads
 
 

@@ -1,6 +1,5 @@
 """Reading, listing and deleting runs; the JSON error shape everywhere."""
 
-import asyncio
 import json
 
 import httpx
@@ -8,7 +7,7 @@ import pytest
 
 from jupyter_agentruns.reducer import reduce
 
-from conftest import all_events, demo_input, submit, wait_run, wait_seq
+from conftest import LoopTurns, all_events, demo_input, submit, wait_run, wait_seq
 
 
 async def finished(api, **input):
@@ -222,26 +221,16 @@ async def test_a_big_answer_goes_out_a_slice_per_turn_of_the_loop(api, monkeypat
     small_parts(monkeypatch)
     run = await finished(api, chunks=200)
     monkeypatch.setattr(runs, "SEND_BYTES", 100)
-    turns, sends = 0, []
-
-    async def tick():
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
+    sends = []
     flush = runs.RunHandler.flush
+    async with LoopTurns() as turns:
 
-    def counted_flush(handler, *args, **kwargs):
-        sends.append((turns, sum(map(len, handler._write_buffer))))
-        return flush(handler, *args, **kwargs)
+        def counted_flush(handler, *args, **kwargs):
+            sends.append((turns.count, sum(map(len, handler._write_buffer))))
+            return flush(handler, *args, **kwargs)
 
-    monkeypatch.setattr(runs.RunHandler, "flush", counted_flush)
-    ticker = asyncio.ensure_future(tick())
-    try:
+        monkeypatch.setattr(runs.RunHandler, "flush", counted_flush)
         response = await api.get(f"runs/{run['run_id']}")
-    finally:
-        ticker.cancel()
     assert response.json() == run
     assert len(sends) >= len(response.content) / 100  # a slice per flush, not a part
     assert all(size <= 100 for _, size in sends)

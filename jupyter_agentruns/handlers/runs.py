@@ -167,9 +167,8 @@ class RunHandler(AgentRunsHandler):
             if stream is not None:
                 stream.close()
             return
-        self.finish(
-            pending, set_content_type=kind
-        )  # a small answer goes out whole, with its length
+        # The last slice; a small answer so goes out whole, with its length.
+        self.finish(pending, set_content_type=kind)
 
     @web.authenticated
     @authorized
