@@ -473,7 +473,8 @@ class Engine(LoggingConfigurable):
         snapshot = reduce_stored(
             conn, run_id, reducer.Snapshot(row["snapshot"]), row["snapshot_seq"], seq
         )
-        status = "waiting" if reducer.open_inputs(snapshot.structure()) else "running"
+        waiting = reducer.open_inputs(snapshot.structure())
+        status = (lifecycle.RunStatus.WAITING if waiting else lifecycle.RunStatus.RUNNING).value
         transition = lifecycle.resumed(takeovers + 2, reason, seq, status)
         conn.append_events(
             [(run_id, seq + 1, transition.type, now_iso(),
@@ -1032,7 +1033,11 @@ class Engine(LoggingConfigurable):
         run["error"] = row.get("error")
         run["cancel"] = row.get("cancel")
         # Waiting in its session's queue (enqueue, interrupt): behind which run.
-        waits = row["status"] == "queued" and row.get("executor_id") is None and row.get("session")
+        waits = (
+            row["status"] == lifecycle.RunStatus.QUEUED.value
+            and row.get("executor_id") is None
+            and row.get("session")
+        )
         run["queued_behind"] = conn.queued_behind(row["run_id"]) if waits else None
         if row.get("cancel_request") is not None:
             # Recorded for the server executing the run, which has not taken it

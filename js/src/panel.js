@@ -9,6 +9,7 @@ import { apiFetch, errorMessage, newIdempotencyKey, runsUrl, withSlash } from ".
 import { getHub } from "./hub.js";
 import { openInputs } from "./reducer.js";
 import { RunState } from "./runstate.js";
+import { STATUSES } from "./status.js";
 import { button, element, formatAgo, formatCost, formatDuration, inputCard, parseTime } from "./view.js";
 
 /** Runs on one page of the panel; "More" adds another page. */
@@ -19,8 +20,6 @@ export const MAX_SHOWN = 500;
 export const REFRESH_MS = 5000;
 /** How often ages and running durations move on. */
 export const TICK_MS = 1000;
-
-export const STATUSES = ["queued", "running", "waiting", "cancelling", "succeeded", "failed", "cancelled", "interrupted"];
 
 /**
  * @typedef {import("./runstate.js").Run} Run

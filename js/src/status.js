@@ -1,5 +1,17 @@
 // Run statuses: which are terminal, which still need following.
 
+/** Every run status, in the order a run meets them (the runs panel's filter lists them so). */
+export const STATUSES = Object.freeze([
+  "queued",
+  "running",
+  "waiting",
+  "cancelling",
+  "succeeded",
+  "failed",
+  "cancelled",
+  "interrupted",
+]);
+
 /** Terminal event types and the run status each one ends in. */
 export const TERMINAL_TYPES = Object.freeze({
   "run.succeeded": "succeeded",

@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
-import { ACTIVE_STATUSES, TERMINAL_TYPES, isTerminal, isTerminalType } from "../src/status.js";
+import { ACTIVE_STATUSES, STATUSES, TERMINAL_TYPES, isTerminal, isTerminalType } from "../src/status.js";
 
 test("the four terminal statuses, and nothing else, are terminal", () => {
   assert.deepEqual(Object.values(TERMINAL_TYPES).sort(), ["cancelled", "failed", "interrupted", "succeeded"]);
@@ -25,6 +25,7 @@ test("the statuses are the shared ones, as jupyter_agentruns/lifecycle.py has th
   const shared = JSON.parse(
     readFileSync(new URL("../../tests/vectors/lifecycle/statuses.json", import.meta.url), "utf8")
   );
+  assert.deepEqual([...STATUSES], shared.statuses);
   assert.deepEqual([...ACTIVE_STATUSES].sort(), shared.active);
   assert.deepEqual({ ...TERMINAL_TYPES }, shared.terminal_events);
   for (const status of shared.terminal) assert.equal(isTerminal(status), true);
