@@ -250,3 +250,27 @@ async def test_a_run_deleted_while_its_answer_is_sent_cuts_the_answer(api, engin
     with pytest.raises(SnapshotReplaced):
         async for _ in pieces:
             pass
+
+
+async def test_a_run_deleted_before_any_of_its_answer_went_out_is_not_found(
+    api, engine, monkeypatch
+):
+    """Its snapshot went away between the run's head and its first part: read again, a 404."""
+    small_parts(monkeypatch)
+    run = await finished(api, chunks=200)
+    answer = engine.run_answer
+
+    async def deleted_after_the_head(owner, run_id, **options):
+        pieces = await answer(owner, run_id, **options)
+
+        async def then_deleted():
+            yield await anext(pieces)
+            await engine.delete(owner, run_id)
+            async for piece in pieces:
+                yield piece
+
+        return then_deleted()
+
+    monkeypatch.setattr(engine, "run_answer", deleted_after_the_head)
+    response = await api.get(f"runs/{run['run_id']}")
+    assert response.status_code == 404, response.text

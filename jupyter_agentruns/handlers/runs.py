@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import posixpath
+from collections.abc import AsyncIterator
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 from tornado.iostream import StreamClosedError
 
-from ..engine import SubmitRequest
+from ..engine import SnapshotReplaced, SubmitRequest
 from ..errors import ApiError, invalid_request, refuse_unknown_fields
 from ..idempotency import key_problem
 from ..lifecycle import ALL_STATUSES, SESSION_POLICIES
@@ -29,6 +30,8 @@ SUBMIT_FIELDS = {
 # What one turn of the event loop sends of a big answer (a run object can be
 # 100 MB): other streams go between two such sends.
 SEND_BYTES = 256 * 1024
+# Readings of a run for one GET when its snapshot is replaced before any of it went out.
+ANSWER_ATTEMPTS = 3
 LIST_LIMIT_DEFAULT = 50
 LIST_LIMIT_MAX = 500
 
@@ -131,7 +134,20 @@ class RunHandler(AgentRunsHandler):
     async def get(self, run_id: str) -> None:
         # With Accept: text/markdown, the static record a notebook keeps beside the live view.
         markdown = "text/markdown" in self.request.headers.get("Accept", "")
-        pieces = await self.engine.run_answer(self.owner, run_id, markdown=markdown)
+        for attempt in range(1, ANSWER_ATTEMPTS + 1):
+            pieces = await self.engine.run_answer(self.owner, run_id, markdown=markdown)
+            if await self._send_answer(run_id, pieces, markdown, last=attempt == ANSWER_ATTEMPTS):
+                return
+
+    async def _send_answer(
+        self, run_id: str, pieces: AsyncIterator[bytes], markdown: bool, last: bool
+    ) -> bool:
+        """Send one reading of the run; False when it should be read again.
+
+        That is when its snapshot was replaced (a newer one, or the run
+        deleted) before any of it went out: the next reading answers the new
+        state, or 404.
+        """
         kind = "text/markdown; charset=UTF-8" if markdown else "application/json"
         self.set_header("Content-Type", kind)
         # A 100 MB run is read a part (about a megabyte) at a time, each read
@@ -155,8 +171,10 @@ class RunHandler(AgentRunsHandler):
             if flushed is not None:
                 await flushed
         except StreamClosedError:
-            return  # the client left
+            return True  # the client left
         except Exception as exc:  # noqa: BLE001 (any failure once the answer has begun)
+            if flushed is None and isinstance(exc, SnapshotReplaced) and not last:
+                return False
             if flushed is None:  # nothing went out yet: answered as any error
                 raise
             # The run deleted, or the database gone, while it was sent: cut the
@@ -166,9 +184,10 @@ class RunHandler(AgentRunsHandler):
             stream = self.request.connection.stream
             if stream is not None:
                 stream.close()
-            return
+            return True
         # The last slice; a small answer so goes out whole, with its length.
         self.finish(pending, set_content_type=kind)
+        return True
 
     @web.authenticated
     @authorized
