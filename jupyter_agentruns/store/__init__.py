@@ -182,6 +182,10 @@ class StoreConnection(abc.ABC):
     def count_active(self, owner: str) -> int: ...
 
     @abc.abstractmethod
+    def count_runs(self, owner: str) -> int:
+        """How many runs the owner has stored, whatever their status."""
+
+    @abc.abstractmethod
     def count_runs_by_status(self) -> dict[str, int]:
         """Every run of the store, counted by status (statuses with none are absent)."""
 
@@ -210,10 +214,14 @@ class StoreConnection(abc.ABC):
         """For a run waiting in its session's queue: the oldest earlier active run of the session."""
 
     @abc.abstractmethod
-    def startable_queued_runs(self, limit: int = 100) -> list[dict[str, Any]]:
+    def startable_queued_runs(
+        self, owners: list[str] | None, agents: list[str], limit: int = 100
+    ) -> list[dict[str, Any]]:
         """Unclaimed queued runs (``executor_id`` None) with no earlier active run in their session.
 
-        Full rows, in submit order: what any server may claim and start.
+        Full rows, in submit order, of the ``owners`` (None: every owner) and
+        of the ``agents`` named: what a server serving those owners with those
+        agents may claim and start.
         """
 
     @abc.abstractmethod
