@@ -37,6 +37,7 @@ from .idempotency import fingerprint
 from .reader import Reader
 from .record import run_markdown
 from .store import Store, StoreConnection, StoreUnavailable, reduce_stored
+from .store import end_stored as store_end
 from .timeutil import now_iso
 from .writer import Writer
 
@@ -224,7 +225,7 @@ class Engine(LoggingConfigurable):
         metrics.RUNS.untrack(self)
         metrics.EXECUTING_RUNS.untrack(self)
 
-    def _on_commit(self, appended: dict[str, list[Append]], refused: set[str]) -> None:
+    def _on_commit(self, appended: dict[str, list[Append]], refused: dict[str, str]) -> None:
         limit = self.settings.max_retained_events
         for run_id, items in appended.items():
             count_runs_in_commit(items)
@@ -238,8 +239,8 @@ class Engine(LoggingConfigurable):
             if kept > limit + max(1, limit // 10) and not channel.compaction_due:
                 channel.compaction_due = True
                 asyncio.ensure_future(self._compact_live(channel))
-        for run_id in refused:
-            self.executor.lost(run_id)
+        for run_id, why in refused.items():
+            self.executor.lost(run_id, taken=why == "taken")
 
     def _run_finished(self, execution) -> None:
         self.forget_snapshot(execution.run_id)
@@ -1201,29 +1202,8 @@ def end_stored(
     conn: StoreConnection, row: dict[str, Any], transition: lifecycle.Transition, tally: Tally
 ) -> None:
     """Commit a terminal transition for a run no executor holds, in the caller's transaction."""
-    seq = row["last_seq"]
-    snapshot = reduce_stored(
-        conn, row["run_id"], reducer.Snapshot(row["snapshot"]), row["snapshot_seq"], row["last_seq"]
-    )
-    ts = transition.fields.get("finished_at") or now_iso()
-    events = []
-    # Questions still open when the run ends are given up on, before its end.
-    for request in reducer.open_inputs(snapshot.structure()):
-        data = {"request_id": request["request_id"], "choice": None, "note": None, "by": None}
-        data["reason"] = "cancelled"
-        seq += 1
-        events.append((row["run_id"], seq, "input.resolved", ts, jsonio.dumps(data, compact=True)))
-        snapshot.apply({"type": "input.resolved", "data": data})
-    seq += 1
-    events.append(
-        (row["run_id"], seq, transition.type, ts, jsonio.dumps(transition.data, compact=True))
-    )
-    conn.append_events(events)
-    conn.update_run(
-        row["run_id"],
-        {**transition.fields, "last_seq": seq, "snapshot": snapshot, "snapshot_seq": seq},
-    )
-    tally.events += len(events)
+    rows = store_end(conn, row, transition)
+    tally.events += len(rows)
     tally.finished.append(transition.fields["status"])
 
 

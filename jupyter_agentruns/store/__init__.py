@@ -16,9 +16,10 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from .. import jsonio, reducer
+from .. import jsonio, lifecycle, reducer
 from ..events import Event, envelope
 from ..events import event as make_event
+from ..timeutil import now_iso
 
 # What both stores share of their tables: ``runs`` columns holding JSON text
 # (the snapshot has tables of its own), and the queries' common parts.
@@ -390,6 +391,36 @@ def reduce_stored(
             snapshot.apply({"type": type, "data": json.loads(data)})
         after = rows[-1][0]
     return snapshot
+
+
+def end_stored(
+    conn: StoreConnection, row: dict[str, Any], transition: lifecycle.Transition
+) -> list[tuple[str, int, str, str, str]]:
+    """Append a terminal transition for a run no executor holds, with the run state it sets.
+
+    In the caller's transaction. Questions still open are given up first
+    (``input.resolved``, reason ``cancelled``). Returns the event rows
+    appended, ``(run_id, seq, type, ts, data)``.
+    """
+    run_id, seq = row["run_id"], row["last_seq"]
+    snapshot = reduce_stored(
+        conn, run_id, reducer.Snapshot(row["snapshot"]), row["snapshot_seq"], seq
+    )
+    ts = transition.fields.get("finished_at") or now_iso()
+    events = []
+    for request in reducer.open_inputs(snapshot.structure()):
+        data = {"request_id": request["request_id"], "choice": None, "note": None, "by": None}
+        data["reason"] = "cancelled"
+        seq += 1
+        events.append((run_id, seq, "input.resolved", ts, jsonio.dumps(data, compact=True)))
+        snapshot.apply({"type": "input.resolved", "data": data})
+    seq += 1
+    events.append((run_id, seq, transition.type, ts, jsonio.dumps(transition.data, compact=True)))
+    conn.append_events(events)
+    conn.update_run(
+        run_id, {**transition.fields, "last_seq": seq, "snapshot": snapshot, "snapshot_seq": seq}
+    )
+    return events
 
 
 def encode_columns(fields: dict[str, Any]) -> dict[str, Any]:
