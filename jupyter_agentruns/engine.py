@@ -1159,6 +1159,20 @@ def input_resolved(choice: Any) -> ApiError:
     )
 
 
+def input_given_up(reason: str | None) -> ApiError:
+    why = {
+        "timeout": "nobody answered it in the time the agent gave",
+        "cancelled": "the run was cancelled or ended before it was answered",
+    }.get(reason or "", "the run stopped waiting for it")
+    return ApiError(
+        409,
+        "input_resolved",
+        f"This question was given up ({why}): it takes no answer any more.",
+        choice=None,
+        reason=reason,
+    )
+
+
 def check_answer(request: dict[str, Any] | None, request_id: str, choice: str) -> bool:
     """Whether an answer was already given (True: the same one); raise for a wrong one."""
     if request is None:
@@ -1172,6 +1186,8 @@ def check_answer(request: dict[str, Any] | None, request_id: str, choice: str) -
             path="choice",
         )
     if request["status"] == "resolved":
+        if request.get("choice") is None:
+            raise input_given_up(request.get("reason"))
         if request.get("choice") == choice:
             return True
         raise input_resolved(request.get("choice"))
