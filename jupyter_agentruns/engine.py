@@ -918,8 +918,9 @@ class Engine(LoggingConfigurable):
     ) -> bytes:
         """One page of the owner's runs, newest first, with the ``before`` of the next page: JSON.
 
-        Made off the event loop, and bounded: a page stops early once it holds
-        ``LIST_PAGE_BYTES`` of snapshot text (its ``next`` goes on from there).
+        Made off the event loop, and bounded: a page stops early before the
+        run that would take its JSON over ``LIST_PAGE_BYTES`` (its ``next``
+        goes on from there); only a page of one run may be larger.
         """
         after = parse_page_cursor(before) if before else None
 
@@ -932,21 +933,26 @@ class Engine(LoggingConfigurable):
                 before=after,
                 retry_of=retry_of,
             )
-            runs: list[dict[str, Any]] = []
+            encoded: list[str] = []
             size = 0
+            last: dict[str, Any] | None = None
             for row in rows[:limit]:
                 full = conn.get_run(row["run_id"])
                 if full is None:
                     continue  # deleted since the list was read
-                runs.append(self.run_object(conn, full))
-                # A page ends early once its snapshots hold enough text: its
-                # next page goes on from there.
-                size += approximate_size(runs[-1]["snapshot"])
-                if size >= LIST_PAGE_BYTES:
+                text = jsonio.dumps(self.run_object(conn, full))
+                # A page ends before the run that would take it over its
+                # bound (its next page begins there); a page holds at least one run.
+                if encoded and size + len(text) > LIST_PAGE_BYTES:
                     break
-            more = len(rows) > len(runs) and bool(runs)
-            next_page = page_cursor(runs[-1]["created_at"], runs[-1]["run_id"]) if more else None
-            return jsonio.dumps({"runs": runs, "next": next_page}).encode("utf-8")
+                encoded.append(text)
+                size += len(text)
+                last = full
+            more = last is not None and len(rows) > len(encoded)
+            next_page = page_cursor(last["created_at"], last["run_id"]) if more else None
+            return (
+                '{"runs":[' + ",".join(encoded) + '],"next":' + jsonio.dumps(next_page) + "}"
+            ).encode("utf-8")
 
         return await self.reader.run(page)
 
