@@ -12,11 +12,24 @@ from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvi
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import url_path_join
 from tornado.ioloop import IOLoop
-from traitlets import Bool, Dict, Enum, Float, Int, TraitError, Unicode, default, validate
+from traitlets import (
+    Bool,
+    Dict,
+    Enum,
+    Float,
+    Int,
+    List,
+    TraitError,
+    Unicode,
+    Union,
+    default,
+    validate,
+)
 
 from .agents import load_agents
 from .engine import Engine
 from .handlers import default_handlers
+from .handlers.base import SHARED_OWNER
 from .lifecycle import SESSION_POLICIES
 from .store import Store, StoreUnavailable
 from .store.filesystems import network_filesystem
@@ -53,6 +66,22 @@ class AgentRuns(ExtensionApp):
             "'per-user': the authenticated username; 'auto': 'shared' with jupyter_server's own "
             "token/password identity providers, 'per-user' with any other."
         ),
+    ).tag(config=True)
+    served_owners = Union(
+        [Unicode(), List(Unicode())],
+        default_value="auto",
+        help=(
+            "Whose runs this server takes over when their server stopped or died, and starts "
+            "from a session's queue: a list of owners, '*' for every owner, or 'auto': on a "
+            "JupyterHub single-user server its user (JUPYTERHUB_USER), in the 'shared' owner "
+            "mode its one owner, else every owner. Other owners' runs wait for a server that "
+            "serves them; only a run nobody would resume is ended by any server."
+        ),
+    ).tag(config=True)
+    max_stored_runs_per_user = Int(
+        10000,
+        help="Runs kept per owner: at the limit a new submit answers 429 storage_quota_exceeded "
+        "and stores nothing (deleting a run frees a place; 0: no limit).",
     ).tag(config=True)
     agents = Dict(
         key_trait=Unicode(), value_trait=Unicode(), help="Extra agents: name -> 'module:attr'."
@@ -182,7 +211,23 @@ class AgentRuns(ExtensionApp):
             )
         return value
 
-    @validate("max_tokens_per_run", "tokens_per_user_per_day")
+    @validate("served_owners")
+    def _owners(self, proposal):
+        value = proposal["value"]
+        if isinstance(value, str):
+            if value not in ("auto", "*"):
+                raise TraitError(
+                    "c.AgentRuns.served_owners must be 'auto', '*' (every owner) or a list of "
+                    f"owners, not {value!r}"
+                )
+        elif not value or not all(owner.strip() for owner in value):
+            raise TraitError(
+                "c.AgentRuns.served_owners must name at least one owner (use 'auto' or '*' "
+                f"otherwise), not {value!r}"
+            )
+        return value
+
+    @validate("max_tokens_per_run", "tokens_per_user_per_day", "max_stored_runs_per_user")
     def _token_limit(self, proposal):
         value = proposal["value"]
         if value < 0:
@@ -234,6 +279,17 @@ class AgentRuns(ExtensionApp):
         provider = type(self.serverapp.identity_provider)
         return "shared" if provider in (IdentityProvider, PasswordIdentityProvider) else "per-user"
 
+    def effective_served_owners(self) -> frozenset[str] | None:
+        """The owners whose runs this server takes over and starts (None: every owner)."""
+        if isinstance(self.served_owners, list):
+            return frozenset(self.served_owners)
+        if self.served_owners == "*":
+            return None
+        if self.effective_owner_mode() == "shared":
+            return frozenset([SHARED_OWNER])
+        hub_user = os.environ.get("JUPYTERHUB_USER")
+        return frozenset([hub_user]) if hub_user else None
+
     def initialize_settings(self) -> None:
         self.engine: Engine | None = None
         self.startup_error: str | None = None
@@ -246,6 +302,7 @@ class AgentRuns(ExtensionApp):
                 agents=agents,
                 agent_failures=failures,
                 on_activity=self._record_activity,
+                served_owners=self.effective_served_owners(),
             )
         except UnsafeStore as exc:
             self.startup_error = str(exc)
@@ -277,11 +334,17 @@ class AgentRuns(ExtensionApp):
             # version; not only those that call _start_jupyter_server_extension):
             # runs a crash left unfinished are swept without waiting for a request.
             IOLoop.current().add_callback(self._start_engine)
+            served = self.engine.served_owners
             self.log.info(
-                "agentruns: store %s, owner mode %s, agents: %s",
+                "agentruns: store %s, owner mode %s, agents: %s, takes over the runs of %s",
                 self.engine.store.describe(),
                 self.settings["agentruns_owner_mode"],
                 ", ".join(sorted(agents)) or "none",
+                "every owner"
+                if served is None
+                else "its one owner"
+                if served == {SHARED_OWNER}
+                else ", ".join(sorted(served)),
             )
 
     def _record_activity(self) -> None:

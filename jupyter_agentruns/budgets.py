@@ -15,6 +15,40 @@ from .timeutil import iso
 DAY_SECONDS = 86400
 
 
+# The largest token count a usage event may carry: every JSON reader (a
+# browser's included) reads integers up to it exactly, and the store's
+# 64-bit columns hold any sum of them.
+MAX_TOKENS = 2**53
+
+
+def usage_problem(usage: Any) -> str | None:
+    """What is wrong with a usage event's data, or None: counts are integers 0 … 2^53, cost finite."""
+    if not isinstance(usage, dict):
+        return f"usage is an object of token counts, not {type(usage).__name__}"
+    for name in ("input_tokens", "output_tokens"):
+        value = usage.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS:
+            return f"usage's {name} must be an integer from 0 to 2**53, not {value!r:.40}"
+    cost = usage.get("cost")
+    if cost is not None and (
+        isinstance(cost, bool)
+        or not isinstance(cost, (int, float))
+        or not math.isfinite(cost)
+        or not 0 <= cost <= MAX_TOKENS
+    ):
+        return f"usage's cost must be a number from 0 to 2**53, not {cost!r:.40}"
+    return None
+
+
+def reported_count(value: Any) -> int | None:
+    """A token count a model server reported, or None when it cannot be one (absurd, negative, not a number)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        return None
+    return int(value) if 0 <= value <= MAX_TOKENS else None
+
+
 def tokens(usage: dict[str, Any]) -> tuple[int, int]:
     """``(input_tokens, output_tokens)`` of a usage event's data; what is not a count is 0."""
     return _count(usage.get("input_tokens")), _count(usage.get("output_tokens"))

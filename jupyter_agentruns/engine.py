@@ -37,6 +37,7 @@ from .idempotency import fingerprint
 from .reader import Reader
 from .record import run_markdown
 from .store import Store, StoreConnection, StoreUnavailable, reduce_stored
+from .store import end_stored as store_end
 from .timeutil import now_iso
 from .writer import Writer
 
@@ -78,8 +79,11 @@ class Engine(LoggingConfigurable):
         agents: dict[str, AgentSpec],
         agent_failures: dict[str, str] | None = None,
         on_activity: Callable[[], None] = lambda: None,
+        served_owners: frozenset[str] | None = None,
     ):
         super().__init__(parent=parent)
+        # Whose runs this server takes over and starts from a queue (None: everyone's).
+        self.served_owners = served_owners
         # The c.AgentRuns.* traits, read where they are used: configured once.
         self.settings = parent
         self.store = store
@@ -221,7 +225,7 @@ class Engine(LoggingConfigurable):
         metrics.RUNS.untrack(self)
         metrics.EXECUTING_RUNS.untrack(self)
 
-    def _on_commit(self, appended: dict[str, list[Append]], refused: set[str]) -> None:
+    def _on_commit(self, appended: dict[str, list[Append]], refused: dict[str, str]) -> None:
         limit = self.settings.max_retained_events
         for run_id, items in appended.items():
             count_runs_in_commit(items)
@@ -235,8 +239,8 @@ class Engine(LoggingConfigurable):
             if kept > limit + max(1, limit // 10) and not channel.compaction_due:
                 channel.compaction_due = True
                 asyncio.ensure_future(self._compact_live(channel))
-        for run_id in refused:
-            self.executor.lost(run_id)
+        for run_id, why in refused.items():
+            self.executor.lost(run_id, taken=why == "taken")
 
     def _run_finished(self, execution) -> None:
         self.forget_snapshot(execution.run_id)
@@ -418,18 +422,22 @@ class Engine(LoggingConfigurable):
                 first = seen.get(run_id)
                 if not handed_over and (first is None or first[0] != expires):
                     still[run_id] = (expires, clock)
-                elif handed_over or clock - first[1] >= lease:
-                    reason = "server_shutdown" if handed_over else "lease_expired"
-                    if not handed_over:
-                        tally.leases_expired += 1
-                    taken = self._take_over(conn, row, reason, now + lease, tally)
-                    if taken is None:
-                        end_stored(conn, row, lifecycle.interrupted(reason), tally)
-                        ended += 1
-                    else:
-                        resumed.append(taken)
-                else:
+                    continue
+                if not handed_over and clock - first[1] < lease:
                     still[run_id] = first
+                    continue
+                fate = self._fate(row)
+                if fate is None:
+                    still[run_id] = first or (expires, clock)
+                    continue  # it waits for a server that serves its owner
+                reason = "server_shutdown" if handed_over else "lease_expired"
+                if not handed_over:
+                    tally.leases_expired += 1
+                if fate == "resume":
+                    resumed.append(self._take_over(conn, row, reason, now + lease, tally))
+                else:
+                    end_stored(conn, row, lifecycle.interrupted(reason), tally)
+                    ended += 1
             seen.clear()
             seen.update(still)
             conn.purge_keys(now - ttl)
@@ -447,6 +455,33 @@ class Engine(LoggingConfigurable):
             self.activity_changed()
         return ended + len(resumed)
 
+    def serves(self, owner: str) -> bool:
+        """Whether this server takes over and starts ``owner``'s runs (``served_owners``)."""
+        return self.served_owners is None or owner in self.served_owners
+
+    def _fate(self, row: dict[str, Any]) -> str | None:
+        """What this server does with an unfinished run whose executor is gone.
+
+        "resume": it takes the run over; "end": it ends the run
+        ``interrupted``; None: it leaves the run to a server that serves its
+        owner and has its agent. A server runs another owner's agents only
+        for that owner's own server: never with its own keys, tools and
+        agents of the same name. A run that nobody would resume (its agent is
+        not resumable, or it was being cancelled) may be ended by any server.
+        """
+        if self._stopping:
+            return None  # the next server decides
+        cancelling = row["status"] == lifecycle.RunStatus.CANCELLING.value
+        spec = self.agents.get(row["agent"])
+        if self.serves(row["owner"]) and spec is not None:
+            takeovers = (row.get("attempt") or 1) - 1
+            if spec.resumable and not cancelling and takeovers < self.settings.max_resume_attempts:
+                return "resume"
+            return "end"
+        if cancelling or row.get("resumable") == 0:
+            return "end"
+        return None
+
     def _take_over(
         self,
         conn: StoreConnection,
@@ -454,21 +489,12 @@ class Engine(LoggingConfigurable):
         reason: str,
         lease_expires: float,
         tally: Tally,
-    ) -> tuple[dict[str, Any], reducer.Snapshot] | None:
-        """Commit ``run.resumed`` with this server as the run's executor, or None: it cannot resume.
+    ) -> tuple[dict[str, Any], reducer.Snapshot]:
+        """Commit ``run.resumed`` with this server as the run's executor (``_fate`` said "resume").
 
         In the sweep's transaction, on the row it locked: one executor at a time.
         """
-        spec = self.agents.get(row["agent"])
         takeovers = (row.get("attempt") or 1) - 1
-        if (
-            self._stopping
-            or spec is None
-            or not spec.resumable
-            or row["status"] == lifecycle.RunStatus.CANCELLING.value
-            or takeovers >= self.settings.max_resume_attempts
-        ):
-            return None
         run_id, seq = row["run_id"], row["last_seq"]
         snapshot = reduce_stored(
             conn, run_id, reducer.Snapshot(row["snapshot"]), row["snapshot_seq"], seq
@@ -599,6 +625,14 @@ class Engine(LoggingConfigurable):
                     f"You have {max_active} active runs, the most allowed; wait for one to finish or cancel one.",
                     headers={"Retry-After": "5"},
                 )
+            stored_limit = settings.max_stored_runs_per_user
+            if stored_limit and conn.count_runs(owner) >= stored_limit:
+                raise ApiError(
+                    429,
+                    "storage_quota_exceeded",
+                    f"You have {stored_limit} stored runs, the most allowed; delete runs you no "
+                    "longer need (finished runs are also deleted after run_retention_seconds).",
+                )
             run_id = new_run_id()
             # Behind the session's active runs: queued with no executor until its turn.
             behind = bool(active)
@@ -614,6 +648,7 @@ class Engine(LoggingConfigurable):
                 "created_at": now_iso(),
                 "last_seq": 0,
                 "first_seq": 1,
+                "resumable": int(spec.resumable),
                 "executor_id": None if behind else self.executor_id,
                 "lease_expires": None if behind else time.time() + lease,
             }
@@ -667,10 +702,16 @@ class Engine(LoggingConfigurable):
             return 0
         self._dispatching = True
         started = 0
+        owners = None if self.served_owners is None else sorted(self.served_owners)
+        agents = sorted(self.agents)
+
+        def startable(conn: StoreConnection) -> list[dict[str, Any]]:
+            return conn.startable_queued_runs(owners, agents)
+
         try:
             while True:
                 self._dispatch_again = False
-                ready = await self.reader.run(lambda conn: conn.startable_queued_runs())
+                ready = await self.reader.run(startable)
                 if ready:
                     started += await self._claim_and_start(ready)
                 if not self._dispatch_again:
@@ -681,21 +722,13 @@ class Engine(LoggingConfigurable):
     async def _claim_and_start(self, ready: list[dict[str, Any]]) -> int:
         expires = time.time() + self.settings.lease_seconds
 
-        tally = Tally()  # runs of an agent this server does not have, ended failed
-
         def claim(conn: StoreConnection) -> list[dict[str, Any]]:
-            tally.clear()
             claimed: list[dict[str, Any]] = []
             if self._stopping:
                 return claimed
             for row in ready:
-                if row["agent"] not in self.agents:
-                    if conn.claim_run(row["run_id"], self.executor_id, expires):
-                        stored = conn.get_run(row["run_id"])
-                        problem = self.unknown_agent(row["agent"])
-                        error = {"type": problem.code, "message": problem.message}
-                        end_stored(conn, stored, lifecycle.failed(error), tally)
-                    continue
+                # Runs of an agent this server lacks, or of an owner it does not
+                # serve, were not read: they wait in their queue for a server that can.
                 if conn.claim_run(row["run_id"], self.executor_id, expires):
                     claimed.append(conn.get_run(row["run_id"]))
             return claimed
@@ -703,7 +736,6 @@ class Engine(LoggingConfigurable):
         if self._stopping:
             return 0
         claimed = await self.writer.run(claim)
-        tally.count()
         if claimed and self._stopping:
             # Claimed as the server began to stop: back to their queue, for the next server.
             run_ids = [row["run_id"] for row in claimed]
@@ -886,8 +918,9 @@ class Engine(LoggingConfigurable):
     ) -> bytes:
         """One page of the owner's runs, newest first, with the ``before`` of the next page: JSON.
 
-        Made off the event loop, and bounded: a page stops early once it holds
-        ``LIST_PAGE_BYTES`` of snapshot text (its ``next`` goes on from there).
+        Made off the event loop, and bounded: a page stops early before the
+        run that would take its JSON over ``LIST_PAGE_BYTES`` (its ``next``
+        goes on from there); only a page of one run may be larger.
         """
         after = parse_page_cursor(before) if before else None
 
@@ -900,21 +933,26 @@ class Engine(LoggingConfigurable):
                 before=after,
                 retry_of=retry_of,
             )
-            runs: list[dict[str, Any]] = []
+            encoded: list[str] = []
             size = 0
+            last: dict[str, Any] | None = None
             for row in rows[:limit]:
                 full = conn.get_run(row["run_id"])
                 if full is None:
                     continue  # deleted since the list was read
-                runs.append(self.run_object(conn, full))
-                # A page ends early once its snapshots hold enough text: its
-                # next page goes on from there.
-                size += approximate_size(runs[-1]["snapshot"])
-                if size >= LIST_PAGE_BYTES:
+                text = jsonio.dumps(self.run_object(conn, full))
+                # A page ends before the run that would take it over its
+                # bound (its next page begins there); a page holds at least one run.
+                if encoded and size + len(text) > LIST_PAGE_BYTES:
                     break
-            more = len(rows) > len(runs) and bool(runs)
-            next_page = page_cursor(runs[-1]["created_at"], runs[-1]["run_id"]) if more else None
-            return jsonio.dumps({"runs": runs, "next": next_page}).encode("utf-8")
+                encoded.append(text)
+                size += len(text)
+                last = full
+            more = last is not None and len(rows) > len(encoded)
+            next_page = page_cursor(last["created_at"], last["run_id"]) if more else None
+            return (
+                '{"runs":[' + ",".join(encoded) + '],"next":' + jsonio.dumps(next_page) + "}"
+            ).encode("utf-8")
 
         return await self.reader.run(page)
 
@@ -1127,6 +1165,20 @@ def input_resolved(choice: Any) -> ApiError:
     )
 
 
+def input_given_up(reason: str | None) -> ApiError:
+    why = {
+        "timeout": "nobody answered it in the time the agent gave",
+        "cancelled": "the run was cancelled or ended before it was answered",
+    }.get(reason or "", "the run stopped waiting for it")
+    return ApiError(
+        409,
+        "input_resolved",
+        f"This question was given up ({why}): it takes no answer any more.",
+        choice=None,
+        reason=reason,
+    )
+
+
 def check_answer(request: dict[str, Any] | None, request_id: str, choice: str) -> bool:
     """Whether an answer was already given (True: the same one); raise for a wrong one."""
     if request is None:
@@ -1140,6 +1192,8 @@ def check_answer(request: dict[str, Any] | None, request_id: str, choice: str) -
             path="choice",
         )
     if request["status"] == "resolved":
+        if request.get("choice") is None:
+            raise input_given_up(request.get("reason"))
         if request.get("choice") == choice:
             return True
         raise input_resolved(request.get("choice"))
@@ -1170,29 +1224,8 @@ def end_stored(
     conn: StoreConnection, row: dict[str, Any], transition: lifecycle.Transition, tally: Tally
 ) -> None:
     """Commit a terminal transition for a run no executor holds, in the caller's transaction."""
-    seq = row["last_seq"]
-    snapshot = reduce_stored(
-        conn, row["run_id"], reducer.Snapshot(row["snapshot"]), row["snapshot_seq"], row["last_seq"]
-    )
-    ts = transition.fields.get("finished_at") or now_iso()
-    events = []
-    # Questions still open when the run ends are given up on, before its end.
-    for request in reducer.open_inputs(snapshot.structure()):
-        data = {"request_id": request["request_id"], "choice": None, "note": None, "by": None}
-        data["reason"] = "cancelled"
-        seq += 1
-        events.append((row["run_id"], seq, "input.resolved", ts, jsonio.dumps(data, compact=True)))
-        snapshot.apply({"type": "input.resolved", "data": data})
-    seq += 1
-    events.append(
-        (row["run_id"], seq, transition.type, ts, jsonio.dumps(transition.data, compact=True))
-    )
-    conn.append_events(events)
-    conn.update_run(
-        row["run_id"],
-        {**transition.fields, "last_seq": seq, "snapshot": snapshot, "snapshot_seq": seq},
-    )
-    tally.events += len(events)
+    rows = store_end(conn, row, transition)
+    tally.events += len(rows)
     tally.finished.append(transition.fields["status"])
 
 

@@ -79,7 +79,7 @@ class Stop(enum.Enum):
     CANCEL = "cancel"  # a cancel request: ends cancelled
     SHUTDOWN = "shutdown"  # the server stops: ends interrupted
     DEADLINE = "deadline"  # max_run_seconds: ends failed
-    LOST = "lost"  # another server ended it: its events are refused, nothing more is written
+    LOST = "lost"  # ended by another server, or by the writer (a value the store refused): nothing more is written
     HANDOVER = "handover"  # the server stops: a resumable run is left for the next executor
 
 
@@ -415,6 +415,8 @@ class RunContext:
             type.startswith("x.") and CUSTOM_NAME.match(type[2:])
         ):
             raise ValueError(f"agents cannot emit events of type {type!r}")
+        if type == "usage":
+            check_usage(data)
         return await self._execution.emit(type, data or {})
 
     async def ask(
@@ -504,9 +506,9 @@ class RunContext:
 
     async def usage(self, input_tokens: int, output_tokens: int) -> int:
         """Token totals so far (each usage event replaces the last)."""
-        return await self._execution.emit(
-            "usage", {"input_tokens": input_tokens, "output_tokens": output_tokens}
-        )
+        data = {"input_tokens": input_tokens, "output_tokens": output_tokens}
+        check_usage(data)
+        return await self._execution.emit("usage", data)
 
     async def durable(self) -> None:
         """Wait until every event emitted so far is committed to the store.
@@ -811,12 +813,17 @@ class Executor:
         await execution.durable()
         return True
 
-    def lost(self, run_id: str) -> None:
-        """The store refused this run's events (another server ended it): stop it."""
+    def lost(self, run_id: str, taken: bool = True) -> None:
+        """The store refused this run's events and the run has ended: stop it, write nothing more.
+
+        ``taken``: another server ended it; else the writer ended it failed
+        (``invalid_event``: a value the store cannot hold).
+        """
         execution = self.live.get(run_id)
         if execution is None:
             return
-        metrics.LEASES_LOST.inc()
+        if taken:
+            metrics.LEASES_LOST.inc()
         execution.closed = True
         execution.request_stop(Stop.LOST)
         execution.stop_asking()
@@ -842,6 +849,17 @@ class Executor:
                 self._spawn(self._finish(execution))
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=CANCEL_GRACE_SECONDS + 5)
+
+
+def check_usage(data: Any) -> None:
+    """Refuse usage an agent hands over that is not token counts (ValueError, to the agent).
+
+    An absurd count (``10**20``) is out of the store's range: in a batch of
+    the writer it would take other runs' events down with it.
+    """
+    problem = budgets.usage_problem(data)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def release_memory() -> None:

@@ -24,9 +24,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from . import metrics
-from .events import EVENT, FIELDS, ROW, RUN_ID, SEQ, SIZE, Append
-from .store import SeqTaken, Store, StoreBusy, StoreConnection, StoreUnavailable
+from . import events, jsonio, lifecycle, metrics
+from .events import EVENT, FIELDS, ROW, RUN_ID, SEQ, SIZE, Append, envelope
+from .store import SeqTaken, Store, StoreBusy, StoreConnection, StoreUnavailable, end_stored
 
 # A batch costs a few statements whatever its size (each a wait for the GIL
 # while the event loop is busy): under load, bigger batches pay them less often.
@@ -63,7 +63,7 @@ class Writer:
         self,
         store: Store,
         loop: asyncio.AbstractEventLoop,
-        on_commit: Callable[[dict[str, list[Append]], set[str]], None],
+        on_commit: Callable[[dict[str, list[Append]], dict[str, str]], None],
         log: logging.Logger,
         max_pending_events: int = MAX_PENDING_EVENTS,
         max_pending_bytes: int = MAX_PENDING_BYTES,
@@ -153,13 +153,22 @@ class Writer:
                 self._cond.notify()
 
     def _committed(
-        self, appended: dict[str, list[Append]], refused: dict[str, list[Append]], results
+        self,
+        appended: dict[str, list[Append]],
+        refused: dict[str, list[Append]],
+        results,
+        ended: dict[str, list[Append]] | None = None,
     ) -> None:
         try:
             for items in (*appended.values(), *refused.values()):
                 self.pending_events -= len(items)
                 self.pending_bytes -= sum([item[SIZE] for item in items])
-            self._on_commit(appended, set(refused))
+            # Why each refused run was: "taken" (another server ended it) or
+            # "invalid" (the writer ended it failed, its end in ``appended``).
+            reasons = {run_id: "invalid" if run_id in (ended or ()) else "taken" for run_id in refused}
+            if ended:
+                appended = {**appended, **ended}
+            self._on_commit(appended, reasons)
         finally:
             for future, ok, value in results:
                 if future.done():
@@ -273,7 +282,7 @@ class Writer:
             except BaseException as exc:  # a bug: answer the batch, keep the thread alive
                 self._log.exception("agentruns: store writer failed on a batch")
                 failures = [(op.future, False, exc) for op in batch if isinstance(op, Op)]
-                outcome = ({}, self._refuse_all(batch), failures)
+                outcome = ({}, self._refuse_all(batch), failures, {})
             try:
                 self._loop.call_soon_threadsafe(self._committed, *outcome)
             except RuntimeError:
@@ -288,6 +297,26 @@ class Writer:
                 self._refused.add(run_id)
                 refused.setdefault(run_id, []).append(item)
         return refused
+
+    @staticmethod
+    def _fail_poisoned(conn: StoreConnection, run_id: str, exc: Exception) -> list[Append]:
+        """End a run whose events the store refused ``failed`` (``invalid_event``), in this batch.
+
+        Its refused events are dropped: the run's log ends at what was
+        committed, then its one terminal event.
+        """
+        row = conn.get_run(run_id)
+        if row is None or not lifecycle.is_active(row["status"]):
+            return []
+        error = {
+            "type": "invalid_event",
+            "message": f"the run emitted a value the store cannot hold ({type(exc).__name__})",
+        }
+        run_id_json = jsonio.dumps(run_id)
+        return [
+            events.append(*event, None, envelope(run_id_json, *event[1:]))
+            for event in end_stored(conn, row, lifecycle.failed(error))
+        ]
 
     @staticmethod
     def _append(conn: StoreConnection, runs: dict[str, list[Append]]) -> None:
@@ -312,6 +341,8 @@ class Writer:
         conn = self._conn
         appended: dict[str, list[Append]] = {}
         refused: dict[str, list[Append]] = {}
+        # The events the writer itself appended: a poisoned run's end.
+        ended: dict[str, list[Append]] = {}
         results: list = []
         pending_runs: dict[str, list[Append]] = {}
 
@@ -330,22 +361,38 @@ class Writer:
                 with conn.savepoint():
                     self._append(conn, runs)
                 accepted = runs
-            except SeqTaken:
-                # Some run's seqs are taken: find which, one run at a time.
+            except StoreBusy:
+                raise
+            except Exception:
+                # Some run's events were refused: find which, one run at a time,
+                # so that the others in the batch still commit.
                 accepted = {}
                 for run_id, items in runs.items():
                     try:
                         with conn.savepoint():
                             self._append(conn, {run_id: items})
+                    except StoreBusy:
+                        raise
                     except SeqTaken:
                         # Another server ended this run after this server's
-                        # lease on it expired: its events are refused, the
-                        # others in the batch still commit.
+                        # lease on it expired.
                         self._log.error(
                             "agentruns: events of %s were refused: another server ended it", run_id
                         )
                         self._refused.add(run_id)
                         refused.setdefault(run_id, []).extend(items)
+                    except Exception as exc:
+                        # A value the store cannot hold (a number out of its
+                        # range): the run that emitted it fails, no other.
+                        self._log.error(
+                            "agentruns: events of %s cannot be stored (%s: %s): the run fails",
+                            run_id,
+                            type(exc).__name__,
+                            exc,
+                        )
+                        self._refused.add(run_id)
+                        refused.setdefault(run_id, []).extend(items)
+                        ended[run_id] = self._fail_poisoned(conn, run_id, exc)
                     else:
                         accepted[run_id] = items
             for run_id, items in accepted.items():
@@ -373,7 +420,7 @@ class Writer:
                 except Exception as exc:  # an answer for the caller, e.g. a 4xx
                     results.append((item.future, False, exc))
             flush_appends()
-        return appended, refused, results
+        return appended, refused, results, ended
 
 
 def count_commit(appended: dict[str, list[Append]], seconds: float) -> None:

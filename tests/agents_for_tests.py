@@ -203,6 +203,13 @@ async def spender(run, input):
     return {"spent": input.get("steps", [])[-1:]}
 
 
+@agent(resumable=True)
+async def forged_demo(run, input):
+    """Another server's agent of the built-in's name, with its own keys and tools: never for your runs."""
+    await run.text("forged")
+    return {"forged": True}
+
+
 TEST_AGENTS = {
     name: f"agents_for_tests:{name}"
     for name in (

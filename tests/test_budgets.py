@@ -169,3 +169,29 @@ async def test_a_run_started_during_a_refresh_of_the_day_is_counted_once(api, en
     done = await wait_run(api, run["run_id"])
     await api.post(f"runs/{keep['run_id']}/cancel")
     assert done["status"] == "succeeded", done["error"]
+
+
+@pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS}])
+@pytest.mark.parametrize(
+    "usage", [(10**20, 0), (-1000, 5), (2**53 + 1, 0), (1.5, 2), ("many", 0), (True, 1)]
+)
+async def test_usage_that_is_not_token_counts_is_refused_to_the_agent_and_changes_nothing(
+    api, usage
+):
+    """Stored, 10**20 tokens failed every run in the writer's batch; now only the agent hears of it."""
+    others = [
+        (await submit(api, "spender", spend(*[(1, 1)] * 20))).json()["run_id"] for _ in range(3)
+    ]
+    caught = await run_to_end(api, spend((5, 5), usage, (7, 7), swallow=True))
+    assert caught["status"] == "succeeded"
+    assert caught["snapshot"]["usage"] == {"input_tokens": 7, "output_tokens": 7}
+    events = await all_events(api, caught["run_id"])
+    assert [e["data"] for e in events if e["type"] == "usage"] == [
+        {"input_tokens": 5, "output_tokens": 5},
+        {"input_tokens": 7, "output_tokens": 7},
+    ]
+    uncaught = await run_to_end(api, spend((5, 5), usage))
+    assert uncaught["status"] == "failed" and uncaught["error"]["type"] == "ValueError"
+    assert "must be an integer from 0 to 2**53" in uncaught["error"]["message"]
+    for run_id in others:
+        assert (await wait_run(api, run_id))["status"] == "succeeded"

@@ -128,6 +128,9 @@ async def test_a_cancel_while_waiting_gives_up_the_question(api):
     ]  # fmt: skip
     late = await answer(api, run["run_id"], question["request_id"], "approve")
     assert late.status_code == 409 and late.json()["error"] == "input_resolved"
+    # Not "already answered (None)": nobody answered it.
+    assert late.json()["message"].startswith("This question was given up (the run was cancelled")
+    assert late.json()["choice"] is None and late.json()["reason"] == "cancelled"
 
 
 @pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS}])

@@ -387,6 +387,23 @@ async def test_usage_the_server_does_not_report_nor_can_count_is_said_once_and_l
     assert of_type(events, "usage") == [] and run["output"]["usage"] is None
 
 
+@pytest.mark.parametrize("reported", [(10**20, 3), (1e20, 3), (-1000, 3), (5, 2**53 + 1)])
+async def test_usage_no_server_could_mean_is_ignored_said_once_and_the_run_goes_on(
+    api, fake, reported
+):
+    # Stored as it came, a count out of the store's range took every run of the
+    # writer's batch down with it, and the run was taken over (paid) again and again.
+    fake.reply(tool_calls(("add", '{"a": 1, "b": 2}'), usage=reported), answer("3", usage=reported))
+    run, events = await run_to_end(api, {"prompt": "Add 1 and 2"})
+
+    assert run["status"] == "succeeded", run["error"]
+    assert run["attempt"] == 1 and run["output"]["text"] == "3"
+    assert of_type(events, "usage") == [] and run["snapshot"]["usage"] is None
+    [said] = of_type(events, "x.usage_unreported")
+    assert "cannot be token counts" in said["message"] and "is ignored" in said["message"]
+    assert repr(reported[0])[:10] in said["message"]
+
+
 async def test_usage_the_server_does_not_report_is_counted_by_its_tokenizer_as_an_estimate(
     api, fake
 ):

@@ -183,6 +183,47 @@ async def test_a_page_of_runs_ends_early_once_it_holds_enough_text(api, monkeypa
     assert seen == ids[::-1] and pages >= 2
 
 
+async def test_a_page_of_runs_is_bounded_by_its_whole_size_not_only_its_text(api, monkeypatch):
+    """Runs with big metadata and no text made a page of 500 runs 74 MB."""
+    from jupyter_agentruns import engine
+
+    ids = []
+    for index in range(6):
+        metadata = {"notes": f"{index}" * 300_000}
+        response = await submit(api, input=demo_input(chunks=1, tools=False), metadata=metadata)
+        ids.append((await wait_run(api, response.json()["run_id"]))["run_id"])
+    monkeypatch.setattr(engine, "LIST_PAGE_BYTES", 1_000_000)  # three of these runs at most
+    seen, before = [], None
+    while True:
+        params = {"limit": 500, **({"before": before} if before else {})}
+        response = await api.get("runs", params=params)
+        assert len(response.content) <= 1_000_000
+        page = response.json()
+        assert 1 <= len(page["runs"]) <= 3
+        seen += [run["run_id"] for run in page["runs"]]
+        if page["next"] is None:
+            break
+        before = page["next"]
+    assert seen == ids[::-1]
+
+
+@pytest.mark.parametrize("agentruns_config", [{"max_stored_runs_per_user": 3}])
+async def test_at_max_stored_runs_per_user_a_new_run_is_refused_until_one_is_deleted(api):
+    kept = [(await submit(api, key=f"k{index}")).json() for index in range(3)]
+    for run in kept:
+        await wait_run(api, run["run_id"])
+    refused = await submit(api, key="k3")
+    assert refused.status_code == 429
+    assert refused.json()["error"] == "storage_quota_exceeded"
+    assert "3 stored runs" in refused.json()["message"]
+    assert len((await api.get("runs")).json()["runs"]) == 3  # nothing stored
+    # A replay of a key is no new run: it is answered as ever.
+    replay = await submit(api, key="k0")
+    assert replay.status_code == 200 and replay.json()["run_id"] == kept[0]["run_id"]
+    assert (await api.delete(f"runs/{kept[0]['run_id']}")).status_code == 204
+    assert (await submit(api, key="k3")).status_code == 201
+
+
 async def test_a_run_object_once_made_never_changes_under_later_reads(api, engine):
     """Answers share no lists with the cached snapshot builder that later reads go on with."""
     from jupyter_agentruns.handlers.base import SHARED_OWNER

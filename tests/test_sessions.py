@@ -210,7 +210,7 @@ async def test_a_run_claimed_as_its_server_stops_goes_back_to_its_queue(
     other = Engine(parent=app, store=app.open_store(), agents=engine.agents)
     other.dispatch_queued = leave_the_queue_alone  # the test claims, below
     await other.start()
-    ready = await other.reader.run(lambda conn: conn.startable_queued_runs())
+    ready = await other.reader.run(lambda conn: conn.startable_queued_runs(None, ["demo"]))
     assert [row["run_id"] for row in ready] == [queued["run_id"]]
     claiming = asyncio.ensure_future(other._claim_and_start(ready))
     other._dispatches.add(claiming)  # as a dispatch of its own would be

@@ -177,10 +177,14 @@ def test_a_session_queue_is_in_submit_order(conn):
         conn.insert_run(run_row("run_a", session="s", executor_id=None, lease_expires=None))
     assert [r["run_id"] for r in conn.active_in_session("me", "s")] == ["run_z", "run_b", "run_a"]
     assert conn.queued_behind("run_a") == "run_z"
-    assert conn.startable_queued_runs() == []
+    assert conn.startable_queued_runs(None, ["demo"]) == []
     with conn.transaction():
         conn.update_run("run_z", {"status": "succeeded"})
-    assert [r["run_id"] for r in conn.startable_queued_runs()] == ["run_b"]
+    assert [r["run_id"] for r in conn.startable_queued_runs(None, ["demo"])] == ["run_b"]
+    # Only for a server serving the run's owner, with the run's agent.
+    assert [r["run_id"] for r in conn.startable_queued_runs(["me"], ["demo"])] == ["run_b"]
+    assert conn.startable_queued_runs(["someone else"], ["demo"]) == []
+    assert conn.startable_queued_runs(None, ["other"]) == []
     with conn.transaction():
         assert conn.claim_run("run_b", "exec_b", time.time() + 30)
         assert not conn.claim_run("run_b", "exec_c", time.time() + 30)

@@ -36,7 +36,7 @@ class Commits:
         self._path = path
 
     def __call__(self, appended, refused):
-        self.refused |= refused
+        self.refused |= set(refused)
         if not appended:
             return
         self.batches.append(
@@ -282,3 +282,56 @@ async def test_requests_queued_behind_a_batch_that_finds_the_database_gone_are_a
         assert conn.get_run_head("run_b") is None  # a request answered 503 changed nothing
     finally:
         conn.close()
+
+
+async def test_a_value_the_store_cannot_hold_fails_its_own_run_and_the_rest_of_the_batch_commits(
+    make_store,
+):
+    """A poison event (a number out of the store's range) ends its run failed, and only its run."""
+    store = make_store()
+    reported = []
+    writer = await started_writer(
+        store, lambda appended, refused: reported.append((appended, refused))
+    )
+    poison = event("run_a", 3)
+    poison = (poison[0], {"input_tokens": 10**20}, *poison[2:])  # as a usage event would set it
+    try:
+        for seq in (1, 2):
+            for run_id in ("run_a", "run_b", "run_c"):
+                writer.append(event(run_id, seq))
+        await drained(writer)
+        lease = writer.run(lambda conn: conn.renew_leases("exec", ["run_b"], 123.0))
+        for seq in (3, 4):
+            writer.append(poison if seq == 3 else event("run_a", seq))
+            writer.append(event("run_b", seq))
+            writer.append(event("run_c", seq))
+        await lease  # an operation in the poisoned batch is answered as usual
+        await drained(writer)
+    finally:
+        writer.close()
+    conn = store.connect()
+    try:
+        for run_id in ("run_b", "run_c"):
+            assert [row[0] for row in conn.read_events(run_id, 0, 100)] == [1, 2, 3, 4]
+            assert conn.get_run_head(run_id)["status"] == "running"
+        # run_a's log ends at what was committed, then its one terminal event, seq 3.
+        rows = conn.read_events("run_a", 0, 100)
+        assert [(row[0], row[1]) for row in rows] == [
+            (1, "text.delta"), (2, "text.delta"), (3, "run.failed"),
+        ]  # fmt: skip
+        assert '"type":"invalid_event"' in rows[-1][3]
+        ended = conn.get_run("run_a")
+        assert ended["status"] == "failed" and ended["last_seq"] == 3
+        assert ended["error"]["type"] == "invalid_event" and ended["input_tokens"] == 0
+        assert ended["snapshot"]["messages"][0]["text"] == "xx"
+    finally:
+        conn.close()
+    # Subscribers see run_a's end; its executor learns that it may write no more.
+    published = {}
+    for appended, _ in reported:
+        for run_id, items in appended.items():
+            published.setdefault(run_id, []).extend(item[EVENT][SEQ] for item in items)
+    assert published["run_a"] == [1, 2, 3] and published["run_b"] == [1, 2, 3, 4]
+    assert {run_id: why for _, refused in reported for run_id, why in refused.items()} == {
+        "run_a": "invalid"
+    }

@@ -103,7 +103,10 @@ class Run(Protocol):
     async def progress(self, fraction: float | None, message: str = "") -> int: ...
 
     async def usage(self, input_tokens: int, output_tokens: int) -> int:
-        """Token totals so far (each usage event replaces the last)."""
+        """Token totals so far (each usage event replaces the last).
+
+        Each is an integer from 0 to 2**53; anything else raises ``ValueError``.
+        """
 
     async def custom(self, name: str, data: dict[str, Any] | None = None) -> int:
         """An agent-defined event ``x.<name>``."""

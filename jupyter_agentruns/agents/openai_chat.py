@@ -35,6 +35,7 @@ import openai
 from traitlets import Dict, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
+from .. import budgets
 from . import error_object, import_object
 
 # Sent when the configured environment variable is unset: local servers want no
@@ -321,6 +322,8 @@ class Turn:
         self.calls: dict[int, dict[str, str]] = {}
         self.finish_reason: str | None = None
         self.usage: dict[str, int] | None = None
+        # Usage the server reported that cannot be token counts, as it reported it.
+        self.absurd_usage: str | None = None
         self.model: str | None = None
         self.started = False  # a token arrived: retrying now would repeat it
         self.message_id: str | None = None  # the run's message its text streamed into
@@ -339,10 +342,16 @@ class Turn:
         self.chunks += 1
         self.model = chunk.model or self.model
         if chunk.usage is not None:
-            self.usage = {
-                "input_tokens": int(chunk.usage.prompt_tokens or 0),
-                "output_tokens": int(chunk.usage.completion_tokens or 0),
-            }
+            reported = chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0
+            counts = [budgets.reported_count(value) for value in reported]
+            if None in counts:
+                # Not counts (1e20, -5, "many"): ignored, as if not reported.
+                self.usage = None
+                self.absurd_usage = (
+                    f"prompt_tokens {reported[0]!r:.30}, completion_tokens {reported[1]!r:.30}"
+                )
+            else:
+                self.usage = {"input_tokens": counts[0], "output_tokens": counts[1]}
         text = ""
         for choice in chunk.choices or []:
             if choice.index not in (0, None):
@@ -715,7 +724,9 @@ class Usage:
             estimated = counts is not None
             if not self.told:
                 self.told = True
-                await self.run.custom("usage_unreported", self.unreported(estimated))
+                await self.run.custom(
+                    "usage_unreported", self.unreported(estimated, turn.absurd_usage)
+                )
         if counts is None:
             return
         totals = {kind: (self.totals or {}).get(kind, 0) + count for kind, count in counts.items()}
@@ -754,12 +765,20 @@ class Usage:
         )
         return int(answer["count"])
 
-    def unreported(self, estimated: bool) -> dict[str, Any]:
-        said = f"usage not reported by the model server at {self.server}"
+    def unreported(self, estimated: bool, absurd: str | None = None) -> dict[str, Any]:
+        if absurd is None:
+            said = f"usage not reported by the model server at {self.server}"
+            tokenizer = ", which offers no tokenizer to estimate it with"
+        else:
+            said = (
+                f"usage reported by the model server at {self.server} cannot be token counts "
+                f"({absurd}) and is ignored"
+            )
+            tokenizer = "; it offers no tokenizer to estimate it with"
         if estimated:
             message = f"{said}: the token counts are estimates by its tokenizer"
         else:
-            message = f"{said}, which offers no tokenizer to estimate it with: no token counts"
+            message = f"{said}{tokenizer}: no token counts"
         return {"server": self.server, "estimated": estimated, "message": message}
 
 

@@ -16,9 +16,10 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from .. import jsonio, reducer
+from .. import jsonio, lifecycle, reducer
 from ..events import Event, envelope
 from ..events import event as make_event
+from ..timeutil import now_iso
 
 # What both stores share of their tables: ``runs`` columns holding JSON text
 # (the snapshot has tables of its own), and the queries' common parts.
@@ -182,6 +183,10 @@ class StoreConnection(abc.ABC):
     def count_active(self, owner: str) -> int: ...
 
     @abc.abstractmethod
+    def count_runs(self, owner: str) -> int:
+        """How many runs the owner has stored, whatever their status."""
+
+    @abc.abstractmethod
     def count_runs_by_status(self) -> dict[str, int]:
         """Every run of the store, counted by status (statuses with none are absent)."""
 
@@ -210,10 +215,14 @@ class StoreConnection(abc.ABC):
         """For a run waiting in its session's queue: the oldest earlier active run of the session."""
 
     @abc.abstractmethod
-    def startable_queued_runs(self, limit: int = 100) -> list[dict[str, Any]]:
+    def startable_queued_runs(
+        self, owners: list[str] | None, agents: list[str], limit: int = 100
+    ) -> list[dict[str, Any]]:
         """Unclaimed queued runs (``executor_id`` None) with no earlier active run in their session.
 
-        Full rows, in submit order: what any server may claim and start.
+        Full rows, in submit order, of the ``owners`` (None: every owner) and
+        of the ``agents`` named: what a server serving those owners with those
+        agents may claim and start.
         """
 
     @abc.abstractmethod
@@ -382,6 +391,36 @@ def reduce_stored(
             snapshot.apply({"type": type, "data": json.loads(data)})
         after = rows[-1][0]
     return snapshot
+
+
+def end_stored(
+    conn: StoreConnection, row: dict[str, Any], transition: lifecycle.Transition
+) -> list[tuple[str, int, str, str, str]]:
+    """Append a terminal transition for a run no executor holds, with the run state it sets.
+
+    In the caller's transaction. Questions still open are given up first
+    (``input.resolved``, reason ``cancelled``). Returns the event rows
+    appended, ``(run_id, seq, type, ts, data)``.
+    """
+    run_id, seq = row["run_id"], row["last_seq"]
+    snapshot = reduce_stored(
+        conn, run_id, reducer.Snapshot(row["snapshot"]), row["snapshot_seq"], seq
+    )
+    ts = transition.fields.get("finished_at") or now_iso()
+    events = []
+    for request in reducer.open_inputs(snapshot.structure()):
+        data = {"request_id": request["request_id"], "choice": None, "note": None, "by": None}
+        data["reason"] = "cancelled"
+        seq += 1
+        events.append((run_id, seq, "input.resolved", ts, jsonio.dumps(data, compact=True)))
+        snapshot.apply({"type": "input.resolved", "data": data})
+    seq += 1
+    events.append((run_id, seq, transition.type, ts, jsonio.dumps(transition.data, compact=True)))
+    conn.append_events(events)
+    conn.update_run(
+        run_id, {**transition.fields, "last_seq": seq, "snapshot": snapshot, "snapshot_seq": seq}
+    )
+    return events
 
 
 def encode_columns(fields: dict[str, Any]) -> dict[str, Any]:

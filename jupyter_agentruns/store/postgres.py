@@ -159,6 +159,10 @@ _MIGRATIONS = [
     ALTER TABLE runs ADD COLUMN attempt integer NOT NULL DEFAULT 1;
     ALTER TABLE runs ADD COLUMN checkpoint text COLLATE "C";
     """,
+    # 3: whether a run's agent resumes it (SQLite's tenth).
+    """
+    ALTER TABLE runs ADD COLUMN resumable integer;
+    """,
 ]
 
 
@@ -529,6 +533,9 @@ class PostgresConnection(StoreConnection):
             [owner, list(ACTIVE_STATUSES)],
         ).fetchone()[0]
 
+    def count_runs(self, owner: str) -> int:
+        return self._execute("SELECT count(*) FROM runs WHERE owner = %s", [owner]).fetchone()[0]
+
     def count_runs_by_status(self) -> dict[str, int]:
         return dict(self._execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
 
@@ -581,12 +588,16 @@ class PostgresConnection(StoreConnection):
         ).fetchone()
         return row[0] if row else None
 
-    def startable_queued_runs(self, limit: int = 100) -> list[dict[str, Any]]:
+    def startable_queued_runs(
+        self, owners: list[str] | None, agents: list[str], limit: int = 100
+    ) -> list[dict[str, Any]]:
+        served = "" if owners is None else "AND queued.owner = ANY(%s)"
         rows = self._dicts(
             f"""
             {RUN_SELECT} WHERE runs.run_id IN (
                 SELECT queued.run_id FROM runs AS queued
                 WHERE queued.executor_id IS NULL AND queued.status = 'queued'
+                  AND queued.agent = ANY(%s) {served}
                   AND NOT EXISTS (
                     SELECT 1 FROM runs AS earlier
                     WHERE earlier.owner = queued.owner AND earlier.session = queued.session
@@ -596,7 +607,12 @@ class PostgresConnection(StoreConnection):
             )
             ORDER BY runs.position
             """,
-            [list(ACTIVE_STATUSES), limit],
+            [
+                list(agents),
+                *([] if owners is None else [list(owners)]),
+                list(ACTIVE_STATUSES),
+                limit,
+            ],
         )
         return [self._decode(row) for row in rows]
 

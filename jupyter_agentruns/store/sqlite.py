@@ -239,11 +239,18 @@ def _migration_9(db: Database) -> None:
     db["runs"].add_column("checkpoint", str)
 
 
+def _migration_10(db: Database) -> None:
+    # Whether the run's agent resumes after its server died (1) or not (0;
+    # NULL: not recorded, older runs): a server that does not serve the run's
+    # owner may end a run that would never be resumed, and leaves the others.
+    db["runs"].add_column("resumable", int)
+
+
 # Append only: a database written by a newer version is refused, an older one
 # is brought forward one step at a time.
 MIGRATIONS = [
     _migration_1, _migration_2, _migration_3, _migration_4, _migration_5, _migration_6,
-    _migration_7, _migration_8, _migration_9,
+    _migration_7, _migration_8, _migration_9, _migration_10,
 ]  # fmt: skip
 
 
@@ -528,6 +535,9 @@ class SQLiteConnection(StoreConnection):
             [owner, *ACTIVE_STATUSES],
         ).fetchone()[0]
 
+    def count_runs(self, owner: str) -> int:
+        return self.conn.execute("SELECT count(*) FROM runs WHERE owner = ?", [owner]).fetchone()[0]
+
     def count_runs_by_status(self) -> dict[str, int]:
         return dict(self.conn.execute("SELECT status, count(*) FROM runs GROUP BY status"))
 
@@ -579,13 +589,17 @@ class SQLiteConnection(StoreConnection):
         ).fetchone()
         return row[0] if row else None
 
-    def startable_queued_runs(self, limit: int = 100) -> list[dict[str, Any]]:
+    def startable_queued_runs(
+        self, owners: list[str] | None, agents: list[str], limit: int = 100
+    ) -> list[dict[str, Any]]:
         placeholders = ",".join("?" for _ in ACTIVE_STATUSES)
+        served = "" if owners is None else f"AND queued.owner IN ({','.join('?' for _ in owners)})"
         rows = self.db.query(
             f"""
             {RUN_SELECT} WHERE runs.run_id IN (
                 SELECT queued.run_id FROM runs AS queued
                 WHERE queued.executor_id IS NULL AND queued.status = 'queued'
+                  AND queued.agent IN ({",".join("?" for _ in agents)}) {served}
                   AND NOT EXISTS (
                     SELECT 1 FROM runs AS earlier
                     WHERE earlier.owner = queued.owner AND earlier.session = queued.session
@@ -595,7 +609,7 @@ class SQLiteConnection(StoreConnection):
             )
             ORDER BY runs.rowid
             """,
-            [*ACTIVE_STATUSES, limit],
+            [*agents, *(owners or []), *ACTIVE_STATUSES, limit],
         )
         return [self._decode(row) for row in rows]
 
