@@ -9,6 +9,7 @@ runs on both stores.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import subprocess
@@ -23,6 +24,7 @@ import rawdb
 from tcpproxy import TcpProxy
 
 from jupyter_agentruns.cli import build_parser, exits, output
+from jupyter_agentruns.client import Server, find_server, redact_url
 
 from servers import ServerProcess, wait_status
 
@@ -185,6 +187,24 @@ def test_a_table_aligns_every_column_on_its_widest_cell():
     assert header.index("STATUS") == first.index("succeeded") == second.index("failed") == 13
 
 
+def test_a_url_as_jupyter_prints_it_names_the_server_and_its_token(monkeypatch):
+    monkeypatch.delenv("AGENTRUNS_TOKEN", raising=False)
+    assert find_server("http://127.0.0.1:8888/lab?token=abc") == Server(
+        "http://127.0.0.1:8888/", "abc", "/"
+    )
+    assert find_server("https://h/user/ann/lab/tree/lab/a.ipynb?token=t#x") == Server(
+        "https://h/user/ann/", "t", "/user/ann/"
+    )
+    assert find_server("http://h:1/base/api/agentruns/runs").url == "http://h:1/base/"
+    assert find_server("http://h/user/ann") == Server("http://h/user/ann/", "", "/user/ann/")
+    assert find_server("http://h/?token=in-url", "given").token == "given"
+    monkeypatch.setenv("AGENTRUNS_TOKEN", "from-env")
+    assert find_server("http://h/").token == "from-env"
+    assert find_server("http://h/tree?token=in-url").token == "in-url"
+    redacted = redact_url("http://me:pw@h/lab?a=1&token=abc&b=2")
+    assert redacted == "http://***@h/lab?a=1&token=***&b=2"
+
+
 # Against a server --------------------------------------------------------------
 
 
@@ -268,8 +288,28 @@ def test_expected_errors_are_one_clear_line_and_a_distinct_exit_status(servers):
     assert missing.returncode == 66 and "jupyter agentruns list" in one_clear_line(missing)
     assert cli(server, "tail", "run_nope").returncode == 66
 
-    unreachable = cli(server, "list", env={"AGENTRUNS_URL": "http://127.0.0.1:9/"})
+    unreachable = cli(server, "list", env={"AGENTRUNS_URL": "http://127.0.0.1:9/lab?token=s3cret"})
     assert unreachable.returncode == 69 and "127.0.0.1:9" in one_clear_line(unreachable)
+    for url in ("http://127.0.0.1:nine/?token=s3cret", "http://me:s3cret@h:9/", "localhost"):
+        wrong = cli(server, "list", "--url", url)
+        assert wrong.returncode == 69 and "s3cret" not in one_clear_line(wrong)
+    # The URL as Jupyter prints it: its token is used, its page left out.
+    printed = cli(
+        server,
+        "list",
+        env={"AGENTRUNS_URL": f"{server.url}lab?token={server.token}", "AGENTRUNS_TOKEN": "wrong"},
+    )
+    assert printed.returncode == 0 and run_id in printed.stdout, printed.stderr
+    elsewhere = cli(server, "list", "--url", f"{server.url}nowhere/")
+    assert elsewhere.returncode == 69
+    assert "does not answer as a Jupyter server with jupyter_agentruns" in one_clear_line(elsewhere)
+
+    # A RUN that is not one path segment is one (unknown) run id all the same: nothing is cancelled.
+    sneaky = cli(server, "answer", f"{run_id}/cancel?", question["request_id"], "approve")
+    assert sneaky.returncode == 66 and "jupyter agentruns list" in one_clear_line(sneaky)
+    assert cli(server, "tail", f"{run_id}/events?", "--give-up-after", "1").returncode == 66
+    with server.client() as client:
+        assert client.get(f"runs/{run_id}").json()["status"] == "waiting"
 
     signed_out = cli(server, "usage", env={"AGENTRUNS_TOKEN": "wrong"})
     assert signed_out.returncode == 77 and "--token" in one_clear_line(signed_out)
@@ -280,6 +320,68 @@ def test_expected_errors_are_one_clear_line_and_a_distinct_exit_status(servers):
     usage = cli(server, "list", "--limit", "0")
     assert usage.returncode == 64 and "Traceback" not in usage.stderr
     assert cli(server, "frobnicate").returncode == 64
+
+
+class OtherSite(http.server.BaseHTTPRequestHandler):
+    """A web server that is not Jupyter: a page, a redirect to a login, a JSON list; it keeps what it was asked."""
+
+    asked: list[tuple[str, str | None]] = []
+
+    def do_GET(self):
+        self.asked.append((self.path, self.headers.get("Authorization")))
+        if self.path.startswith("/moved/"):
+            self.send_response(302)
+            self.send_header("Location", "/login?next=agentruns")
+            self.end_headers()
+            return
+        kind, body = ("application/json", b"[1, 2]") if self.path.startswith("/list/") else (
+            "text/html", b"<html><body>\x1b[2J a page</body></html>"
+        )  # fmt: skip
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def other_site():
+    OtherSite.asked.clear()
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OtherSite)
+    thread = threading.Thread(target=site.serve_forever)
+    thread.start()
+    yield f"http://127.0.0.1:{site.server_address[1]}"
+    site.shutdown()
+    site.server_close()
+    thread.join(10)
+
+
+@pytest.mark.timeout(60)
+def test_a_url_that_is_not_the_server_is_said_at_once_and_no_redirect_gets_the_token(other_site):
+    env = {**os.environ, "AGENTRUNS_TOKEN": "s3cret"}
+
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "jupyter_agentruns.cli", *args],
+            env=env, capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+
+    for base in ("page", "list", "moved"):
+        listed = run("list", "--url", f"{other_site}/{base}/")
+        assert listed.returncode == 69, listed.stderr
+        line = one_clear_line(listed)
+        assert f"{other_site}/{base}/ does not answer as a Jupyter server" in line
+        assert "s3cret" not in line and "\x1b" not in line
+    started = time.monotonic()
+    tail = run("tail", "run_x", "--url", f"{other_site}/page/")
+    assert tail.returncode == 69 and "does not answer" in one_clear_line(tail)
+    # No reconnecting to a page: it will not turn into the API.
+    assert time.monotonic() - started < 20
+    assert not [path for path, _ in OtherSite.asked if path.startswith("/login")]  # not followed
+    assert {token for _, token in OtherSite.asked} == {"token s3cret"}
 
 
 @pytest.mark.timeout(120)

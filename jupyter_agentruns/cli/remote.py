@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..client import TERMINAL, AgentRunsError, Client, ServerNotFound
+from ..client import TERMINAL, AgentRunsError, Client, NotAgentRunsServer, ServerNotFound
 from . import exits, output
 from .exits import CliError
 
@@ -198,6 +198,8 @@ class Reconnects:
         """Wait before the next try; raises when the error is no passing one, or it is time to give up."""
         if isinstance(error, AgentRunsError) and error.status not in self.TRANSIENT:
             raise exits.from_api(error) from None
+        if isinstance(error, NotAgentRunsServer):
+            raise CliError(str(error), exits.UNAVAILABLE) from None
         now = time.monotonic()
         self.unreachable_since = self.unreachable_since or now
         if now - self.unreachable_since >= self.give_up_after:
