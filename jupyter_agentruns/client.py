@@ -12,6 +12,7 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import ssl
 import time
 import urllib.error
@@ -55,6 +56,13 @@ class ServerNotFound(RuntimeError):
     """No Jupyter server to talk to could be found."""
 
 
+class NotAgentRunsServer(ServerNotFound):
+    """The URL answers, but not as a Jupyter server with jupyter_agentruns (a page, a login, another service).
+
+    Unlike a server that does not answer, trying again does not help.
+    """
+
+
 @dataclass(frozen=True)
 class Server:
     url: str  # the server's base URL, ending in "/"
@@ -79,19 +87,77 @@ def _server_from_info(info: dict[str, Any]) -> Server:
 
 KERNEL_HINT = "Pass url= and token= to submit(), or set AGENTRUNS_URL and AGENTRUNS_TOKEN."
 
+# The first path segment of a page or API under a server's base URL: what
+# follows a server's URL as Jupyter prints it (``/lab?token=…``, ``/tree?token=…``)
+# or as a browser shows it (``/lab/tree/a.ipynb``, ``/api/agentruns/runs``).
+PAGE_SEGMENTS = frozenset(
+    {"lab", "tree", "notebooks", "edit", "doc", "consoles", "terminals", "api"}
+)
+
+
+def redact_url(url: str) -> str:
+    """``url`` fit to print: a ``token=`` in its query and a user or password before its host hidden."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "(a URL that cannot be read)"
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    query = re.sub(r"(^|&)(token=)[^&]*", r"\1\2***", parts.query, flags=re.IGNORECASE)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def server_from_url(url: str, token: str | None, hint: str) -> Server:
+    """The server a URL names: its base URL, and the token of its ``?token=`` when ``token`` is None.
+
+    Jupyter prints a server's URL as ``http://host:8888/lab?token=…``: the
+    page's path (see ``PAGE_SEGMENTS``), the query and the fragment are dropped.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url)
+        # .port raises ValueError for a port that is not a number.
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:
+        valid = False
+    if not valid:
+        raise ServerNotFound(
+            f"{redact_url(url)} is not a Jupyter server's URL (like http://127.0.0.1:8888/). {hint}"
+        )
+    if "@" in parts.netloc:
+        raise ServerNotFound(
+            f"{redact_url(url)} has a user or password before its host, which Jupyter does not "
+            f"use: give the server's token instead. {hint}"
+        )
+    segments = parts.path.split("/")
+    for index, segment in enumerate(segments):
+        if segment in PAGE_SEGMENTS:
+            segments = segments[:index]
+            break
+    base_url = "/".join(segments).rstrip("/") + "/"
+    if token is None:
+        token = urllib.parse.parse_qs(parts.query).get("token", [None])[-1]
+    if token is None:
+        token = os.environ.get("AGENTRUNS_TOKEN")
+    return Server(
+        urllib.parse.urlunsplit((parts.scheme, parts.netloc, base_url, "", "")),
+        token or "",
+        base_url,
+    )
+
 
 def find_server(
     url: str | None = None, token: str | None = None, hint: str = KERNEL_HINT
 ) -> Server:
     """The server this kernel should talk to (see the module docstring for the order).
 
+    A token in the URL's query (``?token=``) is used unless ``token`` is given.
     ``hint``: how the caller chooses a server, said when none can be chosen.
     """
     url = url or os.environ.get("AGENTRUNS_URL")
-    token = token if token is not None else os.environ.get("AGENTRUNS_TOKEN")
     if url:
-        url = url if url.endswith("/") else url + "/"
-        return Server(url, token or "", urllib.parse.urlparse(url).path or "/")
+        return server_from_url(url, token, hint)
+    token = token if token is not None else os.environ.get("AGENTRUNS_TOKEN")
     servers = _running_servers()
     parent = [info for info in servers if info.get("pid") == os.getppid()]
     if parent:
@@ -104,7 +170,7 @@ def find_server(
     elif len(servers) == 1:
         server = _server_from_info(servers[0])
     else:
-        found = ", ".join(info.get("url", "?") for info in servers) or "none"
+        found = ", ".join(redact_url(str(info.get("url", "?"))) for info in servers) or "none"
         raise ServerNotFound(
             f"Cannot tell which Jupyter server to use (running servers: {found}). {hint}"
         )
@@ -112,7 +178,7 @@ def find_server(
         server = Server(server.url, token, server.base_url)
     if not server.token:
         raise ServerNotFound(
-            f"The Jupyter server at {server.url} has no token to use (password login?). {hint}"
+            f"The Jupyter server at {redact_url(server.url)} has no token to use (password login?). {hint}"
         )
     return server
 
@@ -124,8 +190,11 @@ class Client:
         self.server = server
         self.api = server.url + "api/agentruns/"
         self.timeout = timeout
-        self._ssl = (
+        context = (
             ssl._create_unverified_context() if self.api.startswith("https://127.0.0.1") else None
+        )
+        self._opener = urllib.request.build_opener(
+            _NoRedirects, urllib.request.HTTPSHandler(context=context)
         )
 
     def request(
@@ -152,24 +221,73 @@ class Client:
         for name, value in (headers or {}).items():
             request.add_header(name, value)
         try:
-            with urllib.request.urlopen(
-                request, timeout=timeout or self.timeout, context=self._ssl
-            ) as response:
+            with self._opener.open(request, timeout=timeout or self.timeout) as response:
                 raw = response.read()
-                if accept != "application/json":
-                    return response.status, dict(response.headers), raw.decode("utf-8")
-                return response.status, dict(response.headers), json.loads(raw) if raw else None
+                status, answered = response.status, dict(response.headers)
         except urllib.error.HTTPError as error:
-            raise _api_error(error) from None
+            raise self._error(error) from None
         except urllib.error.URLError as error:
             raise ServerNotFound(
-                f"Cannot reach the Jupyter server at {self.server.url}: {error.reason}"
+                f"Cannot reach the Jupyter server at {self._where}: {error.reason}"
             ) from None
         except (OSError, http.client.HTTPException) as error:
             # A server killed between the request and its answer (reset, closed, timed out).
             raise ServerNotFound(
-                f"The Jupyter server at {self.server.url} dropped the connection: {error!r}"
+                f"The Jupyter server at {self._where} dropped the connection: {error!r}"
             ) from None
+        kind = answered.get("Content-Type", "")
+        try:
+            if accept != "application/json":
+                if not kind.startswith(accept):
+                    raise ValueError(kind)
+                return status, answered, raw.decode("utf-8")
+            body = json.loads(raw) if raw else None
+            if raw and not isinstance(body, dict):
+                raise ValueError(type(body).__name__)
+        except (ValueError, RecursionError):
+            raise self._not_the_api(f"{status}, {kind or 'no content type'}") from None
+        return status, answered, body
+
+    @property
+    def _where(self) -> str:
+        return redact_url(self.server.url)
+
+    def _not_the_api(self, answer: str) -> NotAgentRunsServer:
+        return NotAgentRunsServer(
+            f"{self._where} does not answer as a Jupyter server with jupyter_agentruns "
+            f"({answer}): give the server's base URL, as `jupyter server list` shows it, "
+            "and check that `jupyter server extension list` shows jupyter_agentruns enabled"
+        )
+
+    def _error(self, error: urllib.error.HTTPError) -> AgentRunsError | NotAgentRunsServer:
+        """The error an HTTP error answer means.
+
+        Every error of the API is JSON ``{"error", "message"}``; another
+        answer came from something else. A proxy's 5xx or 429, or a
+        refused login, still says when to try again or to sign in; any
+        other (a redirect to a login page, a page that is not there) means
+        the URL is not the server's.
+        """
+        try:
+            raw = error.read()
+            body = json.loads(raw)
+            if not isinstance(body, dict) or not isinstance(body.get("error"), str):
+                raise ValueError("not an error of the API")
+        except (ValueError, RecursionError, OSError, http.client.HTTPException):
+            if error.code >= 500 or error.code in (401, 403, 429):
+                return AgentRunsError(
+                    error.code, "http_error", f"{error.code} {error.reason}", None,
+                    _retry_after(error.headers),
+                )  # fmt: skip
+            return self._not_the_api(f"{error.code} {error.reason}")
+        message = body.get("message")
+        return AgentRunsError(
+            error.code,
+            body["error"],
+            message if isinstance(message, str) else "",
+            body,
+            _retry_after(error.headers),
+        )
 
     def submit(
         self, body: dict[str, Any], key: str, *, key_with_run: bool = False
@@ -191,7 +309,7 @@ class Client:
     def events_page(self, run_id: str, after: int, limit: int = 1000) -> dict[str, Any]:
         """One JSON page of the run's kept events after ``after`` (no waiting)."""
         return self.request(
-            "GET", f"runs/{run_id}/events", params={"after": after, "limit": limit}
+            "GET", f"runs/{_segment(run_id)}/events", params={"after": after, "limit": limit}
         )[2]
 
     def stream_events(
@@ -217,38 +335,43 @@ class Client:
         only pings follow); ``on_retry(seconds)`` with the stream's ``retry:``,
         the least a client should wait before it reconnects.
         """
-        url = f"{self.api}runs/{run_id}/events"
+        url = f"{self.api}runs/{_segment(run_id)}/events"
         request = urllib.request.Request(url)
         request.add_header("Authorization", f"token {self.server.token}")
         request.add_header("Accept", "text/event-stream")
         request.add_header("Last-Event-ID", str(after))
         try:
-            response = urllib.request.urlopen(request, timeout=read_timeout, context=self._ssl)
+            response = self._opener.open(request, timeout=read_timeout)
         except urllib.error.HTTPError as error:
-            raise _api_error(error) from None
+            raise self._error(error) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
             reason = getattr(error, "reason", error)
             raise ServerNotFound(
-                f"Cannot reach the Jupyter server at {self.server.url}: {reason}"
+                f"Cannot reach the Jupyter server at {self._where}: {reason}"
             ) from None
         with response:
+            if response.status == 204:
+                if on_open is not None:
+                    on_open()
+                return
+            kind = response.headers.get("Content-Type", "")
+            if not kind.startswith("text/event-stream"):
+                raise self._not_the_api(f"{response.status}, {kind or 'no content type'}")
             if on_open is not None:
                 on_open()
-            if response.status == 204:
-                return
             try:
                 yield from _sse_frames(response, on_retry)
             except (OSError, http.client.HTTPException, ValueError) as error:
                 raise ServerNotFound(
-                    f"The stream from the Jupyter server at {self.server.url} broke: {error!r}"
+                    f"The stream from the Jupyter server at {self._where} broke: {error!r}"
                 ) from None
 
     def get_run(self, run_id: str) -> dict[str, Any]:
-        return self.request("GET", f"runs/{run_id}")[2]
+        return self.request("GET", f"runs/{_segment(run_id)}")[2]
 
     def record(self, run_id: str) -> str:
         """The run's static record, as Markdown (bounded, however big the run)."""
-        return self.request("GET", f"runs/{run_id}", accept="text/markdown")[2]
+        return self.request("GET", f"runs/{_segment(run_id)}", accept="text/markdown")[2]
 
     def newest_retry(self, run: dict[str, Any]) -> dict[str, Any]:
         """The newest run of ``run``'s chain of Run again (``run`` itself when it was never run again)."""
@@ -266,7 +389,7 @@ class Client:
         return self.request("GET", "runs", params=params)[2]
 
     def cancel(self, run_id: str, reason: str | None = None) -> dict[str, Any]:
-        return self.request("POST", f"runs/{run_id}/cancel", {"reason": reason})[2]
+        return self.request("POST", f"runs/{_segment(run_id)}/cancel", {"reason": reason})[2]
 
     def answer(
         self, run_id: str, request_id: str, choice: str, note: str | None = None
@@ -274,7 +397,7 @@ class Client:
         body: dict[str, Any] = {"choice": choice}
         if note is not None:
             body["note"] = note
-        path = f"runs/{run_id}/inputs/{urllib.parse.quote(request_id, safe='')}"
+        path = f"runs/{_segment(run_id)}/inputs/{_segment(request_id)}"
         return self.request("POST", path, body)[2]
 
     def wait(self, run_id: str, after: int, timeout: float | None) -> dict[str, Any]:
@@ -286,7 +409,7 @@ class Client:
             )
             body = self.request(
                 "GET",
-                f"runs/{run_id}/events",
+                f"runs/{_segment(run_id)}/events",
                 params={"after": after, "limit": 1000, "wait": round(remaining, 3)},
                 timeout=remaining + 30,
             )[2]
@@ -298,6 +421,24 @@ class Client:
                 raise TimeoutError(f"run {run_id} is still {body['status']} after {timeout} s")
 
 
+def _segment(value: str) -> str:
+    """``value`` as one segment of an API path: ``RUN/cancel?`` stays one (odd) run id."""
+    quoted = urllib.parse.quote(value, safe="")
+    # "." and ".." would be resolved away by a proxy's URL normalisation: spelled as escapes, they stay ids.
+    return {".": "%2E", "..": "%2E%2E"}.get(quoted, quoted)
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an HTTP error here: the API never redirects.
+
+    A redirect leads to another page (a login, a hub's spawn page), and
+    following it would send the token there too.
+    """
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
 def _retry_after(headers: Any) -> float | None:
     """The seconds of a ``Retry-After`` header (a number; an HTTP date is not used here)."""
     value = headers.get("Retry-After") if headers is not None else None
@@ -305,17 +446,6 @@ def _retry_after(headers: Any) -> float | None:
         return max(0.0, float(value)) if value is not None else None
     except ValueError:
         return None
-
-
-def _api_error(error: urllib.error.HTTPError) -> AgentRunsError:
-    raw = error.read()
-    try:
-        body = json.loads(raw)
-        code, message = body.get("error", "http_error"), body.get("message", "")
-    except (ValueError, AttributeError):
-        body = None
-        code, message = "http_error", raw.decode(errors="replace")[:500]
-    return AgentRunsError(error.code, code, message, body, _retry_after(error.headers))
 
 
 def _sse_frames(

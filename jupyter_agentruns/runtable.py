@@ -8,6 +8,7 @@ the user's text.
 from __future__ import annotations
 
 import html
+import math
 from datetime import datetime, timezone
 from typing import Any
 
@@ -23,13 +24,28 @@ STATUS_COLOURS = {
 }
 
 
-def _parse(text: str | None) -> datetime | None:
-    if not text:
+# The largest integer every JSON reader (a browser's included) reads exactly.
+MAX_COUNT = 2**53 - 1
+
+
+def token_count(value: Any) -> int | None:
+    """A usage count as the run reported it; None when it is no count (text, negative, fractional, absurd)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    return int(value) if 0 <= value <= MAX_COUNT else None
+
+
+def _parse(text: Any) -> datetime | None:
+    """A timestamp of the server (UTC); None when it is none."""
+    if not text or not isinstance(text, str):
         return None
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
 def ago(then: datetime, now: datetime) -> str:
@@ -59,13 +75,16 @@ def duration(seconds: float) -> str:
 
 
 def tokens(run: dict[str, Any]) -> str:
-    usage = (run.get("snapshot") or {}).get("usage")
+    """Input + output tokens of the run's last usage; ``?`` when the run reported no counts."""
+    snapshot = run.get("snapshot")
+    usage = snapshot.get("usage") if isinstance(snapshot, dict) else None
     if not isinstance(usage, dict):
         return ""
-    total = int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
-    text = f"{'≈ ' if usage.get('estimated') else ''}{total:,}"
+    counts = [token_count(usage.get(name) or 0) for name in ("input_tokens", "output_tokens")]
+    total = None if None in counts else sum(counts)  # type: ignore[arg-type]
+    text = f"{'≈ ' if usage.get('estimated') else ''}{'?' if total is None else f'{total:,}'}"
     cost = usage.get("cost")
-    if isinstance(cost, (int, float)):
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool) and 0 <= cost < math.inf:
         text += f" · cost {cost:.2f}" if cost >= 0.01 else f" · cost {cost:.2g}"
     return text
 

@@ -210,6 +210,18 @@ async def forged_demo(run, input):
     return {"forged": True}
 
 
+async def echo(run, input):
+    """Writes its input's ``text`` everywhere a run shows text: progress, a tool, the answer, a question, a failure."""
+    text = input["text"]
+    await run.progress(0.5, text)
+    async with run.tool(text, {"about": text}) as call:
+        call.result = text
+    await run.text(text)
+    if input.get("ask"):
+        await run.ask(text, choices=[text, "no"])
+    raise RuntimeError(text)
+
+
 TEST_AGENTS = {
     name: f"agents_for_tests:{name}"
     for name in (
@@ -230,5 +242,6 @@ TEST_AGENTS = {
         "nan_output",
         "markdown_writer",
         "hostile_writer",
+        "echo",
     )
 }

@@ -9,8 +9,10 @@ runs on both stores.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -23,6 +25,7 @@ import rawdb
 from tcpproxy import TcpProxy
 
 from jupyter_agentruns.cli import build_parser, exits, output
+from jupyter_agentruns.client import Server, find_server, redact_url
 
 from servers import ServerProcess, wait_status
 
@@ -185,6 +188,135 @@ def test_a_table_aligns_every_column_on_its_widest_cell():
     assert header.index("STATUS") == first.index("succeeded") == second.index("failed") == 13
 
 
+# What agents write, as a terminal would receive it: the clipboard written
+# (OSC 52), the line above erased, a C1 CSI, text reversed, a DEL, a return.
+HOSTILE = (
+    "clip\x1b]52;c;cHduZWQ=\x07 up\x1b[1A\x1b[2K csi\x9b2J rtl\u202eevil\u2069 del\x7f cr\rend"
+)
+# What a terminal acts on; a newline and a tab only where text has lines.
+TERMINAL_COMMAND = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+SHOWN = "clip\\x1b]52;c;cHduZWQ=\\x07 up\\x1b[1A\\x1b[2K csi\\x9b2J rtl\\u202eevil\\u2069 del\\x7f cr\\rend"
+
+
+def assert_text_for_a_terminal(text: str, lines: bool = True) -> None:
+    """Nothing in ``text`` that a terminal acts on instead of showing it."""
+    found = TERMINAL_COMMAND.search(text if lines else text.replace("\n", ""))
+    assert found is None, f"{found.group()!r} at {found.start()} in {text!r}"
+    if not lines:
+        assert "\t" not in text
+
+
+def test_control_characters_show_as_escapes_lines_and_tabs_stay_in_text():
+    assert output.printable(HOSTILE) == SHOWN
+    assert output.printable("a\tb\r\nc\nd") == "a\tb\nc\nd"  # a Windows line end is a line end
+    assert output.one_line("a\tb\nc") == "a\\tb⏎c"
+    # Another value than a string: its JSON, then escaped.
+    assert output.one_line({"k": "\x1b[2J\u202e"}) == '{"k": "\\u001b[2J\\u202e"}'
+    text = output.json_text({"text": HOSTILE + " 天气"})
+    assert json.loads(text) == {"text": HOSTILE + " 天气"}  # the same value, read back
+    assert "天气" in text and "\\u009b" in text and "\\u202e" in text
+    assert_text_for_a_terminal(text)
+
+
+def hostile_run(**fields):
+    """A run object of the API whose every text field is what an agent could have written."""
+    question = {
+        "request_id": "in_1",
+        "title": HOSTILE,
+        "choices": [HOSTILE, "no"],
+        "status": "open",
+    }
+    return {
+        "run_id": "run_x", "status": "waiting", "agent": HOSTILE, "session": HOSTILE,
+        "created_at": "2026-01-01T11:59:00Z", "started_at": "2026-01-01T11:59:01Z",
+        "finished_at": None, "attempt": 1, "first_seq": 1, "last_seq": 9, "retry_of": HOSTILE,
+        "snapshot": {
+            "messages": [{"id": "m1", "text": f"{HOSTILE}\nline two\twith a tab", "done": True}],
+            "tools": [{"call_id": "c1", "name": HOSTILE, "args": {"q": HOSTILE}, "status": HOSTILE}],
+            "progress": {"fraction": 0.5, "message": HOSTILE},
+            "usage": {"input_tokens": 3, "output_tokens": 4},
+            "inputs": [question],
+        },
+        "error": {"type": HOSTILE, "message": HOSTILE},
+        "cancel": {"reason": HOSTILE},
+        **fields,
+    }  # fmt: skip
+
+
+def test_every_field_of_a_run_prints_as_text_not_as_terminal_commands():
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    run = hostile_run()
+    shown = output.run_details(run, now)
+    assert_text_for_a_terminal(shown)
+    # agent, session, retry of, tool, progress, text, error, cancel, asks
+    assert shown.count("\\x1b]52;c;") >= 9
+    assert "    line two\twith a tab" in shown  # the answer keeps its lines and tabs
+    table = output.runs_table([run], now)
+    assert_text_for_a_terminal(table, lines=False)
+    assert len(table.splitlines()) == 2  # one row: no text of the run starts a line of its own
+    for kind, data in [
+        ("tool.started", {"name": HOSTILE, "args": {"q": HOSTILE}}),
+        ("tool.completed", {"ok": False, "error": HOSTILE}),
+        ("progress", {"message": HOSTILE}),
+        ("input.requested", {"request_id": HOSTILE, "title": HOSTILE, "choices": [HOSTILE]}),
+        ("input.resolved", {"request_id": HOSTILE, "choice": HOSTILE}),
+        ("run.resumed", {"attempt": HOSTILE, "reason": HOSTILE}),
+        ("run.failed", {"error": {"type": HOSTILE, "message": HOSTILE}}),
+        ("run.cancelled", {"reason": HOSTILE}),
+        ("run.interrupted", {"reason": {"why": HOSTILE}}),
+        (HOSTILE, {}),
+    ]:
+        line = output.event_line({"seq": 3, "type": kind, "data": data})
+        assert_text_for_a_terminal(line, lines=False)
+        assert "\\x1b" in line or "\\u001b" in line, line
+
+
+def test_usage_that_is_not_counts_shows_as_unknown_and_odd_fields_as_absent():
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    for odd in ["lots", -1000, 10**400, float("nan"), float("-inf"), 1.5, True, [1], {"a": 1}]:
+        usage = {"input_tokens": odd, "output_tokens": 5}
+        run = hostile_run(snapshot={"usage": usage})
+        assert output.tokens(run) == "?", odd
+        assert "  usage     ? input, 5 output tokens\n" in output.run_details(run, now)
+        assert output.runs_table([run], now).splitlines()[1].endswith("  ?")
+        line = output.event_line({"seq": 4, "type": "usage", "data": usage})
+        assert line == "[4] usage ? in, 5 out"
+    assert output.tokens(hostile_run(snapshot={"usage": {"input_tokens": 7}})) == "7"
+    assert output.usage_line({"window_seconds": "day", "runs": -2, "input_tokens": 1.0}) == (
+        "last ? h: ? runs, 1 input tokens, 0 output tokens"
+    )
+    # Fields of another type than the API's: shown as absent, never a traceback.
+    odd = {
+        "run_id": ["x"], "status": None, "created_at": "yesterday", "started_at": "2026-01-01T11:00",
+        "finished_at": 5, "snapshot": {"messages": ["m", {"text": 3}], "tools": "t",
+        "progress": {"message": "p", "fraction": float("inf")}, "inputs": [1], "usage": "u"},
+        "error": "boom", "cancel": ["why"],
+    }  # fmt: skip
+    shown = output.run_details(odd, now)
+    assert "duration  1h" in shown and "progress  p\n" in shown
+    assert "messages  2, 0 characters" in shown
+    assert output.runs_table(["not a run", odd], now).count("\n") == 2
+    assert output.event_line({"type": None, "data": []}) == "[null] null"
+
+
+def test_a_url_as_jupyter_prints_it_names_the_server_and_its_token(monkeypatch):
+    monkeypatch.delenv("AGENTRUNS_TOKEN", raising=False)
+    assert find_server("http://127.0.0.1:8888/lab?token=abc") == Server(
+        "http://127.0.0.1:8888/", "abc", "/"
+    )
+    assert find_server("https://h/user/ann/lab/tree/lab/a.ipynb?token=t#x") == Server(
+        "https://h/user/ann/", "t", "/user/ann/"
+    )
+    assert find_server("http://h:1/base/api/agentruns/runs").url == "http://h:1/base/"
+    assert find_server("http://h/user/ann") == Server("http://h/user/ann/", "", "/user/ann/")
+    assert find_server("http://h/?token=in-url", "given").token == "given"
+    monkeypatch.setenv("AGENTRUNS_TOKEN", "from-env")
+    assert find_server("http://h/").token == "from-env"
+    assert find_server("http://h/tree?token=in-url").token == "in-url"
+    redacted = redact_url("http://me:pw@h/lab?a=1&token=abc&b=2")
+    assert redacted == "http://***@h/lab?a=1&token=***&b=2"
+
+
 # Against a server --------------------------------------------------------------
 
 
@@ -239,6 +371,87 @@ def test_list_show_usage_and_export_describe_the_callers_runs(servers, tmp_path)
     assert [e["seq"] for e in exported["events"]] == list(range(1, run["last_seq"] + 1))
 
 
+@pytest.mark.timeout(120)
+def test_what_an_agent_wrote_prints_as_text_and_json_never_as_terminal_commands(servers):
+    server = servers(agents={"echo": "agents_for_tests:echo"})
+    text = f"{HOSTILE}\nsecond line"
+    with server.client() as client:
+        asking = submit(client, {"text": text, "ask": True}, agent="echo", session=HOSTILE)
+        failed = submit(client, {"text": text}, agent="echo", session=HOSTILE)
+        wait_status(client, asking, {"waiting"})
+        run = wait_status(client, failed, TERMINAL)
+        events = stored_events(client, failed)
+    assert run["status"] == "failed" and run["error"]["message"] == text
+
+    table = cli(server, "list")
+    assert table.returncode == 0, table.stderr
+    assert_text_for_a_terminal(table.stdout)
+    assert len(table.stdout.splitlines()) == 3 and f"  {SHOWN[:20]}" in table.stdout
+    shown = cli(server, "show", asking).stdout
+    assert_text_for_a_terminal(shown)
+    for field in ("session", "progress", "tool", "asks"):
+        line = next(line for line in shown.splitlines() if line.startswith(f"  {field:<10}"))
+        assert "\\x1b]52;c;cHduZWQ=" in line, field
+    assert f"    {SHOWN}\n    second line\n" in cli(server, "show", failed).stdout
+    tail = cli(server, "tail", failed)
+    assert tail.returncode == 1
+    assert_text_for_a_terminal(tail.stdout + tail.stderr)
+    assert f"{SHOWN}\nsecond line" in tail.stdout  # the text, its lines kept
+    assert f"tool.started {SHOWN[:30]}" in tail.stdout
+    export = cli(server, "export", failed)
+    assert_text_for_a_terminal(export.stdout)
+    assert "\\x1b]52;c;cHduZWQ=" in export.stdout
+
+    # JSON escapes what a terminal would act on, and reads back as the same values.
+    for argv in (["list"], ["show", failed], ["export", failed, "--format", "json"]):
+        result = cli(server, *argv, "--json")
+        assert_text_for_a_terminal(result.stdout)
+        assert "\\u001b]52;c;" in result.stdout and "\\u202e" in result.stdout
+    assert cli_json(server, "show", failed) == run
+    tail_json = cli(server, "tail", failed, "--json")
+    assert_text_for_a_terminal(tail_json.stdout)
+    assert [json.loads(line) for line in tail_json.stdout.splitlines()] == events
+
+
+def plant_snapshot(server, store_config, run_id, snapshot):
+    """Write a run's snapshot into the store of the stopped server, as an older or a foreign writer could have."""
+    from jupyter_agentruns.store.postgres import PostgresStore
+    from jupyter_agentruns.store.sqlite import SQLiteStore
+
+    url = store_config.get("store_url")
+    conn = (PostgresStore(url) if url else SQLiteStore(server.db_path)).connect()
+    try:
+        seq = conn.get_run(run_id)["snapshot_seq"]
+        with conn.transaction():
+            conn.write_snapshot(run_id, seq, snapshot)
+    finally:
+        conn.close()
+
+
+@pytest.mark.timeout(120)
+def test_list_and_show_a_run_whose_usage_is_not_counts(servers, store_config):
+    server = servers()
+    with server.client() as client:
+        odd = wait_status(client, submit(client, QUICK), TERMINAL)
+        fine = wait_status(client, submit(client, QUICK), TERMINAL)
+    server.kill()
+    plant_snapshot(
+        server, store_config, odd["run_id"],
+        {**odd["snapshot"], "usage": {"input_tokens": "lots", "output_tokens": -1000}},
+    )  # fmt: skip
+    server.start()
+
+    listed = cli(server, "list")
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    rows = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
+    assert rows[odd["run_id"]].endswith("  ?")
+    usage = fine["snapshot"]["usage"]
+    assert rows[fine["run_id"]].endswith(f"  {usage['input_tokens'] + usage['output_tokens']:,}")
+    shown = cli(server, "show", odd["run_id"])
+    assert shown.returncode == 0 and "usage     ? input, ? output tokens" in shown.stdout
+    assert cli_json(server, "list")[1]["snapshot"]["usage"]["input_tokens"] == "lots"
+
+
 @pytest.mark.timeout(180)
 def test_export_json_of_a_run_compacted_meanwhile_has_every_kept_event_and_no_hole(servers):
     server = servers(max_retained_events=40)  # a live run is compacted as it goes
@@ -268,8 +481,28 @@ def test_expected_errors_are_one_clear_line_and_a_distinct_exit_status(servers):
     assert missing.returncode == 66 and "jupyter agentruns list" in one_clear_line(missing)
     assert cli(server, "tail", "run_nope").returncode == 66
 
-    unreachable = cli(server, "list", env={"AGENTRUNS_URL": "http://127.0.0.1:9/"})
+    unreachable = cli(server, "list", env={"AGENTRUNS_URL": "http://127.0.0.1:9/lab?token=s3cret"})
     assert unreachable.returncode == 69 and "127.0.0.1:9" in one_clear_line(unreachable)
+    for url in ("http://127.0.0.1:nine/?token=s3cret", "http://me:s3cret@h:9/", "localhost"):
+        wrong = cli(server, "list", "--url", url)
+        assert wrong.returncode == 69 and "s3cret" not in one_clear_line(wrong)
+    # The URL as Jupyter prints it: its token is used, its page left out.
+    printed = cli(
+        server,
+        "list",
+        env={"AGENTRUNS_URL": f"{server.url}lab?token={server.token}", "AGENTRUNS_TOKEN": "wrong"},
+    )
+    assert printed.returncode == 0 and run_id in printed.stdout, printed.stderr
+    elsewhere = cli(server, "list", "--url", f"{server.url}nowhere/")
+    assert elsewhere.returncode == 69
+    assert "does not answer as a Jupyter server with jupyter_agentruns" in one_clear_line(elsewhere)
+
+    # A RUN that is not one path segment is one (unknown) run id all the same: nothing is cancelled.
+    sneaky = cli(server, "answer", f"{run_id}/cancel?", question["request_id"], "approve")
+    assert sneaky.returncode == 66 and "jupyter agentruns list" in one_clear_line(sneaky)
+    assert cli(server, "tail", f"{run_id}/events?", "--give-up-after", "1").returncode == 66
+    with server.client() as client:
+        assert client.get(f"runs/{run_id}").json()["status"] == "waiting"
 
     signed_out = cli(server, "usage", env={"AGENTRUNS_TOKEN": "wrong"})
     assert signed_out.returncode == 77 and "--token" in one_clear_line(signed_out)
@@ -280,6 +513,68 @@ def test_expected_errors_are_one_clear_line_and_a_distinct_exit_status(servers):
     usage = cli(server, "list", "--limit", "0")
     assert usage.returncode == 64 and "Traceback" not in usage.stderr
     assert cli(server, "frobnicate").returncode == 64
+
+
+class OtherSite(http.server.BaseHTTPRequestHandler):
+    """A web server that is not Jupyter: a page, a redirect to a login, a JSON list; it keeps what it was asked."""
+
+    asked: list[tuple[str, str | None]] = []
+
+    def do_GET(self):
+        self.asked.append((self.path, self.headers.get("Authorization")))
+        if self.path.startswith("/moved/"):
+            self.send_response(302)
+            self.send_header("Location", "/login?next=agentruns")
+            self.end_headers()
+            return
+        kind, body = ("application/json", b"[1, 2]") if self.path.startswith("/list/") else (
+            "text/html", b"<html><body>\x1b[2J a page</body></html>"
+        )  # fmt: skip
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def other_site():
+    OtherSite.asked.clear()
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OtherSite)
+    thread = threading.Thread(target=site.serve_forever)
+    thread.start()
+    yield f"http://127.0.0.1:{site.server_address[1]}"
+    site.shutdown()
+    site.server_close()
+    thread.join(10)
+
+
+@pytest.mark.timeout(60)
+def test_a_url_that_is_not_the_server_is_said_at_once_and_no_redirect_gets_the_token(other_site):
+    env = {**os.environ, "AGENTRUNS_TOKEN": "s3cret"}
+
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "jupyter_agentruns.cli", *args],
+            env=env, capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+
+    for base in ("page", "list", "moved"):
+        listed = run("list", "--url", f"{other_site}/{base}/")
+        assert listed.returncode == 69, listed.stderr
+        line = one_clear_line(listed)
+        assert f"{other_site}/{base}/ does not answer as a Jupyter server" in line
+        assert "s3cret" not in line and "\x1b" not in line
+    started = time.monotonic()
+    tail = run("tail", "run_x", "--url", f"{other_site}/page/")
+    assert tail.returncode == 69 and "does not answer" in one_clear_line(tail)
+    # No reconnecting to a page: it will not turn into the API.
+    assert time.monotonic() - started < 20
+    assert not [path for path, _ in OtherSite.asked if path.startswith("/login")]  # not followed
+    assert {token for _, token in OtherSite.asked} == {"token s3cret"}
 
 
 @pytest.mark.timeout(120)

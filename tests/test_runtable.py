@@ -50,3 +50,11 @@ def test_user_text_in_the_table_is_escaped_and_more_runs_say_how_to_page():
 
 def test_no_runs_say_so():
     assert "No agent runs" in RunList([])._repr_html_()
+
+
+def test_usage_that_is_not_counts_and_a_time_without_zone_show_without_an_error():
+    for odd in ("lots", -1000, 10**400, float("nan"), True, [1]):
+        usage = {"input_tokens": odd, "output_tokens": 5, "cost": -1}
+        naive = run("run_x", created_at="2026-01-01T00:07:00", snapshot={"usage": usage})
+        table = RunList([naive])._repr_html_(now=NOW)
+        assert ">?</td>" in table and "cost" not in table and "3 min ago" in table

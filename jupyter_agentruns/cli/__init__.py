@@ -17,6 +17,7 @@ from ..client import AgentRunsError, Client, ServerNotFound, find_server
 from ..lifecycle import ALL_STATUSES
 from . import exits
 from .exits import CliError
+from .output import one_line
 
 EPILOG = """exit status: 0 ok (tail: the run succeeded), 1 the run failed (doctor: a problem
 found), 2 cancelled, 3 interrupted, 64 wrong arguments, 65 the server refused the
@@ -181,15 +182,11 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     try:
         return run_command(args, out)
-    except CliError as error:
-        sys.stderr.write(f"jupyter agentruns {args.command}: {error}\n")
-        return error.status
-    except AgentRunsError as error:
-        sys.stderr.write(f"jupyter agentruns {args.command}: {exits.from_api(error)}\n")
-        return exits.from_api(error).status
-    except ServerNotFound as error:
-        sys.stderr.write(f"jupyter agentruns {args.command}: {error}\n")
-        return exits.UNAVAILABLE
+    except (CliError, AgentRunsError, ServerNotFound) as error:
+        failure = exits.from_api(error) if isinstance(error, AgentRunsError) else error
+        # The server's and the run's words may be in it: one line, controls escaped.
+        sys.stderr.write(f"jupyter agentruns {args.command}: {one_line(str(failure))}\n")
+        return failure.status if isinstance(failure, CliError) else exits.UNAVAILABLE
     except KeyboardInterrupt:
         sys.stderr.write("\n")
         return exits.STOPPED

@@ -16,7 +16,8 @@ INTERRUPTED = 3  # the run was interrupted: its server died and it could not be 
 USAGE = 64  # wrong arguments
 REFUSED = 65  # the server refused the request (an answer not offered, a question already answered…)
 RUN_NOT_FOUND = 66  # no such run of yours (or retention deleted it)
-# No server found or reachable (tail: gave up waiting; export: compaction kept overtaking it),
+# No server found or reachable, or the URL answers as something else (tail: gave up waiting;
+# export: compaction kept overtaking it),
 # or the store cannot be opened (or its schema is not this package's).
 UNAVAILABLE = 69
 SIGNED_OUT = 77  # the server refused the token

@@ -31,6 +31,7 @@ from ..store.filesystems import network_filesystem
 from ..writer import Writer
 from . import exits
 from .exits import CliError
+from .output import printable
 from .remote import print_json
 
 # A pass compacts at most 100 runs and deletes at most 1000: a backlog takes
@@ -315,7 +316,7 @@ def cmd_doctor(args, out: TextIO) -> int:
     if args.json:
         print_json(report, out)
     else:
-        out.write(doctor_text(report) + "\n")
+        out.write(printable(doctor_text(report)) + "\n")  # runs' fields are the store's text
     return exits.FAILED if report["problems"] else exits.OK
 
 

@@ -2,23 +2,87 @@
 
 Pure functions of run objects and events (as the API answers them), so the
 commands stay a few lines each and what they print is tested without a server.
+
+Everything in a run is what an agent or a model wrote, or may be: a field
+may have any JSON type, and text may hold what a terminal acts on rather
+than shows. ``ESC ] 52`` writes the clipboard, ``ESC [ 1A`` rewrites a line
+already printed, a bidirectional override makes text read in another order
+than it runs. Every value is printed through ``printable`` or ``one_line``,
+which show those characters as escapes (``\\x1b``); JSON goes through
+``json_text``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from ..runtable import token_count
+
 TEXT_PREVIEW = 300
 FIELD_PREVIEW = 60
 
+# C0 controls, DEL, C1 controls (U+009B is a CSI of its own), and the
+# bidirectional embeddings, overrides and isolates.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# What JSON itself leaves unescaped of those: it escapes C0 already.
+JSON_UNSAFE = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
-def parse_time(value: str | None) -> datetime | None:
-    if not value:
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return NAMED.get(char) or (
+        f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+    )
+
+
+def printable(text: str) -> str:
+    """Text of several lines as a terminal should show it: lines and tabs kept, other controls escaped."""
+    return "\n".join(
+        CONTROL.sub(lambda m: m.group() if m.group() == "\t" else _escape(m), line)
+        for line in text.replace("\r\n", "\n").split("\n")
+    )
+
+
+def one_line(value: Any) -> str:
+    """Any value as one line of text: JSON unless a string, a newline as ``⏎``, controls escaped."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return CONTROL.sub(_escape, text.replace("\r\n", "\n").replace("\n", "⏎"))
+
+
+def json_text(value: Any, **options: Any) -> str:
+    """``json.dumps`` with text as text (not ``\\u`` escapes), except what a terminal acts on."""
+    text = json.dumps(value, ensure_ascii=False, **options)
+    return JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def mapping(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one: a field of the wrong type shows as absent."""
+    return value if isinstance(value, dict) else {}
+
+
+def items(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def count(value: Any) -> str:
+    """A count, ``1,234`` (none reported is 0); ``?`` when it is no count (text, a negative or absurd number)."""
+    number = token_count(0 if value is None else value)
+    return "?" if number is None else f"{number:,}"
+
+
+def parse_time(value: Any) -> datetime | None:
+    if not value or not isinstance(value, str):
         return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
 def span(seconds: float) -> str:
@@ -34,7 +98,7 @@ def span(seconds: float) -> str:
     return f"{seconds // 86400:.0f}d"
 
 
-def age(value: str | None, now: datetime | None = None) -> str:
+def age(value: Any, now: datetime | None = None) -> str:
     """``3m ago`` for an ISO timestamp (``-`` when there is none)."""
     when = parse_time(value)
     if when is None:
@@ -54,17 +118,17 @@ def duration(run: dict[str, Any], now: datetime | None = None) -> str:
 
 
 def tokens(run: dict[str, Any]) -> str:
-    """Input + output tokens of the run's last ``usage`` (``-`` when it reported none)."""
-    usage = (run.get("snapshot") or {}).get("usage")
+    """Input + output tokens of the run's last ``usage`` (``-`` when it reported none, ``?`` when not counts)."""
+    usage = mapping(mapping(run.get("snapshot")).get("usage"))
     if not usage:
         return "-"
-    return f"{(usage.get('input_tokens') or 0) + (usage.get('output_tokens') or 0):,}"
+    counts = [token_count(usage.get(name) or 0) for name in ("input_tokens", "output_tokens")]
+    return "?" if None in counts else f"{sum(counts):,}"  # type: ignore[arg-type]
 
 
 def short(text: Any, limit: int = FIELD_PREVIEW) -> str:
     """One line of at most ``limit`` characters (a newline shows as ``⏎``)."""
-    text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
-    text = text.replace("\n", "⏎")
+    text = one_line(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -78,114 +142,146 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def runs_table(runs: list[dict[str, Any]], now: datetime | None = None) -> str:
+def runs_table(runs: list[Any], now: datetime | None = None) -> str:
     headers = ("RUN", "STATUS", "AGENT", "SESSION", "AGE", "DURATION", "TOKENS")
     rows = [
         (
-            run["run_id"],
-            run["status"],
-            run["agent"],
+            one_line(run.get("run_id")),
+            one_line(run.get("status")),
+            short(run.get("agent"), 40),
             short(run.get("session") or "-", 40),
             age(run.get("created_at"), now),
             duration(run, now),
             tokens(run),
         )
-        for run in runs
+        for run in map(mapping, runs)
     ]
     return table(headers, rows)
 
 
 def open_inputs(run: dict[str, Any]) -> list[dict[str, Any]]:
     """The questions of the run that wait for a person's answer."""
-    inputs = (run.get("snapshot") or {}).get("inputs") or []
+    inputs = map(mapping, items(mapping(run.get("snapshot")).get("inputs")))
     return [request for request in inputs if request.get("status") == "open"]
+
+
+def choices(value: Any) -> str:
+    return " | ".join(short(choice, 40) for choice in items(value))
+
+
+def progress_text(progress: Any) -> str:
+    """A progress's message and fraction (``searching 40%``); empty without a message."""
+    progress = mapping(progress)
+    if not progress.get("message"):
+        return ""
+    fraction = progress.get("fraction")
+    known = isinstance(fraction, (int, float)) and not isinstance(fraction, bool)
+    percent = f" {fraction:.0%}" if known and 0 <= fraction <= 1 else ""
+    return f"{short(progress['message'])}{percent}"
+
+
+def message_text(messages: Any) -> str:
+    """The text of the snapshot's messages, as the run wrote it."""
+    texts = (mapping(message).get("text") for message in items(messages))
+    return "".join(text for text in texts if isinstance(text, str))
+
+
+def error_text(error: Any) -> str:
+    error = mapping(error)
+    return short(f"{one_line(error.get('type'))}: {one_line(error.get('message'))}", 200)
 
 
 def run_details(run: dict[str, Any], now: datetime | None = None) -> str:
     """What ``show`` prints: state, timing, what the run did, its usage, its open questions."""
-    snapshot = run.get("snapshot") or {}
-    lines = [f"{run['run_id']}  {run['status']}  ({run['agent']})"]
+    snapshot = mapping(run.get("snapshot"))
+    lines = [
+        f"{one_line(run.get('run_id'))}  {one_line(run.get('status'))}  ({short(run.get('agent'))})"
+    ]
 
-    def field(name: str, value: Any) -> None:
+    def field(name: str, value: str) -> None:
         lines.append(f"  {name:<10}{value}")
 
     if run.get("session"):
-        field("session", run["session"])
-    field("created", f"{run.get('created_at')} ({age(run.get('created_at'), now)})")
+        field("session", short(run["session"], 200))
+    field("created", f"{one_line(run.get('created_at'))} ({age(run.get('created_at'), now)})")
     if run.get("started_at"):
-        field("started", run["started_at"])
+        field("started", one_line(run["started_at"]))
     if run.get("finished_at"):
-        field("finished", run["finished_at"])
+        field("finished", one_line(run["finished_at"]))
     field("duration", duration(run, now))
-    field("attempt", run.get("attempt", 1))
-    field("events", f"{run.get('first_seq', 1)}..{run.get('last_seq', 0)} kept")
+    field("attempt", one_line(run.get("attempt", 1)))
+    field("events", f"{one_line(run.get('first_seq', 1))}..{one_line(run.get('last_seq', 0))} kept")
     if run.get("retry_of"):
-        field("retry of", run["retry_of"])
-    progress = snapshot.get("progress")
-    if progress and progress.get("message"):
-        fraction = progress.get("fraction")
-        percent = f" {fraction:.0%}" if isinstance(fraction, (int, float)) else ""
-        field("progress", f"{short(progress['message'])}{percent}")
-    for tool in snapshot.get("tools") or []:
-        field("tool", f"{tool['name']} {short(tool.get('args'), 40)} → {tool.get('status')}")
-    messages = snapshot.get("messages") or []
-    text = "".join(message.get("text", "") for message in messages)
+        field("retry of", one_line(run["retry_of"]))
+    if progress := progress_text(snapshot.get("progress")):
+        field("progress", progress)
+    for tool in map(mapping, items(snapshot.get("tools"))):
+        field(
+            "tool",
+            f"{short(tool.get('name'), 40)} {short(tool.get('args'), 40)} → {short(tool.get('status'), 20)}",
+        )
+    messages = items(snapshot.get("messages"))
+    text = message_text(messages)
     field("messages", f"{len(messages)}, {len(text):,} characters")
     if text:
         preview = text if len(text) <= TEXT_PREVIEW else text[:TEXT_PREVIEW] + "…"
-        lines.extend("    " + line for line in preview.splitlines())
+        lines.extend("    " + line for line in printable(preview).splitlines())
     usage = snapshot.get("usage")
     if usage:
+        usage = mapping(usage)
         field(
             "usage",
-            f"{usage.get('input_tokens', 0):,} input, {usage.get('output_tokens', 0):,} output tokens",
+            f"{count(usage.get('input_tokens', 0))} input, "
+            f"{count(usage.get('output_tokens', 0))} output tokens",
         )
     if run.get("error"):
-        field("error", f"{run['error'].get('type')}: {short(run['error'].get('message'), 200)}")
+        field("error", error_text(run["error"]))
     if run.get("cancel"):
-        field("cancel", short(run["cancel"].get("reason") or "no reason given", 200))
+        field("cancel", short(mapping(run["cancel"]).get("reason") or "no reason given", 200))
     for request in open_inputs(run):
         field(
             "asks",
-            f"{request['request_id']}: {short(request.get('title') or '')} "
-            f"[{' | '.join(request.get('choices') or [])}]",
+            f"{one_line(request.get('request_id'))}: {short(request.get('title') or '')} "
+            f"[{choices(request.get('choices'))}]",
         )
     return "\n".join(lines)
 
 
 def event_line(event: dict[str, Any]) -> str:
     """One short line for an event that is not a text delta."""
-    data = event.get("data") or {}
-    kind = event["type"]
+    data = mapping(event.get("data"))
+    kind = event.get("type")
     detail = {
-        "message.started": lambda: data.get("role", ""),
-        "tool.started": lambda: f"{data.get('name')} {short(data.get('args'), 50)}",
+        "message.started": lambda: short(data.get("role", "")),
+        "tool.started": lambda: f"{short(data.get('name'), 40)} {short(data.get('args'), 50)}",
         "tool.completed": lambda: "ok" if data.get("ok") else f"error {short(data.get('error'))}",
         "progress": lambda: short(data.get("message") or ""),
         "usage": lambda: (
-            f"{data.get('input_tokens', 0):,} in, {data.get('output_tokens', 0):,} out"
+            f"{count(data.get('input_tokens', 0))} in, {count(data.get('output_tokens', 0))} out"
         ),
         "input.requested": lambda: (
-            f"{data.get('request_id')}: {short(data.get('title') or '')} "
-            f"[{' | '.join(data.get('choices') or [])}]"
+            f"{one_line(data.get('request_id'))}: {short(data.get('title') or '')} "
+            f"[{choices(data.get('choices'))}]"
         ),
-        "input.resolved": lambda: f"{data.get('request_id')} → {data.get('choice')}",
-        "run.resumed": lambda: f"attempt {data.get('attempt')} ({data.get('reason')})",
-        "run.failed": lambda: short(
-            f"{(data.get('error') or {}).get('type')}: {(data.get('error') or {}).get('message')}",
-            200,
+        "input.resolved": lambda: (
+            f"{one_line(data.get('request_id'))} → {short(data.get('choice'))}"
         ),
+        "run.resumed": lambda: (
+            f"attempt {one_line(data.get('attempt'))} ({short(data.get('reason'))})"
+        ),
+        "run.failed": lambda: error_text(data.get("error")),
         "run.cancelled": lambda: short(data.get("reason") or "", 200),
         "run.cancel_requested": lambda: short(data.get("reason") or "", 200),
-        "run.interrupted": lambda: str(data.get("reason") or ""),
-    }.get(kind, lambda: "")()
-    return f"[{event['seq']}] {kind}{' ' + detail if detail else ''}"
+        "run.interrupted": lambda: short(data.get("reason") or "", 200),
+    }.get(kind if isinstance(kind, str) else "", lambda: "")()
+    return f"[{one_line(event.get('seq'))}] {one_line(kind)}{' ' + detail if detail else ''}"
 
 
 def usage_line(usage: dict[str, Any]) -> str:
-    hours = usage.get("window_seconds", 86400) / 3600
+    window = token_count(usage.get("window_seconds", 86400))
+    hours = "?" if window is None else f"{window / 3600:g}"
     return (
-        f"last {hours:g} h: {usage.get('runs', 0):,} runs, "
-        f"{usage.get('input_tokens', 0):,} input tokens, "
-        f"{usage.get('output_tokens', 0):,} output tokens"
+        f"last {hours} h: {count(usage.get('runs', 0))} runs, "
+        f"{count(usage.get('input_tokens', 0))} input tokens, "
+        f"{count(usage.get('output_tokens', 0))} output tokens"
     )

@@ -6,14 +6,13 @@ what they may do is exactly what a person with the server's token may do.
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..client import TERMINAL, AgentRunsError, Client, ServerNotFound
+from ..client import TERMINAL, AgentRunsError, Client, NotAgentRunsServer, ServerNotFound
 from . import exits, output
 from .exits import CliError
 
@@ -28,7 +27,7 @@ TERMINAL_EVENTS = {f"run.{status}" for status in TERMINAL}
 
 
 def print_json(value: Any, out: TextIO) -> None:
-    out.write(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
+    out.write(output.json_text(value, indent=2) + "\n")
 
 
 # list ------------------------------------------------------------------------
@@ -57,9 +56,14 @@ def list_runs(
             limit=LIST_PAGE_MAX if agent else min(wanted, LIST_PAGE_MAX),
             before=before,
         )
-        runs += [run for run in page["runs"] if agent is None or run["agent"] == agent]
+        listed = page.get("runs")
+        if not isinstance(listed, list):
+            raise CliError("the server's answer has no list of runs", exits.UNAVAILABLE)
+        runs += [
+            run for run in map(output.mapping, listed) if agent is None or run.get("agent") == agent
+        ]
         before = page.get("next")
-        if not before:
+        if not before or not isinstance(before, str):
             break
     return runs[:limit]
 
@@ -112,11 +116,12 @@ class EventPrinter:
     def event(self, event: dict[str, Any]) -> None:
         kind = event["type"]
         if self.as_json:
-            self._line(json.dumps(event, ensure_ascii=False, separators=(",", ":")))
+            self._line(output.json_text(event, separators=(",", ":")))
         elif kind == "text.delta":
-            delta = event["data"].get("delta", "")
-            self.out.write(delta)
-            self.mid_line = not delta.endswith("\n") if delta else self.mid_line
+            delta = output.mapping(event.get("data")).get("delta")
+            if delta and isinstance(delta, str):
+                self.out.write(output.printable(delta))
+                self.mid_line = not delta.endswith("\n")
         elif kind in ("message.started", "message.completed"):
             self.in_message = kind == "message.started"
         elif not (self.in_message and kind in self.QUIET_IN_TEXT):
@@ -126,14 +131,12 @@ class EventPrinter:
     def snapshot(self, seq: int, run: dict[str, Any]) -> None:
         """The run at ``seq``, when the events before it were compacted away."""
         if self.as_json:
-            self._line(json.dumps({"type": "snapshot", "seq": seq, "run": run}))
+            self._line(output.json_text({"type": "snapshot", "seq": seq, "run": run}))
         else:
             self._line(f"[{seq}] snapshot: the events up to here were compacted")
-            text = "".join(
-                m.get("text", "") for m in (run.get("snapshot") or {}).get("messages", [])
-            )
+            text = output.message_text(output.mapping(run.get("snapshot")).get("messages"))
             if text:
-                self.out.write(text)
+                self.out.write(output.printable(text))
                 self.mid_line = not text.endswith("\n")
         self.out.flush()
 
@@ -198,6 +201,8 @@ class Reconnects:
         """Wait before the next try; raises when the error is no passing one, or it is time to give up."""
         if isinstance(error, AgentRunsError) and error.status not in self.TRANSIENT:
             raise exits.from_api(error) from None
+        if isinstance(error, NotAgentRunsServer):
+            raise CliError(str(error), exits.UNAVAILABLE) from None
         now = time.monotonic()
         self.unreachable_since = self.unreachable_since or now
         if now - self.unreachable_since >= self.give_up_after:
@@ -207,7 +212,9 @@ class Reconnects:
                 exits.UNAVAILABLE,
             ) from None
         delay = self.backoff.next(getattr(error, "retry_after", None))
-        self.notices.write(f"{error}; reconnecting in {delay:.1f} s from event {cursor}\n")
+        self.notices.write(
+            f"{output.one_line(str(error))}; reconnecting in {delay:.1f} s from event {cursor}\n"
+        )
         self.notices.flush()
         time.sleep(delay)
 
@@ -294,7 +301,7 @@ def cmd_tail(client: Client, args, out: TextIO) -> int:
         read_timeout=args.read_timeout,
     )
     if not args.json:
-        sys.stderr.write(f"{args.run} {status}\n")
+        sys.stderr.write(f"{output.one_line(args.run)} {status}\n")
     return exits.OUTCOMES[status]
 
 
@@ -305,10 +312,10 @@ def cmd_cancel(client: Client, args, out: TextIO) -> int:
     run = client.cancel(args.run, args.reason)
     if args.json:
         print_json(run, out)
-    elif run["status"] in TERMINAL and not run.get("cancel"):
-        out.write(f"{args.run} had already {run['status']}: nothing to cancel\n")
+    elif run.get("status") in TERMINAL and not run.get("cancel"):
+        out.write(f"{output.one_line(args.run)} had already {run['status']}: nothing to cancel\n")
     else:
-        out.write(f"{args.run} {run['status']}\n")
+        out.write(f"{output.one_line(args.run)} {output.one_line(run.get('status'))}\n")
     return exits.OK
 
 
@@ -317,7 +324,10 @@ def cmd_answer(client: Client, args, out: TextIO) -> int:
     if args.json:
         print_json(run, out)
     else:
-        out.write(f"answered {args.request} with {args.choice!r}; {args.run} is {run['status']}\n")
+        out.write(
+            f"answered {output.one_line(args.request)} with {output.one_line(repr(args.choice))}; "
+            f"{output.one_line(args.run)} is {output.one_line(run.get('status'))}\n"
+        )
     return exits.OK
 
 
@@ -359,10 +369,10 @@ def kept_events(client: Client, run: dict[str, Any]) -> list[dict[str, Any]] | N
 
 def cmd_export(client: Client, args, out: TextIO) -> int:
     if args.format == "md":
-        text = client.record(args.run)
+        text = output.printable(client.record(args.run))
         text += "" if text.endswith("\n") else "\n"  # a file ends with a line end
     else:
-        text = json.dumps(exported_json(client, args.run), ensure_ascii=False, indent=2) + "\n"
+        text = output.json_text(exported_json(client, args.run), indent=2) + "\n"
     if args.output is None:
         out.write(text)
         return exits.OK
@@ -377,7 +387,7 @@ def cmd_export(client: Client, args, out: TextIO) -> int:
             {"run_id": args.run, "format": args.format, "path": str(path), "bytes": size}, out
         )
     else:
-        out.write(f"wrote {path} ({size:,} bytes)\n")
+        out.write(f"wrote {output.one_line(str(path))} ({size:,} bytes)\n")
     return exits.OK
 
 
@@ -389,7 +399,7 @@ def cmd_usage(client: Client, args, out: TextIO) -> int:
     if args.json:
         print_json(usage, out)
     else:
-        out.write(output.usage_line(usage) + "\n")
+        out.write(output.usage_line(output.mapping(usage)) + "\n")
     return exits.OK
 
 
