@@ -165,7 +165,9 @@ class Writer:
                 self.pending_bytes -= sum([item[SIZE] for item in items])
             # Why each refused run was: "taken" (another server ended it) or
             # "invalid" (the writer ended it failed, its end in ``appended``).
-            reasons = {run_id: "invalid" if run_id in (ended or ()) else "taken" for run_id in refused}
+            reasons = {
+                run_id: "invalid" if run_id in (ended or ()) else "taken" for run_id in refused
+            }
             if ended:
                 appended = {**appended, **ended}
             self._on_commit(appended, reasons)
