@@ -33,12 +33,12 @@ from .handlers.base import SHARED_OWNER
 from .lifecycle import SESSION_POLICIES
 from .store import Store, StoreUnavailable
 from .store.filesystems import network_filesystem
-from .store.postgres import PostgresStore, is_postgres_url, redact
+from .store.postgres import BadStoreUrl, PostgresStore, StoreUrl
 from .store.sqlite import SQLiteStore
 
 
 class UnsafeStore(Exception):
-    """A store that would open but must not be used: the message says why and what to do."""
+    """A store that cannot or must not be used as configured: the message says why and what to do."""
 
 
 class AgentRuns(ExtensionApp):
@@ -54,8 +54,10 @@ class AgentRuns(ExtensionApp):
         help=(
             "Where runs are kept, when not in the SQLite file at db_path: "
             "'postgresql://user:password@host:port/database' (optionally '?schema=name', "
-            "default agentruns) for a PostgreSQL database shared by servers on many machines. "
-            "Default: the environment variable AGENTRUNS_STORE_URL, else empty (SQLite)."
+            "default agentruns; any other parameter libpq takes, e.g. '?sslmode=require') for a "
+            "PostgreSQL database shared by servers on many machines. Percent-encode the user "
+            "name and password. Default: the environment variable AGENTRUNS_STORE_URL, else "
+            "empty (SQLite)."
         )
     ).tag(config=True)
     owner_mode = Enum(
@@ -240,25 +242,39 @@ class AgentRuns(ExtensionApp):
     def _default_db_path(self) -> str:
         return str(Path(jupyter_data_dir()) / "agentruns.sqlite3")
 
+    # Where store_url came from, for the messages about it.
+    _store_url_setting = "the setting c.AgentRuns.store_url"
+
     @default("store_url")
     def _default_store_url(self) -> str:
-        return os.environ.get("AGENTRUNS_STORE_URL", "")
+        self._store_url_setting = "the environment variable AGENTRUNS_STORE_URL"
+        return os.environ.get("AGENTRUNS_STORE_URL", "").strip()
 
     @validate("store_url")
-    def _known_store(self, proposal):
-        value = proposal["value"].strip()
-        if value and not is_postgres_url(value):
-            raise TraitError(
-                "c.AgentRuns.store_url must be empty (SQLite at db_path) or a "
-                f"postgresql:// URL, not {redact(value)!r}"
-            )
-        return value
+    def _configured_store_url(self, proposal):
+        self._store_url_setting = "the setting c.AgentRuns.store_url"
+        return proposal["value"].strip()
+
+    def check_store_url(self) -> None:
+        """Raise ``UnsafeStore`` naming the setting (never the URL) when store_url cannot be used.
+
+        Checked when the store is opened, not when the setting is read, and so
+        the same way wherever it came from: the environment's value is a
+        default, which traitlets never validates, and a server whose store
+        cannot be opened still starts and answers 503 saying why.
+        """
+        if self.store_url:
+            try:
+                StoreUrl(self.store_url)
+            except BadStoreUrl as exc:
+                raise UnsafeStore(f"{self._store_url_setting} {exc}") from None
 
     def open_store(self, migrate: bool = True) -> Store:
         """The store configured: PostgreSQL at ``store_url``, else SQLite at ``db_path``.
 
         ``migrate`` False: nothing is created or migrated before the first ``connect()``.
         """
+        self.check_store_url()
         if self.store_url:
             return PostgresStore(self.store_url)
         if fstype := network_filesystem(self.db_path):
@@ -271,7 +287,12 @@ class AgentRuns(ExtensionApp):
         return SQLiteStore(self.db_path, self.sqlite_synchronous, migrate=migrate)
 
     def store_location(self) -> str:
-        return redact(self.store_url) if self.store_url else self.db_path
+        """Where runs are kept, for logs and messages: never the store URL's password."""
+        return StoreUrl(self.store_url).describe() if self.store_url else self.db_path
+
+    def without_secrets(self, text: str) -> str:
+        """``text`` with the store URL's password starred out (drivers quote what they were given)."""
+        return StoreUrl(self.store_url).scrub(text) if self.store_url else text
 
     def effective_owner_mode(self) -> str:
         if self.owner_mode != "auto":
@@ -311,7 +332,7 @@ class AgentRuns(ExtensionApp):
             # The server goes on (and stops cleanly); the API answers 503 saying why.
             self.startup_error = (
                 f"the agentruns store at {self.store_location()} cannot be opened: "
-                f"{type(exc).__name__}: {exc}"
+                f"{type(exc).__name__}: {self.without_secrets(str(exc))}"
             )
             self.log.error("agentruns: %s", self.startup_error)
         self.settings.update(

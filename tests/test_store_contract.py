@@ -254,7 +254,7 @@ def test_a_serialized_scope_makes_a_second_transaction_wait_for_the_first(store,
     second.close()
 
 
-def test_other_connections_commits_are_noticed(store, store_kind):
+def test_other_connections_commits_are_noticed(store, store_kind, request):
     """SQLite moves its change token; PostgreSQL notifies, naming the runs and their last_seq."""
     writer = store.connect()
     with writer.transaction():
@@ -275,7 +275,7 @@ def test_other_connections_commits_are_noticed(store, store_kind):
             if runs:
                 arrived.set()
 
-        other = PostgresStore(store._conninfo + f"?schema={store.schema}")  # another server
+        other = PostgresStore(request.getfixturevalue("postgres_url"))  # another server
         listener = other.listen(on_change)
         assert listener.connected.wait(5)
         add_events(writer, "run_a", 1, 3)
@@ -302,7 +302,7 @@ def test_a_connection_lost_while_idle_is_replaced_and_one_lost_mid_transaction_i
     import psycopg
 
     def cut(conn) -> None:
-        with psycopg.connect(store._conninfo, autocommit=True) as admin:
+        with psycopg.connect(**store.url.parameters, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", [conn._conn.info.backend_pid])
 
     conn = store.connect()
@@ -335,13 +335,30 @@ def test_a_schema_named_like_a_keyword_is_created_and_used(store_kind, request):
     conn.close()
 
 
+def test_libpq_parameters_in_the_url_reach_the_connection_beside_the_schema(store_kind, request):
+    if store_kind != "postgres":
+        pytest.skip("PostgreSQL URLs only")
+    from jupyter_agentruns.store.postgres import PostgresStore
+
+    database = request.getfixturevalue("postgres_database")
+    url = f"{database}?application_name=agentruns%20t&schema=named&connect_timeout=3"
+    conn = PostgresStore(url).open()
+    try:
+        assert conn.info.parameter_status("application_name") == "agentruns t"
+        assert conn.execute("SELECT current_schema()").fetchone()[0] == "named"
+    finally:
+        conn.close()
+
+
 def test_a_url_with_a_password_never_shows_it(store_kind):
     if store_kind != "postgres":
         pytest.skip("PostgreSQL URLs only")
-    from jupyter_agentruns.store.postgres import PostgresStore, redact
+    from jupyter_agentruns.store.postgres import PostgresStore
 
-    assert redact("postgresql://me:s3cret@db:5432/runs") == "postgresql://me:***@db:5432/runs"
     store = PostgresStore("postgresql://me:s3cret@127.0.0.1:9/runs")  # connects when used
+    assert (
+        store.describe() == "PostgreSQL database runs at 127.0.0.1 port 9 as me (schema agentruns)"
+    )
     with pytest.raises(StoreUnavailable) as failure:
         store.connect().get_run_head("run_a")
     assert "s3cret" not in str(failure.value)
@@ -410,7 +427,7 @@ def test_the_listener_reconnects_after_its_connection_is_cut_and_says_to_catch_u
     listener = store.listen(on_change)
     try:
         assert listener.connected.wait(5)
-        with psycopg.connect(store._conninfo, autocommit=True) as admin:
+        with psycopg.connect(**store.url.parameters, autocommit=True) as admin:
             admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                 "WHERE query LIKE 'LISTEN %%' AND datname = current_database()"

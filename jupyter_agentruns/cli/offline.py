@@ -28,6 +28,7 @@ from ..compaction import Compactor
 from ..reader import Reader
 from ..store import Store
 from ..store.filesystems import network_filesystem
+from ..store.postgres import BadStoreUrl, StoreUrl
 from ..writer import Writer
 from . import exits
 from .exits import CliError
@@ -57,6 +58,11 @@ def server_config() -> Config:
 
 def settings(db: str | None, store_url: str | None) -> AgentRuns:
     """The ``c.AgentRuns`` settings a server here would have, with ``--db``/``--store-url`` on top."""
+    if store_url is not None:
+        try:
+            StoreUrl(store_url.strip())
+        except BadStoreUrl as error:
+            raise CliError(f"--store-url {error}", exits.USAGE) from None
     try:
         config = server_config()
         if db is not None:
@@ -64,7 +70,11 @@ def settings(db: str | None, store_url: str | None) -> AgentRuns:
             config.AgentRuns.store_url = ""  # --db chooses SQLite, whatever the environment says
         if store_url is not None:
             config.AgentRuns.store_url = store_url
-        return AgentRuns(config=config)
+        app = AgentRuns(config=config)
+        app.check_store_url()
+        return app
+    except UnsafeStore as error:
+        raise CliError(f"the configuration is wrong: {error}", exits.CONFIG) from None
     except (TraitError, ValueError, SyntaxError) as error:
         raise CliError(f"the Jupyter configuration is wrong: {error}", exits.CONFIG) from None
 
@@ -85,17 +95,20 @@ def open_store(app: AgentRuns) -> Store:
         raise CliError(str(error), exits.UNAVAILABLE) from None
     except Exception as error:
         raise CliError(
-            f"the store at {app.store_location()} cannot be opened: {error}", exits.UNAVAILABLE
+            f"the store at {app.store_location()} cannot be opened: "
+            f"{app.without_secrets(str(error))}",
+            exits.UNAVAILABLE,
         ) from None
 
 
-def stored_schema(store: Store) -> int:
+def stored_schema(store: Store, app: AgentRuns) -> int:
     """The store's schema version, read without migrating it."""
     try:
         return store.schema_version()
     except Exception as error:
         raise CliError(
-            f"the store at {store.describe()} cannot be read: {error}", exits.UNAVAILABLE
+            f"the store at {store.describe()} cannot be read: {app.without_secrets(str(error))}",
+            exits.UNAVAILABLE,
         ) from None
 
 
@@ -164,7 +177,7 @@ def cmd_gc(args, out: TextIO) -> int:
     store = None
     if kind(app) == "postgresql" or Path(app.db_path).exists():
         store = open_store(app)
-    stored = stored_schema(store) if store is not None else 0
+    stored = stored_schema(store, app) if store is not None else 0
     if stored == 0:
         totals = {"runs_deleted": 0, "runs_compacted": 0, "events_compacted": 0}
         if args.json:
@@ -250,7 +263,7 @@ def diagnose(app: AgentRuns) -> dict[str, Any]:
             return report
     try:
         store = open_store(app)
-        stored = stored_schema(store)
+        stored = stored_schema(store, app)
         if stored == 0:
             report["note"] = "no store yet: the first server started here creates it"
             return report
@@ -273,7 +286,9 @@ def diagnose(app: AgentRuns) -> dict[str, Any]:
         problems.append(str(error))
         return report
     except Exception as error:
-        problems.append(f"the store cannot be read: {type(error).__name__}: {error}")
+        problems.append(
+            f"the store cannot be read: {type(error).__name__}: {app.without_secrets(str(error))}"
+        )
         return report
     for lease in report["expired_leases"]:
         problems.append(

@@ -33,11 +33,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote
 
 from ..lifecycle import ACTIVE_STATUSES
 from . import UNCLAIMED, StoreBusy
-from .postgres import PostgresStore, is_postgres_url, psycopg, redact
+from .postgres import BadStoreUrl, PostgresStore, StoreUrl, psycopg
 from .sqlite import MIGRATIONS
 
 # Every table of the store, each read in the order its rows are written in:
@@ -236,14 +236,6 @@ def _copy_table(
     return count
 
 
-def _without_password(message: str, url: str) -> str:
-    """``message`` with the URL's password starred out, however a driver quoted it."""
-    password = urlsplit(url).password
-    for form in {password, unquote(password or "")} - {None, ""}:
-        message = message.replace(form, "***")
-    return message
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m jupyter_agentruns.store.copy",
@@ -285,8 +277,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.target:
         parser.error("--to URL is required (or set AGENTRUNS_STORE_URL)")
-    if not is_postgres_url(args.target):
-        parser.error(f"--to must be a postgresql:// URL, not {redact(args.target)!r}")
+    try:
+        target = StoreUrl(args.target)
+    except BadStoreUrl as exc:
+        parser.error(f"--to (or AGENTRUNS_STORE_URL) {exc}")
     failures: tuple[type[Exception], ...] = (
         StoreBusy, sqlite3.Error, OSError, RuntimeError, ValueError
     )  # fmt: skip
@@ -300,11 +294,11 @@ def main(argv: list[str] | None = None) -> int:
             progress=functools.partial(print, flush=True),
         )
     except CopyRefused as exc:
-        print(f"refused: {_without_password(str(exc), args.target)}", file=sys.stderr)
+        print(f"refused: {target.scrub(str(exc))}", file=sys.stderr)
         return 1
     except failures as exc:
         print(
-            f"the copy failed: {_without_password(str(exc), args.target)}. It is one "
+            f"the copy failed: {target.scrub(str(exc))}. It is one "
             "transaction, so nothing of it was kept: run it again once this is fixed.",
             file=sys.stderr,
         )

@@ -35,7 +35,7 @@ import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote
 
 from .. import jsonio, reducer
 from ..lifecycle import ACTIVE_STATUSES, CANCELLABLE, TERMINAL_STATUSES
@@ -56,6 +56,7 @@ from . import (
 
 try:
     import psycopg
+    from psycopg.conninfo import conninfo_to_dict
     from psycopg.rows import dict_row
 except ImportError:  # the extra is not installed: PostgresStore says how to get it
     psycopg = None
@@ -166,22 +167,120 @@ _MIGRATIONS = [
 ]
 
 
-def is_postgres_url(url: str) -> bool:
-    return urlsplit(url).scheme in ("postgres", "postgresql")
+# The prefixes libpq reads as a URL (it reads anything else as key=value pairs).
+URL_PREFIXES = ("postgresql://", "postgres://")
+# Connection parameters holding secrets: never said, and starred out of psycopg's messages.
+SECRET_PARAMETERS = ("password", "sslpassword")
+# libpq's messages quote parts of the string it was given, the password among them:
+# from the first quote to the last, but for its quoted "=".
+_QUOTED = re.compile(r'".*"', re.DOTALL)
 
 
-def redact(url: str) -> str:
-    """The URL without its password (for logs and messages)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = (parts.username or "") + ":***"
-    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[-1]}"))
+class BadStoreUrl(ValueError):
+    """A store URL that cannot be used: the message says why, and never quotes the URL."""
+
+
+class StoreUrl:
+    """A store URL read by libpq's own rules: where the database is, the schema, the secrets.
+
+    ``?schema=`` is this package's parameter, not libpq's: it is taken out of
+    the URL as written (nothing is decoded and encoded again) before libpq
+    reads the rest. Nothing here shows the URL itself: ``describe`` says
+    where the database is from what libpq read, and ``scrub`` stars the
+    secrets out of a message (libpq's and psycopg's quote what they were given).
+    """
+
+    def __init__(self, url: str):
+        prefix = next((p for p in URL_PREFIXES if url.startswith(p)), None)
+        if prefix is None:
+            raise BadStoreUrl(_not_a_url(url))
+        rest = url[len(prefix) :]
+        # libpq's reading: the user name and password end at the first "@"
+        # before any "/", the query starts at the first "?" after them.
+        at = next((i for i, char in enumerate(rest) if char in "@/"), len(rest))
+        userinfo, authority = (rest[:at], at + 1) if rest[at : at + 1] == "@" else ("", 0)
+        query_at = rest.find("?", authority)
+        before_query = rest[authority:] if query_at < 0 else rest[authority:query_at]
+        if "@" in before_query or "?" in userinfo.partition(":")[0]:
+            # libpq would take part of the password for the host, the database or the
+            # user name, and say it in every message: refused before it is ever read.
+            raise BadStoreUrl(
+                "is ambiguous: percent-encode its user name and password (an '@' as %40, "
+                "'/' as %2F, '?' as %3F; Python's urllib.parse.quote(password, safe='') "
+                "does it)"
+            )
+        hidden = {userinfo.partition(":")[2]}
+        kept, schemas = [], []
+        for parameter in rest[query_at + 1 :].split("&") if query_at >= 0 else []:
+            name, _, value = parameter.partition("=")
+            if unquote(name) == "schema":
+                schemas.append(unquote(value))
+                continue
+            if unquote(name) in SECRET_PARAMETERS:
+                hidden.add(value)
+            kept.append(parameter)
+        self.schema = schemas[-1] if schemas else "agentruns"
+        if not SCHEMA_NAME.match(self.schema):
+            raise BadStoreUrl(
+                f"names the schema {self.schema!r}: it must be a lower-case SQL name "
+                "(letters, digits and _, as in ?schema=agentruns)"
+            )
+        conninfo = prefix + (rest if query_at < 0 else rest[:query_at])
+        if kept:
+            conninfo += "?" + "&".join(kept)
+        self._secrets: list[str] = []
+        self._hide(hidden)
+        # libpq's own reading, with the driver; without it the store says what to install.
+        self.parameters: dict[str, str] | None = None
+        if psycopg is not None:
+            try:
+                self.parameters = conninfo_to_dict(conninfo)
+            except psycopg.Error as exc:
+                said = _QUOTED.sub("…", str(exc).strip().replace('"="', "'='"))
+                raise BadStoreUrl(f"is not a URL libpq can read ({self.scrub(said)})") from None
+            self._hide(
+                value for name, value in self.parameters.items() if name in SECRET_PARAMETERS
+            )
+
+    def _hide(self, secrets: Iterable[str]) -> None:
+        forms = {form for secret in secrets for form in (secret, unquote(secret))}
+        # The longest first: a secret that contains another is starred out whole.
+        self._secrets = sorted(forms.union(self._secrets) - {""}, key=len, reverse=True)
+
+    def describe(self) -> str:
+        """Where the database is, for logs and messages: no password, no URL."""
+        found = self.parameters or {}
+        words = ["PostgreSQL"]
+        if "dbname" in found:
+            words.append(f"database {found['dbname']}")
+        if host := found.get("host") or found.get("hostaddr"):
+            words.append(f"at {host}" + (f" port {found['port']}" if "port" in found else ""))
+        if "user" in found:
+            words.append(f"as {found['user']}")
+        return " ".join(words) + f" (schema {self.schema})"
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every secret of the URL starred out, as written or decoded."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+
+def _not_a_url(value: str) -> str:
+    """Why a store URL is not one, saying no more of it than its scheme."""
+    needed = (
+        "must be a postgresql:// URL (postgresql://user:password@host:port/database, "
+        "optionally ?schema=name)"
+    )
+    if scheme := re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", value):
+        return f"{needed}, not a {scheme.group(0)} one"
+    if "=" in value:
+        return f"{needed}, not key=value pairs"
+    return needed
 
 
 class PostgresStore(Store):
-    """A PostgreSQL database (``postgresql://user:pass@host:port/db?schema=agentruns``)."""
+    """A PostgreSQL database (``postgresql://user:password@host:port/database?schema=agentruns``)."""
 
     local_reads = False
 
@@ -191,17 +290,8 @@ class PostgresStore(Store):
                 "c.AgentRuns.store_url names a PostgreSQL database, which needs the psycopg "
                 "driver: pip install 'jupyter_agentruns[postgres]'"
             )
-        parts = urlsplit(url)
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        schemas = [value for name, value in query if name == "schema"]
-        self.schema = schemas[-1] if schemas else "agentruns"
-        if not SCHEMA_NAME.match(self.schema):
-            raise ValueError(
-                f"the store_url's schema must be a lower-case SQL name, not {self.schema!r}"
-            )
-        rest = [(name, value) for name, value in query if name != "schema"]
-        self._conninfo = urlunsplit(parts._replace(query=urlencode(rest)))
-        self._redacted = redact(self._conninfo)
+        self.url = StoreUrl(url)
+        self.schema = self.url.schema
         self.channel = f"agentruns.{self.schema}"
         # Names this process in its notifications: its own commits wake nobody here.
         self.instance = secrets.token_hex(8)
@@ -223,25 +313,25 @@ class PostgresStore(Store):
                     except Exception as exc:
                         conn.close()
                         raise StoreUnavailable(
-                            f"PostgreSQL at {self._redacted} cannot hold the agentruns "
-                            f"schema {self.schema!r}: {exc}"
-                        ) from exc
+                            f"{self.describe()} cannot hold the agentruns schema: "
+                            f"{self.url.scrub(str(exc))}"
+                        ) from None
                     self._migrated = True
         return conn
 
     def _open(self) -> psycopg.Connection:
         """A connection as ``open`` makes it, without migrating the schema."""
         try:
-            conn = psycopg.connect(
-                self._conninfo,
-                autocommit=True,
-                connect_timeout=CONNECT_TIMEOUT_SECONDS,
-                options=f"-c search_path={self.schema}",
-            )
+            parameters = {
+                **self.url.parameters,
+                "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+                "options": f"-c search_path={self.schema}",
+            }
+            conn = psycopg.connect(autocommit=True, **parameters)
         except psycopg.Error as exc:
             raise StoreUnavailable(
-                f"PostgreSQL at {self._redacted} cannot be reached: {exc}"
-            ) from exc
+                f"{self.describe()} cannot be reached: {self.url.scrub(str(exc))}"
+            ) from None
         return conn
 
     def schema_version(self) -> int:
@@ -263,7 +353,7 @@ class PostgresStore(Store):
         return PostgresConnection(self)
 
     def describe(self) -> str:
-        return f"PostgreSQL {self._redacted} (schema {self.schema})"
+        return self.url.describe()
 
     def listen(self, on_change: Callable[[dict[str, int] | None], None]) -> Listener:
         return _Listener(self, on_change)
@@ -305,8 +395,10 @@ class PostgresConnection(StoreConnection):
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             conn = self._conn
             if conn is None or conn.closed or conn.broken:
-                raise StoreUnavailable(f"the connection to PostgreSQL was lost: {exc}") from exc
-            raise StoreBusy(str(exc)) from exc
+                raise StoreUnavailable(
+                    f"the connection to PostgreSQL was lost: {self._store.url.scrub(str(exc))}"
+                ) from None
+            raise StoreBusy(self._store.url.scrub(str(exc))) from None
 
     def _run(self, statement: Callable[[psycopg.Connection], Any]) -> Any:
         """Run a statement; outside a transaction, once more on a new connection if this one died.
@@ -885,7 +977,7 @@ class _Listener(Listener):
                 if not warned:
                     log.warning(
                         "agentruns: lost the PostgreSQL notification connection (%s); reconnecting",
-                        exc,
+                        self._store.url.scrub(str(exc)),
                     )
                     warned = True
                 self._stop.wait(delay)
