@@ -156,6 +156,24 @@ test("a message's HTML is shown as text and its images as links: the view runs a
   assert.equal(image.getAttribute("href"), "http://127.0.0.1:9/exfil?secret=x");
 });
 
+test("every field a run holds is shown as text: tools, questions, errors and usage", async () => {
+  const hostile = '<img src="http://127.0.0.1:9/x" onerror="globalThis.pwned=1"> ![i](http://127.0.0.1:9/y)';
+  const snapshot = {
+    messages: [],
+    tools: [
+      { call_id: "c1", name: hostile, args: { q: hostile }, status: "failed", result: null, error: { type: hostile, message: hostile } },
+      { call_id: "c2", name: "lookup", args: {}, status: "completed", result: hostile },
+    ],
+    inputs: [{ request_id: "in_a", kind: "choice", title: hostile, details: hostile, choices: [hostile, "no"], status: "open", choice: null }],
+    progress: { fraction: 0.5, message: hostile },
+    usage: { input_tokens: hostile, output_tokens: 3 },
+  };
+  await shown(fakeHost(), runObject({ agent: hostile, status: "failed", error: { type: hostile, message: hostile }, snapshot }));
+  assert.equal(el.querySelector("img, script, iframe, svg"), null);
+  assert.ok(el.textContent.includes('<img src="http://127.0.0.1:9/x" onerror="globalThis.pwned=1">'));
+  assert.equal(text(".agentruns-input-title"), hostile);
+});
+
 test("a very long text is shown as plain text", async () => {
   const long = "x".repeat(MAX_MARKDOWN_CHARS + 1);
   await shown(fakeHost(), runObject({ snapshot: { messages: [{ id: "m1", role: "assistant", text: long, done: false }], tools: [], progress: null, usage: null } }));
