@@ -4,11 +4,17 @@ nbconvert, nbviewer and GitHub render the richest static output they know,
 and a notebook reopened where the run cannot be read shows only what was
 saved: this record is what they show. It is made from a run object alone,
 here for the kernel and the server alike, and bounded whatever the run.
+
+Everything in a run came from an agent or a model, and those renderers pass
+HTML through (nbconvert keeps raw HTML and ``javascript:`` links in Markdown):
+every value is written so that it shows as text, and the answer, which stays
+Markdown, can neither bring markup nor make the reader's browser load a URL.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import datetime
 from typing import Any
@@ -27,7 +33,7 @@ def run_markdown(run: dict[str, Any]) -> str:
     tools = run["snapshot"].get("tools") or []
     for tool in tools[:TOOLS_SHOWN]:
         lines.append(
-            f"- tool `{_code(tool['name'])}` {_args(tool.get('args'))} → {_tool_outcome(tool)}"
+            f"- tool {_code(tool.get('name'))} {_args(tool.get('args'))} → {_tool_outcome(tool)}"
         )
     if len(tools) > TOOLS_SHOWN:
         lines.append(f"- … and {len(tools) - TOOLS_SHOWN} more tool calls")
@@ -35,8 +41,7 @@ def run_markdown(run: dict[str, Any]) -> str:
         lines.append("")
     inputs = run["snapshot"].get("inputs") or []
     for request in inputs[:TOOLS_SHOWN]:
-        title = _without_html(_short(request.get("title") or ""))
-        lines.append(f"- asked: {title} → {_without_html(_answer(request))}")
+        lines.append(f"- asked: {_text(request.get('title') or '')} → {_answer(request)}")
     if inputs:
         lines.append("")
     answer = "".join(
@@ -45,20 +50,23 @@ def run_markdown(run: dict[str, Any]) -> str:
         if m.get("role", "assistant") == "assistant"
     )
     if answer.strip():
+        note = ""
         if len(answer) > ANSWER_LIMIT:
+            whole = len(answer)
             cut = answer.rfind("\n", 0, ANSWER_LIMIT)
             answer = answer[: cut if cut > ANSWER_LIMIT // 2 else ANSWER_LIMIT]
-            answer += (
-                f"\n\n*… the answer goes on ({len(answer):,} of "
-                f"{sum(len(m['text']) for m in run['snapshot']['messages']):,} characters shown); "
-                f"the whole run is `{run['run_id']}` on the Jupyter server.*"
+            note = (
+                f"*… the answer goes on ({len(answer):,} of {whole:,} characters shown); "
+                f"the whole run is {_code(run['run_id'])} on the Jupyter server.*"
             )
-        lines += [_without_html(answer.rstrip()), ""]
+        lines += [model_markdown(answer.rstrip()), ""]
+        if note:
+            lines += [note, ""]
     elif run["status"] == "succeeded" and run.get("output") is not None:
         output = json.dumps(run["output"], ensure_ascii=False)
         if len(output) > ANSWER_LIMIT:
             output = output[:ANSWER_LIMIT] + " …"
-        lines += ["```json", output, "```", ""]
+        lines += [*_fenced([output], "json"), ""]
     outcome = _outcome(run)
     if outcome:
         lines += [outcome, ""]
@@ -67,17 +75,18 @@ def run_markdown(run: dict[str, Any]) -> str:
 
 
 def _headline(run: dict[str, Any]) -> str:
-    parts = [f"**Agent run** `{_code(run['agent'])}`", f"**{run['status']}**"]
+    parts = [f"**Agent run** {_code(run['agent'])}", f"**{_text(run['status'])}**"]
     seconds = _duration(run)
     if seconds is not None:
         parts.append(_seconds(seconds))
     usage = run["snapshot"].get("usage")
-    if usage:
+    if isinstance(usage, dict) and usage:
         tokens = (
-            f"{usage.get('input_tokens', '?')} tokens in, {usage.get('output_tokens', '?')} out"
+            f"{_count(usage.get('input_tokens'))} tokens in, "
+            f"{_count(usage.get('output_tokens'))} out"
         )
         cost = usage.get("cost")
-        if isinstance(cost, (int, float)) and not isinstance(cost, bool):
+        if _is_number(cost) and math.isfinite(cost):
             tokens += f", cost {cost:.2f}" if cost >= 0.01 or cost == 0 else f", cost {cost:.2g}"
         parts.append(tokens)
     return " · ".join(parts)
@@ -86,38 +95,42 @@ def _headline(run: dict[str, Any]) -> str:
 def _outcome(run: dict[str, Any]) -> str:
     status = run["status"]
     if status == "failed" and run.get("error"):
-        error = run["error"]
-        return f"> **Failed** ({_code(error.get('type', 'error'))}): {_short(error.get('message', ''))}"
+        error = run["error"] if isinstance(run["error"], dict) else {"message": run["error"]}
+        kind, message = _text(error.get("type", "error")), _text(error.get("message", ""))
+        return f"> **Failed** ({kind}): {message}"
     if status in ("cancelled", "cancelling") and run.get("cancel"):
         reason = run["cancel"].get("reason")
-        return f"> **Cancelled**{': ' + _short(_reason(reason)) if reason else ''}"
+        return f"> **Cancelled**{': ' + _text(_reason(reason)) if reason else ''}"
     if status == "interrupted":
         return "> **Interrupted**: the server that executed it stopped before the run ended."
     if not is_terminal(status):
-        return f"> Still {status} when this was saved ({run['last_seq']} events); the live view shows the rest."
+        return (
+            f"> Still {_text(status)} when this was saved ({_count(run['last_seq'])} events); "
+            "the live view shows the rest."
+        )
     return ""
 
 
 def _footer(run: dict[str, Any]) -> str:
-    started = run.get("created_at") or ""
-    when = f", started {started[:16].replace('T', ' ')} UTC" if started else ""
-    again = f", run again of `{run['retry_of']}`" if run.get("retry_of") else ""
+    started = str(run.get("created_at") or "")
+    when = f", started {_text(started[:16].replace('T', ' '))} UTC" if started else ""
+    again = f", run again of {_code(run['retry_of'])}" if run.get("retry_of") else ""
     attempt = run.get("attempt") or 1
     # A reader of the export should know the answer came through a takeover.
     resumed = (
         f", resumed {attempt - 1} time{'s' if attempt > 2 else ''} after its server stopped"
-        if attempt > 1
+        if _is_number(attempt) and attempt > 1
         else ""
     )
-    return f"<sub>run `{run['run_id']}`{when}{again}{resumed}</sub>"
+    return f"*run {_code(run['run_id'])}{when}{again}{resumed}*"
 
 
 def _tool_outcome(tool: dict[str, Any]) -> str:
     if tool.get("status") == "failed":
         error = tool.get("error") or {}
         message = error.get("message") if isinstance(error, dict) else error
-        return f"failed: {_short(str(message or ''), 120)}"
-    return str(tool.get("status", ""))
+        return f"failed: {_text(message or '', 120)}"
+    return _text(tool.get("status", ""))
 
 
 def _args(args: Any) -> str:
@@ -126,7 +139,7 @@ def _args(args: Any) -> str:
     text = json.dumps(args, ensure_ascii=False, separators=(", ", ": "))
     if len(text) > TOOL_ARGS_LIMIT:
         text = text[: TOOL_ARGS_LIMIT - 1] + "…"
-    return f"`{_code(text)}`"
+    return _code(text)
 
 
 def _duration(run: dict[str, Any]) -> float | None:
@@ -135,7 +148,7 @@ def _duration(run: dict[str, Any]) -> float | None:
         return None
     try:
         return (_parse(end) - _parse(start)).total_seconds()
-    except ValueError:
+    except (TypeError, ValueError):
         return None
 
 
@@ -153,11 +166,11 @@ def _seconds(seconds: float) -> str:
 def _answer(request: dict[str, Any]) -> str:
     if request.get("status") == "open":
         choices = " / ".join(str(choice) for choice in request.get("choices") or [])
-        return f"*waiting for an answer* ({_short(choices)})"
+        return f"*waiting for an answer* ({_text(choices)})"
     if request.get("choice") is None:
         return "no answer in time" if request.get("reason") == "timeout" else "not answered"
-    by = f" by {_short(request['by'])}" if request.get("by") else ""
-    return f"**{_short(request['choice'])}**{by}"
+    by = f" by {_text(request['by'])}" if request.get("by") else ""
+    return f"**{_text(request['choice'])}**{by}"
 
 
 def _reason(reason: Any) -> str:
@@ -167,43 +180,147 @@ def _reason(reason: Any) -> str:
     return reason if isinstance(reason, str) else json.dumps(reason, ensure_ascii=False)
 
 
-def _short(text: str, limit: int = MESSAGE_LIMIT) -> str:
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _count(value: Any) -> str:
+    """A number as written, anything else (an agent's usage may be any JSON) as text."""
+    if value is None:
+        return "?"
+    return str(value) if _is_number(value) else _text(json.dumps(value, ensure_ascii=False), 40)
+
+
+def _short(text: Any, limit: int = MESSAGE_LIMIT) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
-_CODE_SPAN = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)")
+# Text from a run, made safe for the renderers that show a record. They pass
+# HTML through and disagree on where code, links and escapes begin and end
+# (nbconvert's also reads its math before code, swallows backslashes into
+# bare URLs and decodes a link's entities twice). So what could make markup
+# is taken out of every character, wherever a renderer starts reading: no raw
+# ``<`` (HTML, autolinks), no ``&`` that could become an entity, no ``![`` (an
+# image: the reader's browser would fetch a URL a model wrote), no
+# ``javascript:`` a link could take, no ``$$``, ``\\[`` or ``\begin{`` (display
+# math that could take in a fence). Inline code keeps its text only when none
+# of that is in it: a renderer that ends it elsewhere (at a table's ``|``, in
+# a link's URL) reads it as text. Only fenced code keeps all it holds.
+_NOT_A_SCHEME = "\u200b"  # a zero-width space: no URL scheme holds one
+_ENTITIES = {"&": "&amp;", "<": "&lt;", "\\": "&#92;", "!": "&#33;"}
+_UNSAFE_IN_CODE = re.compile(
+    r"<[A-Za-z/!?]|!\[|&(?:#|[A-Za-z][A-Za-z0-9]*;)|\$\$|\\\\[\[(]|\\begin\{|(?:java|vb)script\\?:",
+    re.IGNORECASE,
+)
+_SPECIAL = (
+    r"(?P<scheme>(?:java|vb)script(?=\\?:))"
+    r"|(?P<entity>&(?=#|[A-Za-z][A-Za-z0-9]*;))"
+)
+# An underscore inside a word cannot emphasise: left as it is, names stay readable.
+_LITERAL = re.compile(_SPECIAL + r"|(?<![^\W_])_|_(?![^\W_])|[`*\[\]~$&<\\]", re.IGNORECASE)
+_MARKDOWN = re.compile(
+    _SPECIAL + r"|(?P<code>`+)|(?P<escape>\\[!-/:-@\[-`{-~])|!(?=\[)|[&<$\\]", re.IGNORECASE
+)
 
 
-def _without_html(markdown: str) -> str:
-    """Model text as Markdown that renders no HTML: ``<`` outside code becomes ``&lt;``.
+def _text(value: Any, limit: int = MESSAGE_LIMIT) -> str:
+    """``value`` as Markdown that shows exactly its text, on one line."""
+    return _literal(_short(value, limit))
 
-    A record is shown by renderers that pass HTML through (nbconvert's HTML,
-    a notebook's trusted Markdown): an ``<img onerror=…>`` in a model's answer
-    must stay text there. Code keeps its ``<`` (code is never read as HTML).
+
+def _code(value: Any, limit: int = MESSAGE_LIMIT) -> str:
+    """``value`` as inline code, or as text when code could not hold it safely."""
+    text = _short(value, limit)
+    return _literal(text) if "`" in text or _UNSAFE_IN_CODE.search(text) else f"`{text}`"
+
+
+def _literal(text: str) -> str:
+    return _LITERAL.sub(_literal_piece, text)
+
+
+def _literal_piece(match: re.Match[str]) -> str:
+    piece = match[0]
+    if match.lastgroup in ("scheme", "entity"):
+        return _ENTITIES.get(piece, piece) + _NOT_A_SCHEME
+    return _ENTITIES.get(piece, "\\" + piece)
+
+
+_FENCE_OPENING = re.compile(r"( {0,3})(`{3,}|~{3,})(.*)")
+_INFO = re.compile(r"[A-Za-z0-9_+#.-]{1,40}")
+_BACKTICKS = re.compile("`+")
+
+
+def model_markdown(markdown: str) -> str:
+    """A model's Markdown as Markdown that renders it without HTML, images or script links.
+
+    Fenced code is kept as written, fenced again at the margin between blank
+    lines, so that nothing the text left open (a list, a quote, a link
+    definition) can take it in and no line in it can close it.
     """
-    out, fence = [], None
-    for line in markdown.split("\n"):
-        opening = _FENCE.match(line)
-        if fence is not None:
-            if opening and opening.group(1)[0] == fence[0] and len(opening.group(1)) >= len(fence):
-                fence = None
-            out.append(line)
+    lines = markdown.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    out: list[str] = []
+    index = 0
+    while index < len(lines):
+        opening = _FENCE_OPENING.fullmatch(lines[index])
+        index += 1
+        if opening is None or (opening[2][0] == "`" and "`" in opening[3]):
+            out.append(_neutral_line(lines[index - 1]))
             continue
-        if opening:
-            fence = opening.group(1)
-            out.append(line)
-            continue
-        pieces, last = [], 0
-        for span in _CODE_SPAN.finditer(line):
-            pieces += [line[last : span.start()].replace("<", "&lt;"), span.group(0)]
-            last = span.end()
-        pieces.append(line[last:].replace("<", "&lt;"))
-        out.append("".join(pieces))
+        indent, fence = len(opening[1]), opening[2]
+        closing = re.compile(rf" {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}[ \t]*")
+        body = []
+        while index < len(lines) and not closing.fullmatch(lines[index]):
+            body.append(_dedent(lines[index], indent))
+            index += 1
+        index += 1  # the closing fence (or the end: the fence is closed here)
+        info = opening[3].split(maxsplit=1)
+        out += _fenced(body, info[0] if info else "")
     return "\n".join(out)
 
 
-def _code(text: str) -> str:
-    # Inline code cannot hold a backtick; nothing else in it is interpreted.
-    return str(text).replace("`", "ʼ")
+def _fenced(body: list[str], info: str) -> list[str]:
+    longest = max((len(run) for line in body for run in _BACKTICKS.findall(line)), default=0)
+    fence = "`" * max(3, longest + 1)
+    # An info string keeps the opening from closing anything; nbconvert hands
+    # a "mermaid" block to the page unescaped.
+    if not _INFO.fullmatch(info) or info.lower().startswith("mermaid"):
+        info = "text"
+    return ["", fence + info, *body, fence, ""]
+
+
+def _dedent(line: str, indent: int) -> str:
+    return line[min(indent, len(line) - len(line.lstrip(" "))) :]
+
+
+def _neutral_line(line: str) -> str:
+    """A line of Markdown text with all that could make markup taken out (see above)."""
+    out, position = [], 0
+    while (match := _MARKDOWN.search(line, position)) is not None:
+        out.append(line[position : match.start()])
+        position, piece = match.end(), match[0]
+        if match.lastgroup == "code":
+            close = _closing_run(line, position, len(piece))
+            if close is None:
+                out.append(_literal(piece))
+                continue
+            span, position = line[match.start() : close + len(piece)], close + len(piece)
+            out.append(_literal(span) if _UNSAFE_IN_CODE.search(span) else span)
+        elif match.lastgroup == "escape" and piece[1] in "<&":
+            position -= 1  # shown as the character itself, made safe as such
+        elif match.lastgroup == "escape":
+            out.append(_ENTITIES["\\"] if piece[1] == "\\" else piece)
+        elif match.lastgroup in ("scheme", "entity"):
+            out.append(_ENTITIES.get(piece, piece) + _NOT_A_SCHEME)
+        else:
+            out.append(_ENTITIES.get(piece, "\\" + piece))
+    out.append(line[position:])
+    return "".join(out)
+
+
+def _closing_run(line: str, start: int, length: int) -> int | None:
+    """Where the backtick run that closes a code span opened by ``length`` backticks starts."""
+    for match in _BACKTICKS.finditer(line, start):
+        if len(match[0]) == length:
+            return match.start()
+    return None

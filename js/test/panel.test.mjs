@@ -221,6 +221,27 @@ test("an open question shows its choices; a click answers it", async () => {
   assert.deepEqual(server.posted[0].body, { choice: "approve" });
 });
 
+test("what an agent or a model wrote is shown as text in a row: no element, no fetch", async () => {
+  const hostile = '<img src="http://127.0.0.1:9/x" onerror="globalThis.pwned=1"> ![i](http://127.0.0.1:9/y)';
+  const inputs = [{ request_id: "req_1", kind: "choice", title: hostile, details: hostile, choices: [hostile, "no"], status: "open" }];
+  fakeServer([
+    runObject("run_h", {
+      agent: hostile, status: "waiting", session: `work/${hostile}.ipynb`,
+      snapshot: { messages: [{ id: "m1", role: "assistant", text: hostile, done: true }], tools: [], progress: null, usage: { input_tokens: hostile, output_tokens: 2 }, inputs },
+    }),
+    runObject("run_f", { status: "failed", error: { type: hostile, message: hostile }, finished_at: TS }),
+    runObject("run_c", { status: "cancelled", cancel: { reason: hostile }, finished_at: TS }),
+  ]);
+  const { panel } = makePanel(fakeHub());
+  await panel.refresh();
+  assert.equal(rows(panel).length, 3);
+  assert.equal(panel.node.querySelector("img, script, iframe, svg"), null);
+  const [row] = rows(panel);
+  assert.equal(text(row, ".agentruns-panel-agent"), hostile);
+  assert.equal(text(row, ".agentruns-input-title"), hostile);
+  assert.equal(row.querySelector(".agentruns-panel-notebook").title, `Open work/${hostile}.ipynb`);
+});
+
 test("filters by status and notebook ask the server; the notebooks to choose are those of the runs seen", async () => {
   const server = fakeServer([
     runObject("run_c", { session: "b.ipynb" }),

