@@ -13,12 +13,8 @@ import pytest
 import rawdb
 
 from jupyter_agentruns.agents import openai
-from jupyter_agentruns.agents.openai.agent import (
-    InvalidToolArguments,
-    UnknownTool,
-    describe_tool,
-    tool,
-)
+from jupyter_agentruns.agents.openai.tool_calls import definition
+from jupyter_agentruns.agents.tools import InvalidToolArguments, UnknownTool, describe_tool, tool
 from jupyter_agentruns.errors import error_object
 
 import tools_for_tests
@@ -128,7 +124,7 @@ def test_a_tool_schema_comes_from_the_signature_and_the_docstring():
         """
 
     spec = describe_tool("search", search)
-    assert spec.definition() == {
+    assert definition(spec) == {
         "type": "function",
         "function": {
             "name": "search",

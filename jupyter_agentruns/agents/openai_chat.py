@@ -1,6 +1,6 @@
 """The old name of :mod:`jupyter_agentruns.agents.openai`: configurations that name it keep working."""
 
 from .openai import OpenAIAgent
-from .openai.agent import tool
+from .tools import tool
 
 __all__ = ["OpenAIAgent", "tool"]

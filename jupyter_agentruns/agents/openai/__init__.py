@@ -8,7 +8,8 @@ all speak this API. Two lines configure a local server::
 
 Python functions become tools the model may call with
 ``c.OpenAIAgent.tools = {"name": "module:attr"}``: their JSON schema comes from
-their signature and docstring, or from :func:`tool`.
+their signature and docstring, or from
+:func:`jupyter_agentruns.agents.tools.tool`.
 """
 
 from .agent import (

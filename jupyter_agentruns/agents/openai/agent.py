@@ -4,33 +4,27 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import collections.abc
-import inspect
 import json
 import math
 import os
 import random
 import re
-import types
-import typing
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import httpx
-import jsonschema
 import openai
 from traitlets import Dict, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from ... import budgets
 from .. import error_object, import_object
+from ..tools import Tool, describe_tool, error_text, needs_approval, redo_tool, result_text
+from .tool_calls import call_tool, definition
 
 # Sent when the configured environment variable is unset: local servers want no
 # key, but the SDK (and some servers) insist on an Authorization header.
 NO_KEY = "no-key"
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # A server asking to wait longer than this (Retry-After) is waited for this long.
 MAX_RETRY_DELAY = 60.0
 UPSTREAM_TEXT_LIMIT = 500
@@ -81,221 +75,10 @@ class MaxToolIterationsExceeded(Exception):
     error_type = "max_tool_iterations_exceeded"
 
 
-class UnknownTool(LookupError):
-    """The model called a tool that this run does not offer."""
-
-    error_type = "unknown_tool"
-
-
-class InvalidToolArguments(ValueError):
-    """The model's arguments for a tool do not fit its schema."""
-
-    error_type = "invalid_arguments"
-
-
 class InvalidInput(ValueError):
     """The run's input contradicts itself in a way its schema cannot say."""
 
     error_type = "invalid_input"
-
-
-# Tools ---------------------------------------------------------------------
-
-
-def tool(
-    fn: Callable | None = None,
-    *,
-    description: str | None = None,
-    schema: dict | None = None,
-    idempotent: bool = False,
-):
-    """Give a tool function its description or its parameters' JSON schema explicitly.
-
-    ``idempotent=True``: calling it twice with the same arguments does no more
-    harm than once (a lookup, a pure computation). A call its server died in
-    is then made again when the run is resumed; any other is reported to the
-    model as interrupted, not repeated.
-    """
-
-    def decorate(fn: Callable) -> Callable:
-        fn.tool_description = description
-        fn.tool_schema = schema
-        fn.tool_idempotent = idempotent
-        return fn
-
-    return decorate(fn) if fn is not None else decorate
-
-
-@dataclass(frozen=True)
-class Tool:
-    """A Python function the model may call, with the JSON schema of its arguments."""
-
-    name: str
-    description: str
-    parameters: dict[str, Any]
-    fn: Callable
-    idempotent: bool = False
-
-    def definition(self) -> dict[str, Any]:
-        """The tool as the chat completions API's ``tools`` list takes it."""
-        function = {"name": self.name, "parameters": self.parameters}
-        if self.description:
-            function["description"] = self.description
-        return {"type": "function", "function": function}
-
-    async def call(self, args: dict[str, Any]) -> Any:
-        if inspect.iscoroutinefunction(self.fn):
-            return await self.fn(**args)
-        # A sync tool must not block the server's event loop.
-        return await asyncio.to_thread(self.fn, **args)
-
-
-def describe_tool(name: str, fn: Callable) -> Tool:
-    """``fn`` as the tool ``name``, with its explicit schema (see :func:`tool`) or a derived one."""
-    if not TOOL_NAME.match(name):
-        raise ValueError(
-            f"{name!r} is not a valid tool name (letters, digits, '_' and '-', at most 64)"
-        )
-    summary, notes = docstring_parts(fn)
-    schema = getattr(fn, "tool_schema", None) or parameters_schema(fn, notes)
-    jsonschema.Draft202012Validator.check_schema(schema)
-    if schema.get("type") != "object":
-        raise ValueError(f"tool {name!r}: its parameters' schema must be of type 'object'")
-    return Tool(
-        name,
-        getattr(fn, "tool_description", None) or summary,
-        schema,
-        fn,
-        bool(getattr(fn, "tool_idempotent", False)),
-    )
-
-
-def docstring_parts(fn: Callable) -> tuple[str, dict[str, str]]:
-    """The first paragraph of ``fn``'s docstring, and its ``Args:`` section as ``{name: text}``."""
-    doc = inspect.getdoc(fn) or ""
-    first = re.split(r"\n\s*\n", doc.strip(), maxsplit=1)[0]
-    summary = "" if re.match(r"(Args|Arguments|Parameters):", first) else " ".join(first.split())
-    notes: dict[str, str] = {}
-    section = re.search(
-        r"^(?:Args|Arguments|Parameters):[ \t]*\n((?:[ \t]+\S.*(?:\n|$))+)", doc, re.MULTILINE
-    )
-    if section:
-        current = None
-        for line in section.group(1).splitlines():
-            entry = re.match(r"\s*\**(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)", line)
-            if entry:
-                current = entry.group(1)
-                notes[current] = entry.group(2).strip()
-            elif current:
-                notes[current] = f"{notes[current]} {line.strip()}".strip()
-    return summary, notes
-
-
-def parameters_schema(fn: Callable, notes: dict[str, str] | None = None) -> dict[str, Any]:
-    """The JSON schema of ``fn``'s keyword arguments: type hints, defaults (not required), notes."""
-    name = getattr(fn, "__name__", repr(fn))
-    try:
-        hints = typing.get_type_hints(fn, include_extras=True)
-    except Exception as exc:
-        raise ValueError(f"cannot read the type hints of {name}: {exc}") from exc
-    properties: dict[str, Any] = {}
-    required = []
-    extra = False
-    for param in inspect.signature(fn).parameters.values():
-        if param.kind is param.VAR_KEYWORD:
-            extra = True
-            continue
-        if param.kind is param.VAR_POSITIONAL:
-            continue
-        if param.kind is param.POSITIONAL_ONLY:
-            raise ValueError(
-                f"parameter {param.name!r} of {name} is positional-only: tools take keywords"
-            )
-        try:
-            schema = type_schema(hints.get(param.name, Any))
-        except TypeError as exc:
-            raise ValueError(
-                f"parameter {param.name!r} of {name}: {exc}; "
-                "give the schema explicitly with @tool(schema=...)"
-            ) from None
-        if (notes or {}).get(param.name) and "description" not in schema:
-            schema["description"] = notes[param.name]
-        if param.default is param.empty:
-            required.append(param.name)
-        elif is_json(param.default):
-            schema["default"] = param.default
-        properties[param.name] = schema
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": extra,
-    }
-
-
-_SIMPLE_TYPES = {
-    str: "string",
-    int: "integer",
-    float: "number",
-    bool: "boolean",
-    type(None): "null",
-}
-_ARRAYS = (list, set, frozenset, collections.abc.Sequence, collections.abc.Set)
-_OBJECTS = (dict, collections.abc.Mapping)
-
-
-def type_schema(hint: Any) -> dict[str, Any]:
-    """The JSON schema of a type hint; TypeError for a type JSON cannot carry."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return {}
-    if origin is typing.Annotated:
-        schema = type_schema(args[0])
-        text = [note for note in args[1:] if isinstance(note, str)]
-        return {**schema, "description": text[0]} if text else schema
-    if hint in _SIMPLE_TYPES:
-        return {"type": _SIMPLE_TYPES[hint]}
-    if origin is typing.Literal:
-        return {"enum": list(args)}
-    if origin in (typing.Union, types.UnionType):
-        options = [type_schema(arg) for arg in args]
-        if all(list(option) == ["type"] for option in options):
-            return {"type": [option["type"] for option in options]}
-        return {"anyOf": options}
-    if hint is tuple or (origin is tuple and len(args) == 2 and args[1] is Ellipsis):
-        return {"type": "array", **({"items": type_schema(args[0])} if args else {})}
-    if origin is tuple:
-        items = [type_schema(arg) for arg in args]
-        return {
-            "type": "array",
-            "prefixItems": items,
-            "minItems": len(items),
-            "maxItems": len(items),
-        }
-    if hint in _ARRAYS or origin in _ARRAYS:
-        return {"type": "array", **({"items": type_schema(args[0])} if args else {})}
-    if hint in _OBJECTS or origin in _OBJECTS:
-        return {
-            "type": "object",
-            **({"additionalProperties": type_schema(args[1])} if args else {}),
-        }
-    raise TypeError(f"the type {hint!r} has no JSON schema here")
-
-
-def is_json(value: Any) -> bool:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` as JSON data (for an event and the model); ``str()`` of what JSON cannot hold."""
-    try:
-        return json.loads(json.dumps(value, allow_nan=False, default=str))
-    except ValueError:
-        return str(value)
 
 
 # One streamed answer -------------------------------------------------------
@@ -524,7 +307,7 @@ class OpenAIAgent(Configurable):
             if option in input:
                 request[option] = input[option]
         if tools:
-            request["tools"] = [spec.definition() for spec in tools.values()]
+            request["tools"] = [definition(spec) for spec in tools.values()]
         first_choice = tool_choice(input.get("tool_choice"), tools)
         # What earlier attempts did (a run taken over after its server died).
         earlier = Journal(run) if getattr(run, "attempt", 1) > 1 else None
@@ -545,7 +328,9 @@ class OpenAIAgent(Configurable):
                             "usage": usage.totals,
                         }
                     for call in saved["calls"]:
-                        messages.append(await earlier.tool_result(run, tools, call, self))
+                        messages.append(
+                            await earlier.tool_result(run, tools, call, self.approve_tools)
+                        )
                 # A message the model was streaming when the server died: closed as
                 # it is; the model is asked again (that call is paid at most twice).
                 for message_id in earlier.unfinished_messages():
@@ -801,69 +586,6 @@ async def stream_turn(run, client: openai.AsyncOpenAI, request: dict[str, Any], 
         await run.message_completed(message_id)
 
 
-async def call_tool(
-    run,
-    tools: dict[str, Tool],
-    call: dict[str, Any],
-    approve: list[str] | None = None,
-    asked: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Run one tool call the model asked for; returns the tool message that answers it.
-
-    A tool named in ``approve`` (or any, with ``"*"``) runs only once a person
-    approved it. ``asked``: the approval question an earlier attempt of the run
-    asked for this call (answered, or still open): it is not asked again.
-    """
-    name, raw = call["function"]["name"], call["function"]["arguments"]
-    try:
-        args = json.loads(raw or "{}")
-        problem = None if isinstance(args, dict) else "the arguments are not a JSON object"
-    except ValueError as exc:
-        args, problem = None, f"the arguments are not JSON ({exc})"
-    shown = args if isinstance(args, dict) else {"arguments": raw}
-    denied = None
-    if approve and ("*" in approve or name in approve) and name in tools:
-        if asked is not None and asked["status"] == "resolved":
-            choice = asked.get("choice") or "unanswered"
-        elif asked is not None:
-            choice = await run.answer_to(asked["request_id"])
-        else:
-            choice = await run.ask(
-                f"Run the tool {name}?",
-                details={"tool": name, "arguments": shown},
-                choices=["approve", "deny"],
-                kind="approval",
-            )
-        if choice != "approve":
-            denied = f"a person denied this call of {name} (they chose {choice!r}); it was not run"
-    call_id = await run.tool_started(name, shown)
-    if denied is not None:
-        error = {"type": "denied", "message": denied}
-        await run.tool_completed(call_id, ok=False, error=error)
-        return {"role": "tool", "tool_call_id": call["id"], "content": f"Error: denied: {denied}"}
-    await run.durable()  # the log shows the call before it has any effect
-    try:
-        spec = tools.get(name)
-        if spec is None:
-            offered = ", ".join(tools) or "none"
-            raise UnknownTool(f"there is no tool {name!r} in this run (tools: {offered})")
-        if problem is None:
-            validator = jsonschema.Draft202012Validator(spec.parameters)
-            invalid = jsonschema.exceptions.best_match(validator.iter_errors(args))
-            problem = invalid.message if invalid is not None else None
-        if problem is not None:
-            raise InvalidToolArguments(problem)
-        result = jsonable(await spec.call(args))
-    except Exception as exc:  # whatever went wrong, the model reads it and may do better
-        error = error_object(exc)
-        await run.tool_completed(call_id, ok=False, error=error)
-        content = f"Error: {error['type']}: {error['message']}"
-    else:
-        await run.tool_completed(call_id, result)
-        content = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
-    return {"role": "tool", "tool_call_id": call["id"], "content": content}
-
-
 class Journal:
     """What a run's earlier attempts did: their model calls (the checkpoint) and the run's snapshot.
 
@@ -906,15 +628,13 @@ class Journal:
                 if not message.get("done") and m not in saved]  # fmt: skip
 
     async def tool_result(
-        self, run, tools: dict[str, Tool], call: dict[str, Any], agent: OpenAIAgent
+        self, run, tools: dict[str, Tool], call: dict[str, Any], approve: list[str]
     ) -> dict[str, Any]:
         """The tool message for a call an earlier attempt was asked to make."""
         name = call["function"]["name"]
-        approve = agent.approve_tools
-        # Its approval was asked before it started (call_tool), in call order.
-        needs_approval = bool(approve) and ("*" in approve or name in approve) and name in tools
+        # Its approval was asked before it started (run_tool), in call order.
         asked = None
-        if needs_approval and self._next_question < len(self._questions):
+        if needs_approval(approve, name, tools) and self._next_question < len(self._questions):
             asked = self._questions[self._next_question]
             self._next_question += 1
         if self._next_tool >= len(self._tools):
@@ -935,32 +655,18 @@ class Journal:
                 "taken effect",
             }
             await run.tool_completed(started["call_id"], ok=False, error=error)
-            return {"role": "tool", "tool_call_id": call["id"],
-                    "content": f"Error: interrupted: {error['message']}"}  # fmt: skip
+            return {"role": "tool", "tool_call_id": call["id"], "content": error_text(error)}
         if started.get("status") == "completed":
-            result = started.get("result")
-            content = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+            content = result_text(started.get("result"))
         else:
             error = started.get("error") or {}
-            content = f"Error: {error.get('type')}: {error.get('message')}"
+            content = error_text({"type": error.get("type"), "message": error.get("message")})
         return {"role": "tool", "tool_call_id": call["id"], "content": content}
 
 
 def brief(call: dict[str, Any]) -> dict[str, Any]:
     """A saved tool call without its arguments (the run's tool.started event has them)."""
     return {"id": call["id"], "type": "function", "function": {"name": call["function"]["name"]}}
-
-
-async def redo_tool(run, spec: Tool, started: dict[str, Any]) -> str:
-    """Call an idempotent tool again for a call its server died in; completes that call."""
-    try:
-        result = jsonable(await spec.call(started.get("args") or {}))
-    except Exception as exc:
-        error = error_object(exc)
-        await run.tool_completed(started["call_id"], ok=False, error=error)
-        return f"Error: {error['type']}: {error['message']}"
-    await run.tool_completed(started["call_id"], result)
-    return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
 
 
 def conversation(input: dict[str, Any]) -> list[dict[str, Any]]:
