@@ -237,7 +237,7 @@ def jsonable(value: Any) -> Any:
 
 
 def needs_approval(approve: list[str] | None, name: str, tools: dict[str, Tool]) -> bool:
-    """A person must approve each call of the tool ``name``: it is named in ``approve``, or ``"*"`` is."""
+    """A person must approve each call of ``name``: it is named in ``approve``, or ``"*"`` is."""
     return bool(approve) and ("*" in approve or name in approve) and name in tools
 
 
@@ -316,4 +316,4 @@ def result_text(result: Any) -> str:
 
 def error_text(error: dict[str, Any]) -> str:
     """A failed tool call as the model reads it: its error's type and message."""
-    return f"Error: {error['type']}: {error['message']}"
+    return f"Error: {error.get('type')}: {error.get('message')}"

@@ -12,11 +12,10 @@ their signature and docstring, or from
 :func:`jupyter_agentruns.agents.tools.tool`.
 """
 
-from .agent import (
-    NO_KEY,
+from .agent import OpenAIAgent
+from .errors import (
     InvalidInput,
     MaxToolIterationsExceeded,
-    OpenAIAgent,
     UpstreamAuth,
     UpstreamError,
     UpstreamProtocol,
@@ -24,6 +23,7 @@ from .agent import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
+from .upstream import NO_KEY
 
 __all__ = [
     "NO_KEY", "InvalidInput", "MaxToolIterationsExceeded", "OpenAIAgent", "UpstreamAuth",

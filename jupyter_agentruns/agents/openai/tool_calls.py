@@ -1,4 +1,4 @@
-"""Tools in the chat completions API: their definitions, and the model's calls answered."""
+"""Tools in the chat completions API: their definitions, tool_choice, the model's calls answered."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from ..tools import Tool, run_tool
+from .errors import InvalidInput
 
 
 def definition(spec: Tool) -> dict[str, Any]:
@@ -14,6 +15,22 @@ def definition(spec: Tool) -> dict[str, Any]:
     if spec.description:
         function["description"] = spec.description
     return {"type": "function", "function": function}
+
+
+def tool_choice(choice: str | None, tools: dict[str, Tool]) -> str | dict[str, Any] | None:
+    """The input's ``tool_choice`` as the API takes it: a mode, or the tool named."""
+    if choice is None or choice == "auto":
+        return choice
+    if not tools:
+        raise InvalidInput(f"tool_choice {choice!r} needs tools, and this run offers none")
+    if choice in ("none", "required"):
+        return choice
+    if choice not in tools:
+        raise InvalidInput(
+            f"tool_choice names {choice!r}, a tool this run does not offer "
+            f"(its tools: {', '.join(tools)})"
+        )
+    return {"type": "function", "function": {"name": choice}}
 
 
 async def call_tool(
