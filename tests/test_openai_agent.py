@@ -364,6 +364,13 @@ async def test_a_model_call_that_crosses_max_tokens_per_run_fails_the_run_before
     assert of_type(events, "tool.started") == [] and len(fake.requests) == 1
 
 
+def test_the_old_module_name_still_gives_the_agent_and_the_tool_decorator():
+    # Configurations and tool modules written for openai_chat keep working.
+    from jupyter_agentruns.agents import openai_chat, tools
+
+    assert openai_chat.OpenAIAgent is openai.OpenAIAgent and openai_chat.tool is tools.tool
+
+
 def test_a_negative_price_is_refused():
     from traitlets import TraitError
 
