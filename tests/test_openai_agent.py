@@ -12,8 +12,9 @@ from typing import Annotated
 import pytest
 import rawdb
 
-from jupyter_agentruns.agents import openai_chat
-from jupyter_agentruns.agents.openai_chat import describe_tool, tool
+from jupyter_agentruns.agents import openai
+from jupyter_agentruns.agents.openai.tool_calls import definition
+from jupyter_agentruns.agents.tools import InvalidToolArguments, UnknownTool, describe_tool, tool
 from jupyter_agentruns.errors import error_object
 
 import tools_for_tests
@@ -63,7 +64,7 @@ def examples_importable(monkeypatch):
 def agentruns_config(examples_importable):
     return {
         "agents": {
-            "openai": "jupyter_agentruns.agents.openai_chat:OpenAIAgent",
+            "openai": "jupyter_agentruns.agents.openai:OpenAIAgent",
             "weather": "weather_agent:weather",
         }
     }
@@ -123,7 +124,7 @@ def test_a_tool_schema_comes_from_the_signature_and_the_docstring():
         """
 
     spec = describe_tool("search", search)
-    assert spec.definition() == {
+    assert definition(spec) == {
         "type": "function",
         "function": {
             "name": "search",
@@ -270,7 +271,7 @@ async def test_a_local_server_without_a_key_gets_a_placeholder_key(api, fake, mo
     fake.reply(answer("ok"))
     run, _ = await run_to_end(api, {"prompt": "hi"})
     assert run["status"] == "succeeded"
-    assert fake.requests[0]["headers"]["authorization"] == f"Bearer {openai_chat.NO_KEY}"
+    assert fake.requests[0]["headers"]["authorization"] == f"Bearer {openai.NO_KEY}"
 
 
 # Approvals -------------------------------------------------------------------------
@@ -363,11 +364,18 @@ async def test_a_model_call_that_crosses_max_tokens_per_run_fails_the_run_before
     assert of_type(events, "tool.started") == [] and len(fake.requests) == 1
 
 
+def test_the_old_module_name_still_gives_the_agent_and_the_tool_decorator():
+    # Configurations and tool modules written for openai_chat keep working.
+    from jupyter_agentruns.agents import openai_chat, tools
+
+    assert openai_chat.OpenAIAgent is openai.OpenAIAgent and openai_chat.tool is tools.tool
+
+
 def test_a_negative_price_is_refused():
     from traitlets import TraitError
 
     with pytest.raises(TraitError, match=r"prices\[.*\]\['input'\]"):
-        openai_chat.OpenAIAgent(prices={MODEL: {"input": -1, "output": 1}})
+        openai.OpenAIAgent(prices={MODEL: {"input": -1, "output": 1}})
 
 
 async def test_usage_the_server_does_not_report_nor_can_count_is_said_once_and_left_out(api, fake):
@@ -522,9 +530,9 @@ async def test_a_failing_or_unknown_tool_completes_not_ok_and_the_model_reads_th
     assert [c["ok"] for c in completed] == [False] * 4
     assert [c["error"]["type"] for c in completed] == [
         "LookupError",
-        error_type(openai_chat.UnknownTool),
-        error_type(openai_chat.InvalidToolArguments),
-        error_type(openai_chat.InvalidToolArguments),
+        error_type(UnknownTool),
+        error_type(InvalidToolArguments),
+        error_type(InvalidToolArguments),
     ]
     assert completed[0]["error"]["message"] == "no weather station in Atlantis"
     assert of_type(events, "tool.started")[3]["args"] == {"arguments": "{oops"}
@@ -614,7 +622,7 @@ async def test_max_tool_iterations_bounds_the_tool_loop(api, fake):
     run, _ = await run_to_end(api, {"prompt": "loop forever"})
 
     assert run["status"] == "failed"
-    assert run["error"]["type"] == error_type(openai_chat.MaxToolIterationsExceeded)
+    assert run["error"]["type"] == error_type(openai.MaxToolIterationsExceeded)
     assert (
         "after 2 rounds" in run["error"]["message"]
         and "max_tool_iterations" in run["error"]["message"]
@@ -677,7 +685,7 @@ async def test_a_refused_key_fails_upstream_auth_and_the_key_appears_nowhere(api
     run, events = await run_to_end(api, {"prompt": "hi"})
 
     assert run["status"] == "failed"
-    assert run["error"]["type"] == error_type(openai_chat.UpstreamAuth)
+    assert run["error"]["type"] == error_type(openai.UpstreamAuth)
     message = run["error"]["message"]
     assert "refused the API key (401: Incorrect API key provided: ***.)" in message
     assert KEY_ENV in message and "127.0.0.1" in message
@@ -743,7 +751,7 @@ async def test_rate_limiting_that_outlasts_the_retries_fails_upstream_rate_limit
     run, events = await run_to_end(api, {"prompt": "hi"})
 
     assert run["status"] == "failed"
-    assert run["error"]["type"] == error_type(openai_chat.UpstreamRateLimit)
+    assert run["error"]["type"] == error_type(openai.UpstreamRateLimit)
     assert "429 after 3 attempts" in run["error"]["message"]
     assert "Rate limit reached" in run["error"]["message"]
     assert len(fake.requests) == 3 and len(of_type(events, "x.upstream_retry")) == 2
@@ -755,7 +763,7 @@ async def test_a_silent_server_fails_upstream_timeout_without_a_retry(api, fake)
     run, events = await run_to_end(api, {"prompt": "hi"})
 
     assert run["status"] == "failed"
-    assert run["error"]["type"] == error_type(openai_chat.UpstreamTimeout)
+    assert run["error"]["type"] == error_type(openai.UpstreamTimeout)
     assert "sent nothing for 0.5 s" in run["error"]["message"]
     assert len(fake.requests) == 1 and of_type(events, "x.upstream_retry") == []
     await asyncio.wait_for(fake.disconnected.wait(), timeout=5)
@@ -766,7 +774,7 @@ async def test_a_refused_connection_is_retried_then_fails_upstream_unreachable(a
     run, events = await run_to_end(api, {"prompt": "hi"})
 
     assert run["status"] == "failed"
-    assert run["error"]["type"] == error_type(openai_chat.UpstreamUnreachable)
+    assert run["error"]["type"] == error_type(openai.UpstreamUnreachable)
     assert run["error"]["message"].startswith("cannot talk to the model server at 127.0.0.1:")
     assert len(of_type(events, "x.upstream_retry")) == 2
 
@@ -778,7 +786,7 @@ async def test_a_stream_that_breaks_after_the_first_token_is_not_retried(api, fa
     run, _ = await run_to_end(api, {"prompt": "hi"})
 
     assert run["status"] == "failed"
-    assert run["error"]["type"] == error_type(openai_chat.UpstreamUnreachable)
+    assert run["error"]["type"] == error_type(openai.UpstreamUnreachable)
     assert run["snapshot"]["messages"][0]["text"] == "Hel"  # shown once, never repeated
     assert len(fake.requests) == 1
 
@@ -870,7 +878,7 @@ async def test_other_upstream_errors_fail_upstream_error_with_the_servers_words(
     run, _ = await run_to_end(api, {"prompt": "hi"})
 
     assert run["status"] == "failed"
-    assert run["error"]["type"] == error_type(openai_chat.UpstreamError)
+    assert run["error"]["type"] == error_type(openai.UpstreamError)
     assert (
         run["error"]["message"]
         == f"the model server at 127.0.0.1:{fake.url.split(':')[2][:-3]} {says}"
@@ -913,7 +921,7 @@ async def test_a_500_saying_the_request_is_invalid_is_not_retried_and_says_what_
     run, events = await run_to_end(api, {"prompt": "hi"})
 
     assert run["status"] == "failed"
-    assert run["error"]["type"] == error_type(openai_chat.UpstreamError)
+    assert run["error"]["type"] == error_type(openai.UpstreamError)
     assert run["error"]["message"].startswith(
         f"the model server at {fake.url[7:-3]} answered 500: {says}"
     )
@@ -943,7 +951,7 @@ async def test_a_malformed_stream_fails_upstream_protocol_saying_what_came_and_w
     run, _ = await run_to_end(api, {"prompt": "hi"})
 
     assert run["status"] == "failed"
-    assert run["error"]["type"] == error_type(openai_chat.UpstreamProtocol)
+    assert run["error"]["type"] == error_type(openai.UpstreamProtocol)
     assert run["error"]["message"].startswith(f"the model server at {fake.url[7:-3]} {says}")
 
 
@@ -1022,18 +1030,18 @@ README = (Path(__file__).parent.parent / "README.md").read_text()
 @pytest.mark.skipif("## Use a real model" not in README, reason="no 'Use a real model' section yet")
 def test_the_readme_documents_every_setting_and_error_type_of_the_openai_agent():
     section = README.split("## Use a real model", 1)[1].split("\n## ", 1)[0]
-    for name in openai_chat.OpenAIAgent.class_traits(config=True):
+    for name in openai.OpenAIAgent.class_traits(config=True):
         assert f"`{name}`" in section, name
     for error in (
-        openai_chat.UpstreamAuth,
-        openai_chat.UpstreamRateLimit,
-        openai_chat.UpstreamTimeout,
-        openai_chat.UpstreamUnreachable,
-        openai_chat.UpstreamProtocol,
-        openai_chat.UpstreamError,
-        openai_chat.MaxToolIterationsExceeded,
-        openai_chat.UnknownTool,
-        openai_chat.InvalidToolArguments,
-        openai_chat.InvalidInput,
+        openai.UpstreamAuth,
+        openai.UpstreamRateLimit,
+        openai.UpstreamTimeout,
+        openai.UpstreamUnreachable,
+        openai.UpstreamProtocol,
+        openai.UpstreamError,
+        openai.MaxToolIterationsExceeded,
+        UnknownTool,
+        InvalidToolArguments,
+        openai.InvalidInput,
     ):
         assert f"`{error.error_type}`" in section, error

@@ -9,7 +9,7 @@ from typing import Literal
 
 import rawdb
 
-from jupyter_agentruns.agents.openai_chat import tool
+from jupyter_agentruns.agents.tools import tool
 
 calls: list[tuple[str, dict]] = []
 

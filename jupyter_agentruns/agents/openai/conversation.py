@@ -1,0 +1,77 @@
+"""A run's input: its JSON schema, and the conversation it starts from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def conversation(input: dict[str, Any]) -> list[dict[str, Any]]:
+    """The messages a run starts from: ``system``, then ``messages`` or the ``prompt``."""
+    messages = [{"role": "system", "content": input["system"]}] if "system" in input else []
+    if "messages" in input:
+        return messages + [sendable(message) for message in input["messages"]]
+    return messages + [{"role": "user", "content": input["prompt"]}]
+
+
+def sendable(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` as every server takes it: an assistant's ``"content": null`` becomes ``""``.
+
+    The OpenAI SDK writes a tool-calling answer with a null content, which some
+    servers (llama-cpp-python) refuse with a 500; an empty string passes everywhere.
+    """
+    message = dict(message)
+    if message["role"] == "assistant" and message.get("content", "") is None:
+        message["content"] = ""
+    return message
+
+
+def input_schema(tool_names: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "prompt": {
+                "type": "string",
+                "description": "The user's message (or `messages`, not both).",
+            },
+            "messages": {
+                "type": "array",
+                "minItems": 1,
+                "description": "The conversation so far, in OpenAI chat format (or `prompt`, not both).",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "role": {"enum": ["system", "developer", "user", "assistant", "tool"]}
+                    },
+                    "required": ["role"],
+                },
+            },
+            "system": {"type": "string", "description": "A system message put first."},
+            "model": {
+                "type": "string",
+                "minLength": 1,
+                "description": "Another model than the configured one.",
+            },
+            "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+            "max_tokens": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "At most this many tokens in each answer of the model.",
+            },
+            "tool_choice": {
+                "enum": ["auto", "none", "required", *tool_names],
+                "description": "For the first model call: let the model choose (auto), "
+                "no tool, some tool, or the tool named.",
+            },
+            "tools": {
+                "type": "array",
+                "uniqueItems": True,
+                "items": {"enum": tool_names},
+                "description": "The registered tools this run offers the model (default: all of them).",
+            },
+        },
+        # Exactly one of prompt and messages.
+        "if": {"required": ["messages"]},
+        "then": {"properties": {"prompt": {"not": {}}}},
+        "else": {"required": ["prompt"]},
+        "additionalProperties": False,
+    }

@@ -1,0 +1,91 @@
+"""The resume journal: what a run's earlier attempts did, for the attempt that takes it over."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..tools import Tool, error_text, needs_approval, redo_tool, result_text
+from .tool_calls import call_tool
+
+
+class Journal:
+    """What a run's earlier attempts did: their model calls (the checkpoint) and the run's snapshot.
+
+    Each model call the agent made is a saved turn: the id of the message its
+    text streamed into, and its tool calls. Each tool call the model asked for
+    is one ``tool.started`` (in ``run_tool``), in order: the n-th tool of the
+    snapshot answers the n-th call of the saved turns.
+    """
+
+    def __init__(self, run) -> None:
+        snapshot = run.snapshot
+        self.turns: list[dict[str, Any]] = list((run.checkpoint or {}).get("turns") or [])
+        self._messages = {m["id"]: m for m in snapshot["messages"]}
+        self._tools = list(snapshot["tools"])
+        self._questions = [q for q in snapshot.get("inputs") or [] if q.get("kind") == "approval"]
+        self._usage = snapshot.get("usage")
+        self._next_tool = 0
+        self._next_question = 0
+
+    def usage(self) -> dict[str, Any] | None:
+        return dict(self._usage) if self._usage else None
+
+    def assistant_message(self, turn: dict[str, Any]) -> dict[str, Any]:
+        message = self._messages.get(turn.get("message_id") or "")
+        text = message["text"] if message is not None else ""
+        if not turn["calls"]:
+            return {"role": "assistant", "content": text}
+        calls = []
+        for offset, call in enumerate(turn["calls"]):
+            if "arguments" not in call["function"]:  # kept brief: its tool.started has them
+                index = self._next_tool + offset
+                args = self._tools[index].get("args") if index < len(self._tools) else {}
+                call = {**call, "function": {**call["function"], "arguments": json.dumps(args)}}
+            calls.append(call)
+        return {"role": "assistant", "content": text, "tool_calls": calls}
+
+    def unfinished_messages(self) -> list[str]:
+        saved = {turn.get("message_id") for turn in self.turns}
+        return [m for m, message in self._messages.items()
+                if not message.get("done") and m not in saved]  # fmt: skip
+
+    async def tool_result(
+        self, run, tools: dict[str, Tool], call: dict[str, Any], approve: list[str]
+    ) -> dict[str, Any]:
+        """The tool message for a call an earlier attempt was asked to make."""
+        name = call["function"]["name"]
+        # Its approval was asked before it started (run_tool), in call order.
+        asked = None
+        if needs_approval(approve, name, tools) and self._next_question < len(self._questions):
+            asked = self._questions[self._next_question]
+            self._next_question += 1
+        if self._next_tool >= len(self._tools):
+            # Not started: its approval, if asked, is answered or still open.
+            return await call_tool(run, tools, call, approve, asked)
+        started = self._tools[self._next_tool]
+        self._next_tool += 1
+        if started.get("status") == "running":
+            spec = tools.get(name)
+            if spec is not None and spec.idempotent:
+                # Its server died during it, and doing it again is harmless.
+                message = await redo_tool(run, spec, started)
+                return {"role": "tool", "tool_call_id": call["id"], "content": message}
+            error = {
+                "type": "interrupted",
+                "message": f"the call of {name} was interrupted when its server stopped, and "
+                "was not repeated (it is not declared idempotent): it may or may not have "
+                "taken effect",
+            }
+            await run.tool_completed(started["call_id"], ok=False, error=error)
+            return {"role": "tool", "tool_call_id": call["id"], "content": error_text(error)}
+        if started.get("status") == "completed":
+            content = result_text(started.get("result"))
+        else:
+            content = error_text(started.get("error") or {})
+        return {"role": "tool", "tool_call_id": call["id"], "content": content}
+
+
+def brief(call: dict[str, Any]) -> dict[str, Any]:
+    """A saved tool call without its arguments (the run's tool.started event has them)."""
+    return {"id": call["id"], "type": "function", "function": {"name": call["function"]["name"]}}

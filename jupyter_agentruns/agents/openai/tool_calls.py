@@ -1,0 +1,55 @@
+"""Tools in the chat completions API: their definitions, tool_choice, the model's calls answered."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..tools import Tool, run_tool
+from .errors import InvalidInput
+
+
+def definition(spec: Tool) -> dict[str, Any]:
+    """The tool as the chat completions API's ``tools`` list takes it."""
+    function = {"name": spec.name, "parameters": spec.parameters}
+    if spec.description:
+        function["description"] = spec.description
+    return {"type": "function", "function": function}
+
+
+def tool_choice(choice: str | None, tools: dict[str, Tool]) -> str | dict[str, Any] | None:
+    """The input's ``tool_choice`` as the API takes it: a mode, or the tool named."""
+    if choice is None or choice == "auto":
+        return choice
+    if not tools:
+        raise InvalidInput(f"tool_choice {choice!r} needs tools, and this run offers none")
+    if choice in ("none", "required"):
+        return choice
+    if choice not in tools:
+        raise InvalidInput(
+            f"tool_choice names {choice!r}, a tool this run does not offer "
+            f"(its tools: {', '.join(tools)})"
+        )
+    return {"type": "function", "function": {"name": choice}}
+
+
+async def call_tool(
+    run,
+    tools: dict[str, Tool],
+    call: dict[str, Any],
+    approve: list[str] | None = None,
+    asked: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run one tool call the model asked for; returns the tool message that answers it.
+
+    ``approve`` and ``asked`` as :func:`~jupyter_agentruns.agents.tools.run_tool` takes them.
+    """
+    name, raw = call["function"]["name"], call["function"]["arguments"]
+    try:
+        args = json.loads(raw or "{}")
+        problem = None if isinstance(args, dict) else "the arguments are not a JSON object"
+    except ValueError as exc:
+        args, problem = None, f"the arguments are not JSON ({exc})"
+    shown = args if isinstance(args, dict) else {"arguments": raw}
+    content = await run_tool(run, tools, name, shown, problem=problem, approve=approve, asked=asked)
+    return {"role": "tool", "tool_call_id": call["id"], "content": content}
