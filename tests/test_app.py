@@ -236,3 +236,15 @@ async def test_the_gil_switch_interval_is_set_while_the_engine_runs_and_given_ba
         await other.stop()
     finally:
         sys.setswitchinterval(before)
+
+
+def test_the_settings_object_holds_every_configurable_setting():
+    """A trait missing from Settings would be configurable and silently ignored."""
+    import dataclasses
+
+    from jupyter_agentruns.settings import Settings, SettingsTraits
+
+    configurable = set(SettingsTraits.class_trait_names(config=True))
+    held = {field.name for field in dataclasses.fields(Settings)} - {"store_url_source"}
+    assert configurable == held
+    assert configurable <= set(AgentRuns.class_trait_names(config=True))
