@@ -24,6 +24,7 @@ from . import metrics, reducer
 from .broadcaster import Broadcaster
 from .lifecycle import is_terminal
 from .reader import Reader
+from .settings import Settings
 from .store import StoreConnection, reduce_stored
 from .writer import Writer
 
@@ -54,15 +55,13 @@ class Compactor:
         writer: Writer,
         reader: Reader,
         broadcaster: Broadcaster,
-        settings: Any,
+        settings: Settings,
         on_deleted: Callable[[str], None],
     ):
         self._writer = writer
         self._reader = reader
         self._broadcaster = broadcaster
-        self._settings = (
-            settings  # event_retention_seconds, max_retained_events, run_retention_seconds
-        )
+        self._settings = settings
         self._on_deleted = on_deleted
         self._lock = asyncio.Lock()  # one compaction at a time
 

@@ -36,6 +36,7 @@ from .executor import Executor
 from .idempotency import fingerprint
 from .reader import Reader
 from .record import run_markdown
+from .settings import Settings
 from .store import Store, StoreConnection, StoreUnavailable, reduce_stored
 from .store import end_stored as store_end
 from .timeutil import now_iso
@@ -75,17 +76,17 @@ class Engine(LoggingConfigurable):
         self,
         *,
         parent: Any,
+        settings: Settings,
         store: Store,
         agents: dict[str, AgentSpec],
         agent_failures: dict[str, str] | None = None,
         on_activity: Callable[[], None] = lambda: None,
         served_owners: frozenset[str] | None = None,
     ):
-        super().__init__(parent=parent)
+        super().__init__(parent=parent)  # for its log: the server's
         # Whose runs this server takes over and starts from a queue (None: everyone's).
         self.served_owners = served_owners
-        # The c.AgentRuns.* traits, read where they are used: configured once.
-        self.settings = parent
+        self.settings = settings
         self.store = store
         self.agents = agents
         self.agent_failures = agent_failures or {}

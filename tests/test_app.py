@@ -8,7 +8,8 @@ import pytest
 from traitlets import TraitError
 
 from jupyter_agentruns import _jupyter_server_extension_points
-from jupyter_agentruns.app import AgentRuns, UnsafeStore
+from jupyter_agentruns.app import AgentRuns
+from jupyter_agentruns.store import UnsafeStore
 
 from conftest import submit
 from servers import ServerProcess
@@ -184,12 +185,18 @@ async def test_the_startup_heap_is_frozen_while_the_engine_runs_and_thawed_at_it
     await engine.start()
     assert gc.get_freeze_count() > 0  # the server's objects at start: out of full collections
     app = jp_serverapp.extension_manager.extension_points["jupyter_agentruns"].app
-    other = Engine(parent=app, store=app.open_store(), agents=engine.agents)
+    other = Engine(
+        parent=app, settings=engine.settings, store=app.open_store(), agents=engine.agents
+    )
     await other.start()
     await other.stop()
     assert gc.get_freeze_count() == 0  # a stopped engine gives them back to the collector
-    monkeypatch.setattr(app, "freeze_gc_at_start", False)
-    other = Engine(parent=app, store=app.open_store(), agents=engine.agents)
+    other = Engine(
+        parent=app,
+        settings=engine.settings.replace(freeze_gc_at_start=False),
+        store=app.open_store(),
+        agents=engine.agents,
+    )
     await other.start()
     assert gc.get_freeze_count() == 0
     await other.stop()
@@ -208,16 +215,36 @@ async def test_the_gil_switch_interval_is_set_while_the_engine_runs_and_given_ba
     before = sys.getswitchinterval()
     sys.setswitchinterval(0.004)
     try:
-        monkeypatch.setattr(app, "gil_switch_interval", 0.002)
-        other = Engine(parent=app, store=app.open_store(), agents=engine.agents)
+        other = Engine(
+            parent=app,
+            settings=engine.settings.replace(gil_switch_interval=0.002),
+            store=app.open_store(),
+            agents=engine.agents,
+        )
         await other.start()
         assert sys.getswitchinterval() == pytest.approx(0.002)
         await other.stop()
         assert sys.getswitchinterval() == pytest.approx(0.004)  # what it was before
-        monkeypatch.setattr(app, "gil_switch_interval", 0.0)  # 0: left alone
-        other = Engine(parent=app, store=app.open_store(), agents=engine.agents)
+        other = Engine(
+            parent=app,
+            settings=engine.settings.replace(gil_switch_interval=0.0),  # 0: left alone
+            store=app.open_store(),
+            agents=engine.agents,
+        )
         await other.start()
         assert sys.getswitchinterval() == pytest.approx(0.004)
         await other.stop()
     finally:
         sys.setswitchinterval(before)
+
+
+def test_the_settings_object_holds_every_configurable_setting():
+    """A trait missing from Settings would be configurable and silently ignored."""
+    import dataclasses
+
+    from jupyter_agentruns.settings import Settings, SettingsTraits
+
+    configurable = set(SettingsTraits.class_trait_names(config=True))
+    held = {field.name for field in dataclasses.fields(Settings)} - {"store_url_source"}
+    assert configurable == held
+    assert configurable <= set(AgentRuns.class_trait_names(config=True))

@@ -209,7 +209,9 @@ async def test_a_thread_agent_cancelled_while_asking_lets_its_thread_go(api):
 async def test_an_answer_another_server_recorded_but_that_lost_is_409(api, engine, jp_serverapp):
     # A second engine on the same store stands for another server.
     app = jp_serverapp.extension_manager.extension_points["jupyter_agentruns"].app
-    other = Engine(parent=app, store=app.open_store(), agents=engine.agents)
+    other = Engine(
+        parent=app, settings=engine.settings, store=app.open_store(), agents=engine.agents
+    )
     await other.start()
     try:
         run = (await submit(api, input=ASK)).json()

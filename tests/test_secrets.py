@@ -23,8 +23,8 @@ from urllib.parse import quote, urlsplit
 import httpx
 import pytest
 
-from jupyter_agentruns.app import AgentRuns, UnsafeStore
-from jupyter_agentruns.store import StoreUnavailable
+from jupyter_agentruns.app import AgentRuns
+from jupyter_agentruns.store import StoreUnavailable, UnsafeStore
 from jupyter_agentruns.store.postgres import PostgresStore
 from jupyter_agentruns.store.sqlite import SQLiteStore
 

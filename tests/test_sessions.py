@@ -207,7 +207,9 @@ async def test_a_run_claimed_as_its_server_stops_goes_back_to_its_queue(
         await asyncio.wait(set(engine._dispatches))
     await api.post(f"runs/{first['run_id']}/cancel")
     await wait_run(api, first["run_id"])
-    other = Engine(parent=app, store=app.open_store(), agents=engine.agents)
+    other = Engine(
+        parent=app, settings=engine.settings, store=app.open_store(), agents=engine.agents
+    )
     other.dispatch_queued = leave_the_queue_alone  # the test claims, below
     await other.start()
     ready = await other.reader.run(lambda conn: conn.startable_queued_runs(None, ["demo"]))

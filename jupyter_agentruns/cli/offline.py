@@ -22,11 +22,11 @@ from traitlets import TraitError
 from traitlets.config import Config
 
 from .. import __version__
-from ..app import AgentRuns, UnsafeStore
 from ..broadcaster import Broadcaster
 from ..compaction import Compactor
 from ..reader import Reader
-from ..store import Store
+from ..settings import Settings, from_config
+from ..store import Store, UnsafeStore, factory
 from ..store.filesystems import network_filesystem
 from ..store.postgres import BadStoreUrl, StoreUrl
 from ..writer import Writer
@@ -56,7 +56,7 @@ def server_config() -> Config:
     return files.config
 
 
-def settings(db: str | None, store_url: str | None) -> AgentRuns:
+def configured_settings(db: str | None, store_url: str | None) -> Settings:
     """The ``c.AgentRuns`` settings a server here would have, with ``--db``/``--store-url`` on top."""
     if store_url is not None:
         try:
@@ -70,44 +70,49 @@ def settings(db: str | None, store_url: str | None) -> AgentRuns:
             config.AgentRuns.store_url = ""  # --db chooses SQLite, whatever the environment says
         if store_url is not None:
             config.AgentRuns.store_url = store_url
-        app = AgentRuns(config=config)
-        app.check_store_url()
-        return app
-    except UnsafeStore as error:
-        raise CliError(f"the configuration is wrong: {error}", exits.CONFIG) from None
+        found = from_config(config)
     except (TraitError, ValueError, SyntaxError) as error:
         raise CliError(f"the Jupyter configuration is wrong: {error}", exits.CONFIG) from None
+    if found.store_url:
+        try:
+            StoreUrl(found.store_url)
+        except BadStoreUrl as error:
+            raise CliError(
+                f"the configuration is wrong: {found.store_url_source} {error}", exits.CONFIG
+            ) from None
+    return found
 
 
-def kind(app: AgentRuns) -> str:
-    return "postgresql" if app.store_url else "sqlite"
+def kind(settings: Settings) -> str:
+    return "postgresql" if settings.store_url else "sqlite"
 
 
-def open_store(app: AgentRuns) -> Store:
+def open_store(settings: Settings) -> Store:
     """The store, not yet connected; a store that cannot be opened says why.
 
     Nothing is created or migrated: ``schema_version`` says first whether
     this package and the store agree (``connect()`` migrates).
     """
     try:
-        return app.open_store(migrate=False)
+        return factory.open_store(settings, migrate=False)
     except UnsafeStore as error:
         raise CliError(str(error), exits.UNAVAILABLE) from None
     except Exception as error:
         raise CliError(
-            f"the store at {app.store_location()} cannot be opened: "
-            f"{app.without_secrets(str(error))}",
+            f"the store at {factory.location(settings)} cannot be opened: "
+            f"{factory.without_secrets(settings, str(error))}",
             exits.UNAVAILABLE,
         ) from None
 
 
-def stored_schema(store: Store, app: AgentRuns) -> int:
+def stored_schema(opened: Store, settings: Settings) -> int:
     """The store's schema version, read without migrating it."""
     try:
-        return store.schema_version()
+        return opened.schema_version()
     except Exception as error:
         raise CliError(
-            f"the store at {store.describe()} cannot be read: {app.without_secrets(str(error))}",
+            f"the store at {opened.describe()} cannot be read: "
+            f"{factory.without_secrets(settings, str(error))}",
             exits.UNAVAILABLE,
         ) from None
 
@@ -134,19 +139,19 @@ def schema_problem(stored: int, known: int) -> str | None:
 # gc --------------------------------------------------------------------------
 
 
-async def collect(store: Store, app: AgentRuns, on_pass) -> dict[str, int]:
+async def collect(opened: Store, settings: Settings, on_pass) -> dict[str, int]:
     """Retention now, pass after pass until nothing is due: the server's own compactor, here.
 
     ``on_pass(totals)`` after each pass (the progress display).
     """
     loop = asyncio.get_running_loop()
-    reader = Reader(store)
-    writer = Writer(store, loop, lambda appended, refused: None, log)
+    reader = Reader(opened)
+    writer = Writer(opened, loop, lambda appended, refused: None, log)
     compactor = Compactor(
         writer=writer,
         reader=reader,
         broadcaster=Broadcaster(reader),  # no channels: no run is executed here
-        settings=app,
+        settings=settings,
         on_deleted=lambda run_id: None,
     )
     totals = {"runs_deleted": 0, "runs_compacted": 0, "events_compacted": 0}
@@ -173,19 +178,20 @@ def gc_summary(totals: dict[str, int]) -> str:
 
 
 def cmd_gc(args, out: TextIO) -> int:
-    app = settings(args.db, args.store_url)
-    store = None
-    if kind(app) == "postgresql" or Path(app.db_path).exists():
-        store = open_store(app)
-    stored = stored_schema(store, app) if store is not None else 0
+    configured = configured_settings(args.db, args.store_url)
+    opened = None
+    if kind(configured) == "postgresql" or Path(configured.db_path).exists():
+        opened = open_store(configured)
+    stored = stored_schema(opened, configured) if opened is not None else 0
+    where = factory.location(configured)
     if stored == 0:
         totals = {"runs_deleted": 0, "runs_compacted": 0, "events_compacted": 0}
         if args.json:
-            print_json({"store": app.store_location(), **totals}, out)
+            print_json({"store": where, **totals}, out)
         else:
-            out.write(f"no store at {app.store_location()} yet: nothing to collect\n")
+            out.write(f"no store at {where} yet: nothing to collect\n")
         return exits.OK
-    problem = schema_problem(stored, store.schema_versions_known)
+    problem = schema_problem(stored, opened.schema_versions_known)
     if problem:
         raise CliError(f"{problem}; gc leaves it as it is", exits.UNAVAILABLE)
     progress = sys.stderr.isatty() and not args.json
@@ -195,11 +201,11 @@ def cmd_gc(args, out: TextIO) -> int:
             sys.stderr.write(f"\rcollecting: {gc_summary(totals)}…")
             sys.stderr.flush()
 
-    totals = asyncio.run(collect(store, app, on_pass))
+    totals = asyncio.run(collect(opened, configured, on_pass))
     if progress:
         sys.stderr.write("\r\033[K")
     if args.json:
-        print_json({"store": app.store_location(), **totals}, out)
+        print_json({"store": where, **totals}, out)
     else:
         out.write(gc_summary(totals) + "\n")
     return exits.OK
@@ -218,9 +224,9 @@ def versions() -> dict[str, str]:
     }
 
 
-def expired_leases(store: Store, now: float) -> list[dict[str, Any]]:
+def expired_leases(opened: Store, now: float) -> list[dict[str, Any]]:
     """Unfinished runs no live server holds: their executor's lease ran out (or was handed over)."""
-    conn = store.connect()
+    conn = opened.connect()
     try:
         rows = conn.expired_active_runs(now)
     finally:
@@ -240,18 +246,18 @@ def expired_leases(store: Store, now: float) -> list[dict[str, Any]]:
     ]
 
 
-def diagnose(app: AgentRuns) -> dict[str, Any]:
+def diagnose(configured: Settings) -> dict[str, Any]:
     """Everything doctor reports, with ``problems``: one line each, saying what to do."""
     report: dict[str, Any] = {
-        "store": {"kind": kind(app), "location": app.store_location()},
+        "store": {"kind": kind(configured), "location": factory.location(configured)},
         "versions": versions(),
         "problems": [],
     }
     problems = report["problems"]
-    if kind(app) == "sqlite":
-        fstype = network_filesystem(app.db_path)
+    if kind(configured) == "sqlite":
+        fstype = network_filesystem(configured.db_path)
         report["store"]["network_filesystem"] = fstype
-        report["store"]["exists"] = Path(app.db_path).exists()
+        report["store"]["exists"] = Path(configured.db_path).exists()
         if fstype:
             problems.append(
                 f"the SQLite file is on a network file system ({fstype}): servers refuse it; "
@@ -262,32 +268,33 @@ def diagnose(app: AgentRuns) -> dict[str, Any]:
             report["note"] = "no store yet: the first server started here creates it"
             return report
     try:
-        store = open_store(app)
-        stored = stored_schema(store, app)
+        opened = open_store(configured)
+        stored = stored_schema(opened, configured)
         if stored == 0:
             report["note"] = "no store yet: the first server started here creates it"
             return report
         report["schema_version"] = stored
-        report["schema_versions_known"] = store.schema_versions_known
-        problem = schema_problem(stored, store.schema_versions_known)
+        report["schema_versions_known"] = opened.schema_versions_known
+        problem = schema_problem(stored, opened.schema_versions_known)
         if problem:
             problems.append(problem)
             report["note"] = "runs and leases not read: the store's schema is not this package's"
             return report
-        conn = store.connect()
+        conn = opened.connect()
         try:
             found = conn.diagnostics()
         finally:
             conn.close()
         report["versions"].update(found.pop("versions"))
         report.update(found)
-        report["expired_leases"] = expired_leases(store, time.time())
+        report["expired_leases"] = expired_leases(opened, time.time())
     except CliError as error:
         problems.append(str(error))
         return report
     except Exception as error:
         problems.append(
-            f"the store cannot be read: {type(error).__name__}: {app.without_secrets(str(error))}"
+            f"the store cannot be read: {type(error).__name__}: "
+            f"{factory.without_secrets(configured, str(error))}"
         )
         return report
     for lease in report["expired_leases"]:
@@ -327,7 +334,7 @@ def doctor_text(report: dict[str, Any]) -> str:
 
 
 def cmd_doctor(args, out: TextIO) -> int:
-    report = diagnose(settings(args.db, args.store_url))
+    report = diagnose(configured_settings(args.db, args.store_url))
     if args.json:
         print_json(report, out)
     else:

@@ -37,6 +37,10 @@ UNCLAIMED = "executor_id IS NULL AND status = 'queued'"
 HEAD_COLUMNS = "run_id, owner, status, last_seq, first_seq, finished_ts"
 
 
+class UnsafeStore(Exception):
+    """A store that cannot or must not be used as configured: the message says why and what to do."""
+
+
 class StoreBusy(Exception):
     """A passing failure (locked by another process, disk full): the same write may be retried."""
 

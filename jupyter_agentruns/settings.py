@@ -1,0 +1,316 @@
+"""The ``c.AgentRuns.*`` settings: declared once as traits, read once into a frozen ``Settings``.
+
+The server's extension app (``app.AgentRuns``) has these traits; the command
+line reads the same configuration files into the same ``Settings`` without a
+server (``from_config``). Everything below the app takes a ``Settings``:
+the engine and its parts, the store factory (``store.open``), the compactor,
+the benchmarks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from jupyter_core.paths import jupyter_data_dir
+from traitlets import (
+    Bool,
+    Dict,
+    Enum,
+    Float,
+    HasTraits,
+    Int,
+    List,
+    TraitError,
+    Unicode,
+    Union,
+    default,
+    validate,
+)
+from traitlets.config import Config, Configurable
+
+from .lifecycle import SESSION_POLICIES
+
+
+class SettingsTraits(HasTraits):
+    """The ``c.AgentRuns.*`` traits, with their defaults, help and checks."""
+
+    db_path = Unicode(
+        help="The SQLite file holding runs and events (on a local disk: WAL needs one)."
+    ).tag(config=True)
+    store_url = Unicode(
+        help=(
+            "Where runs are kept, when not in the SQLite file at db_path: "
+            "'postgresql://user:password@host:port/database' (optionally '?schema=name', "
+            "default agentruns; any other parameter libpq takes, e.g. '?sslmode=require') for a "
+            "PostgreSQL database shared by servers on many machines. Percent-encode the user "
+            "name and password. Default: the environment variable AGENTRUNS_STORE_URL, else "
+            "empty (SQLite)."
+        )
+    ).tag(config=True)
+    owner_mode = Enum(
+        ["auto", "shared", "per-user"],
+        default_value="auto",
+        help=(
+            "Who owns a run. 'shared': every authenticated request is the server's one owner; "
+            "'per-user': the authenticated username; 'auto': 'shared' with jupyter_server's own "
+            "token/password identity providers, 'per-user' with any other."
+        ),
+    ).tag(config=True)
+    served_owners = Union(
+        [Unicode(), List(Unicode())],
+        default_value="auto",
+        help=(
+            "Whose runs this server takes over when their server stopped or died, and starts "
+            "from a session's queue: a list of owners, '*' for every owner, or 'auto': on a "
+            "JupyterHub single-user server its user (JUPYTERHUB_USER), in the 'shared' owner "
+            "mode its one owner, else every owner. Other owners' runs wait for a server that "
+            "serves them; only a run nobody would resume is ended by any server."
+        ),
+    ).tag(config=True)
+    max_stored_runs_per_user = Int(
+        10000,
+        help="Runs kept per owner: at the limit a new submit answers 429 storage_quota_exceeded "
+        "and stores nothing (deleting a run frees a place; 0: no limit).",
+    ).tag(config=True)
+    agents = Dict(
+        key_trait=Unicode(), value_trait=Unicode(), help="Extra agents: name -> 'module:attr'."
+    ).tag(config=True)
+    idempotency_ttl_seconds = Float(86400, help="How long Idempotency-Keys are remembered.").tag(
+        config=True
+    )
+    event_retention_seconds = Float(
+        86400, help="A finished run's events older than this are compacted into its snapshot."
+    ).tag(config=True)
+    max_retained_events = Int(
+        100000, help="Events kept per run; beyond, the oldest are compacted."
+    ).tag(config=True)
+    run_retention_seconds = Float(
+        2592000, help="Finished runs older than this are deleted (then 410)."
+    ).tag(config=True)
+    max_active_runs_per_user = Int(
+        8, help="Active runs per owner; beyond it submit answers 429."
+    ).tag(config=True)
+    max_streams_per_user = Int(64, help="Open event streams per owner; beyond it 429.").tag(
+        config=True
+    )
+    heartbeat_interval = Float(15, help="Seconds between ': ping' comments on an idle stream.").tag(
+        config=True
+    )
+    write_timeout_seconds = Float(
+        30,
+        help="A stream whose client reads nothing for this long is dropped (it resumes from its cursor).",
+    ).tag(config=True)
+    lease_seconds = Float(30, help="How long a run's executor lease lasts without renewal.").tag(
+        config=True
+    )
+    max_body_bytes = Int(1048576, help="Request body limit (413 beyond).").tag(config=True)
+    max_event_bytes = Int(
+        262144, help="One event's data limit; an agent exceeding it fails its run."
+    ).tag(config=True)
+    max_run_seconds = Float(
+        86400, help="A run still going after this fails with deadline_exceeded."
+    ).tag(config=True)
+    max_resume_attempts = Int(
+        3,
+        help="Takeovers of a resumable agent's run (after its server died or stopped) before "
+        "it ends interrupted.",
+    ).tag(config=True)
+    max_tokens_per_run = Int(
+        0,
+        help="A run whose usage (input + output tokens) goes over this fails with "
+        "token_budget_exceeded (0: no limit).",
+    ).tag(config=True)
+    tokens_per_user_per_day = Int(
+        0,
+        help="Tokens an owner's runs may use in any 24 hours: beyond it submit answers 429 "
+        "token_budget_exhausted and a running run that crosses it fails (0: no limit).",
+    ).tag(config=True)
+    default_session_policy = Enum(
+        list(SESSION_POLICIES),
+        default_value="parallel",
+        help="What a submit to a session with an active run does, when it names no "
+        "session_policy: parallel, reject (409 session_busy), enqueue or interrupt.",
+    ).tag(config=True)
+    freeze_gc_at_start = Bool(
+        True,
+        help="At start, move the objects alive then (the server's modules, classes and "
+        "settings) out of the garbage collector's sight (gc.freeze; undone at stop). Its full "
+        "collections then walk only what was made since, instead of the whole heap: 50-150 ms "
+        "each in a busy server, during which no stream is served. False leaves the collector as "
+        "it is, e.g. when something else in the server manages it.",
+    ).tag(config=True)
+    gil_switch_interval = Float(
+        0.001,
+        help="Seconds a thread that wants the interpreter (Python's GIL) waits before the one "
+        "holding it must let go (sys.setswitchinterval, set at start, undone at stop). Python's "
+        "own 5 ms makes the store's writer thread wait up to that long after each statement "
+        "while the event loop is busy: about as long as it spends writing. 0 "
+        "leaves the interpreter's setting as it is.",
+    ).tag(config=True)
+    sqlite_synchronous = Enum(
+        ["FULL", "NORMAL"],
+        default_value="FULL",
+        help="FULL keeps every served event across a power loss; NORMAL only across a process crash.",
+    ).tag(config=True)
+
+    @validate(
+        "idempotency_ttl_seconds", "event_retention_seconds", "run_retention_seconds",
+        "heartbeat_interval", "write_timeout_seconds", "lease_seconds", "max_run_seconds",
+    )  # fmt: skip
+    def _positive_seconds(self, proposal):
+        # NaN slips through every comparison; handed to a timer it corrupts the event loop.
+        value = proposal["value"]
+        if not math.isfinite(value) or value <= 0:
+            raise TraitError(
+                f"c.AgentRuns.{proposal['trait'].name} must be a positive number of seconds, not {value!r}"
+            )
+        return value
+
+    @validate(
+        "max_retained_events",
+        "max_active_runs_per_user",
+        "max_streams_per_user",
+        "max_body_bytes",
+        "max_event_bytes",
+    )
+    def _positive_count(self, proposal):
+        value = proposal["value"]
+        if value < 1:
+            raise TraitError(
+                f"c.AgentRuns.{proposal['trait'].name} must be at least 1, not {value!r}"
+            )
+        return value
+
+    @validate("gil_switch_interval")
+    def _switch_interval(self, proposal):
+        value = proposal["value"]
+        if not math.isfinite(value) or not 0 <= value <= 1:
+            raise TraitError(
+                "c.AgentRuns.gil_switch_interval must be 0 (leave Python's) or a number of "
+                f"seconds up to 1, not {value!r}"
+            )
+        return value
+
+    @validate("max_resume_attempts")
+    def _attempts(self, proposal):
+        value = proposal["value"]
+        if value < 0:
+            raise TraitError(
+                f"c.AgentRuns.max_resume_attempts must be 0 (never take a run over) or more, not {value!r}"
+            )
+        return value
+
+    @validate("served_owners")
+    def _owners(self, proposal):
+        value = proposal["value"]
+        if isinstance(value, str):
+            if value not in ("auto", "*"):
+                raise TraitError(
+                    "c.AgentRuns.served_owners must be 'auto', '*' (every owner) or a list of "
+                    f"owners, not {value!r}"
+                )
+        elif not value or not all(owner.strip() for owner in value):
+            raise TraitError(
+                "c.AgentRuns.served_owners must name at least one owner (use 'auto' or '*' "
+                f"otherwise), not {value!r}"
+            )
+        return value
+
+    @validate("max_tokens_per_run", "tokens_per_user_per_day", "max_stored_runs_per_user")
+    def _token_limit(self, proposal):
+        value = proposal["value"]
+        if value < 0:
+            raise TraitError(
+                f"c.AgentRuns.{proposal['trait'].name} must be 0 (no limit) or more, not {value!r}"
+            )
+        return value
+
+    @default("db_path")
+    def _default_db_path(self) -> str:
+        return str(Path(jupyter_data_dir()) / "agentruns.sqlite3")
+
+    # Where store_url came from, for the messages about it.
+    _store_url_setting = "the setting c.AgentRuns.store_url"
+
+    @default("store_url")
+    def _default_store_url(self) -> str:
+        self._store_url_setting = "the environment variable AGENTRUNS_STORE_URL"
+        return os.environ.get("AGENTRUNS_STORE_URL", "").strip()
+
+    @validate("store_url")
+    def _configured_store_url(self, proposal):
+        self._store_url_setting = "the setting c.AgentRuns.store_url"
+        return proposal["value"].strip()
+
+    def read_settings(self) -> Settings:
+        """These traits' values, read once."""
+        values = {
+            field.name: getattr(self, field.name)
+            for field in fields(Settings)
+            if field.name != "store_url_source"
+        }
+        values["store_url_source"] = self._store_url_setting
+        values["agents"] = dict(values["agents"])
+        if isinstance(values["served_owners"], list):
+            values["served_owners"] = tuple(values["served_owners"])
+        return Settings(**values)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a server, the command line and the benchmarks run with (see ``SettingsTraits``)."""
+
+    db_path: str
+    store_url: str
+    # Where store_url came from, for messages about it (never the URL itself).
+    store_url_source: str
+    owner_mode: str
+    served_owners: str | tuple[str, ...]
+    max_stored_runs_per_user: int
+    agents: dict[str, str]
+    idempotency_ttl_seconds: float
+    event_retention_seconds: float
+    max_retained_events: int
+    run_retention_seconds: float
+    max_active_runs_per_user: int
+    max_streams_per_user: int
+    heartbeat_interval: float
+    write_timeout_seconds: float
+    lease_seconds: float
+    max_body_bytes: int
+    max_event_bytes: int
+    max_run_seconds: float
+    max_resume_attempts: int
+    max_tokens_per_run: int
+    tokens_per_user_per_day: int
+    default_session_policy: str
+    freeze_gc_at_start: bool
+    gil_switch_interval: float
+    sqlite_synchronous: str
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with ``changes`` (checked as the traits check them)."""
+        return from_values({**self.__dict__, **changes})
+
+
+def from_config(config: Config) -> Settings:
+    """The settings a server would have with ``config`` (its ``c.AgentRuns`` section)."""
+
+    # Traitlets applies a config section to the classes of that name.
+    class AgentRuns(SettingsTraits, Configurable):
+        pass
+
+    return AgentRuns(config=config).read_settings()
+
+
+def from_values(values: dict[str, Any]) -> Settings:
+    """Settings from ``name: value`` pairs over the defaults (checked as configuration is)."""
+    config = Config()
+    for name, value in values.items():
+        if name != "store_url_source":
+            config.AgentRuns[name] = list(value) if isinstance(value, tuple) else value
+    return from_config(config)
