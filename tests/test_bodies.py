@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -10,8 +11,10 @@ from jupyter_agentruns.errors import ApiError
 from jupyter_agentruns.handlers.base import parse_body
 from jupyter_agentruns.handlers.runs import submit_request
 
-# Text, sometimes with lone surrogates in it (which JSON's \u escapes can carry).
-TEXT = st.text(alphabet=st.characters() | st.characters(categories=["Cs"]), max_size=20)
+# Text, sometimes with lone surrogates or NUL in it (which JSON's \u escapes can carry).
+TEXT = st.text(
+    alphabet=st.characters() | st.characters(categories=["Cs"]) | st.just("\x00"), max_size=20
+)
 SCALARS = (
     st.none()
     | st.booleans()
@@ -44,6 +47,19 @@ def depth(value):
     return 0
 
 
+def texts(value):
+    """Every string of a JSON value, its keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, child in value.items():
+            yield key
+            yield from texts(child)
+    elif isinstance(value, list):
+        for child in value:
+            yield from texts(child)
+
+
 def accepted_or_400(raw: bytes):
     """parse_body and submit_request either accept ``raw`` or raise a 400: nothing else."""
     try:
@@ -52,11 +68,13 @@ def accepted_or_400(raw: bytes):
         assert error.status in (400, 413), error
         assert error.code == "invalid_request" and error.message
         return None
-    # What was accepted can be stored and written back as JSON, in UTF-8.
+    # What was accepted can be stored, in SQLite or PostgreSQL text, and written back
+    # as JSON, in UTF-8.
     jsonio.dumps(request.input).encode("utf-8")
-    for text in (request.agent, request.session, request.retry_of):
-        if text is not None:
-            text.encode("utf-8")
+    accepted = [request.agent, request.session, request.retry_of, request.input, request.metadata]
+    for text in texts(accepted):
+        text.encode("utf-8")
+        assert "\x00" not in text
     return request
 
 
@@ -82,3 +100,22 @@ def test_nesting_at_any_depth_is_a_400_not_a_recursion_error():
     for levels in (jsonio.MAX_DEPTH, 1000, 100_000):
         raw = b'{"agent": "demo", "input": {"x": ' + b"[" * levels + b"]" * levels + b"}}"
         assert accepted_or_400(raw) is None
+
+
+def test_a_nul_in_any_string_or_key_is_a_400_naming_where():
+    for raw, path in [
+        (b'{"agent": "demo", "input": {"a": ["x", "y\\u0000"]}}', "input.a[1]"),
+        (b'{"agent": "demo", "input": {}, "metadata": {"k\\u0000": 1}}', "metadata"),
+        (b'{"agent": "demo", "input": {}, "session": "\\u0000"}', "session"),
+    ]:
+        with pytest.raises(ApiError) as refused:
+            parse_body(raw)
+        assert refused.value.status == 400 and refused.value.body()["path"] == path
+        assert "NUL" in refused.value.message
+
+
+def test_a_problem_in_the_body_itself_names_no_path():
+    # A top-level key is in no field: the answer has no `path`, rather than a null one.
+    with pytest.raises(ApiError) as refused:
+        parse_body(b'{"\\u0000agent": "demo"}')
+    assert refused.value.status == 400 and "path" not in refused.value.body()

@@ -190,7 +190,8 @@ def parse_body(raw: bytes, *, required: bool = True) -> dict[str, Any]:
     try:
         body = jsonio.loads_body(raw)
     except jsonio.UnsafeJson as exc:
-        raise ApiError(400, "invalid_request", f"{exc}.", path=exc.path or None) from None
+        where = {"path": exc.path} if exc.path else {}  # none for the body itself
+        raise ApiError(400, "invalid_request", f"{exc}.", **where) from None
     except ValueError as exc:
         raise invalid_request(f"{exc}.") from None
     if not isinstance(body, dict):

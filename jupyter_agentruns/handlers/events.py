@@ -16,7 +16,7 @@ from ..lifecycle import is_terminal
 from ..store import StoreUnavailable
 from . import sse
 from .base import AgentRunsHandler
-from .runs import RUN_ID
+from .runs import RUN_ID, check_run_id
 
 SSE_BATCH = 500
 # The first write of a resumed stream is small, so the first event arrives at once.
@@ -30,6 +30,7 @@ class EventsHandler(AgentRunsHandler):
     @web.authenticated
     @authorized
     async def get(self, run_id: str) -> None:
+        check_run_id(run_id)
         engine = self.engine
         await engine.start()
         row = await engine.owned_head(self.owner, run_id)
