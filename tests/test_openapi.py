@@ -415,7 +415,16 @@ async def test_the_server_keeps_to_the_document_under_fuzzing(api_url, token):
 
 
 @pytest.mark.parametrize(
-    "before", [str(2**63), "MjAyNi0wMS0wMVQwMDowMDowMC4wMDBafHg", "\x81", "%%%"]
+    "before",
+    [
+        str(2**63),
+        "MjAyNi0wMS0wMVQwMDowMDowMC4wMDBafHg",
+        "\x81",
+        "%%%",
+        # A cursor's two parts with a newline after either.
+        "MjAyNi0wMS0wMVQwMDowMDowMFoKfHJ1bl94",
+        "MjAyNi0wMS0wMVQwMDowMDowMFp8cnVuX3gK",
+    ],
 )
 async def test_a_before_cursor_the_server_did_not_make_is_a_400(api, before):
     response = await api.get("runs", params={"before": before})
