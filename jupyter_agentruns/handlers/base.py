@@ -42,6 +42,7 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
         super().initialize(name, *args, **kwargs)
         self._body = bytearray()
         self._too_large = False
+        self._prepared = False
         # Released when the client disconnects: a waiting stream or long-poll ends at once.
         self.waiter = Waiter()
 
@@ -54,6 +55,7 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
         length = self.request.headers.get("Content-Length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
             raise self._request_too_large()
+        self._prepared = True
 
     @property
     def max_body_bytes(self) -> int:
@@ -133,6 +135,11 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
             }
         if status_code == 405:
             self.set_header("Allow", ", ".join(self.allowed_methods()))
+        if not self._prepared:
+            # Answered before the body was read (a 413 from Content-Length, a 403
+            # from the XSRF check): tornado then closes the connection rather
+            # than read the body, and a client must not send another request on it.
+            self.set_header("Connection", "close")
         self.set_header("Content-Type", "application/json")
         self.finish(jsonio.dumps(body))
 
