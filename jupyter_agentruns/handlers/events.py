@@ -59,10 +59,13 @@ class EventsHandler(AgentRunsHandler):
             try:
                 await sse.send(self, "", settings.write_timeout_seconds)
                 batch = SSE_FIRST_BATCH
-                while not subscriber.done:
+                # At the server's stop the response ends: the client resumes from its cursor.
+                while not subscriber.done and not self.stopping:
                     events = await subscriber.pull(batch, settings.heartbeat_interval, self.waiter)
                     if self.waiter.released:
                         return  # the client left: its slot is free now, not at the next write
+                    if not events and self.stopping:
+                        break
                     batch = SSE_BATCH
                     text = "".join([event[FRAME] for event in events]) if events else sse.PING
                     await sse.send(self, text, settings.write_timeout_seconds)
