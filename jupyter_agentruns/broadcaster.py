@@ -167,6 +167,8 @@ class Broadcaster:
         # Fired after a commit by any other connection to the store.
         self.remote = Signal()
         self.remote_poll_seconds = STORE_POLL_SECONDS
+        # The server stops: no wait for events begins, and those under way end.
+        self.stopped = False
         self._poller: asyncio.Task | None = None
         # The subscribers of requests being served (for the metrics): each
         # leaves this set when its request lets go of it.
@@ -239,6 +241,13 @@ class Broadcaster:
             pass
         finally:
             self._poller = None
+
+    def stop_waits(self) -> None:
+        """At the server's stop: every wait for events ends now, and none begins after."""
+        self.stopped = True
+        for channel in self._channels.values():
+            channel.signal.fire()
+        self.remote.fire()
 
     def close_watch(self) -> None:
         """At the server's stop: no more notifications, polls or metrics from here."""
@@ -336,7 +345,7 @@ class Subscriber:
     async def pull(self, limit: int, timeout: float, waiter: Waiter | None = None) -> list[Event]:
         """Like ``read``, but wait up to ``timeout`` seconds for at least one event.
 
-        Returns early, maybe with nothing, once ``waiter`` is released.
+        Returns early, maybe with nothing, once ``waiter`` is released or the server stops.
         """
         waiter = waiter or Waiter()
         loop = asyncio.get_running_loop()
@@ -346,7 +355,13 @@ class Subscriber:
             generation = signal.generation
             events = await self.read(limit)
             remaining = deadline - loop.time()
-            if events or self.done or remaining <= 0 or waiter.released:
+            if (
+                events
+                or self.done
+                or remaining <= 0
+                or waiter.released
+                or self._broadcaster.stopped
+            ):
                 return events
             if remote:
                 if signal.generation != generation:
@@ -371,7 +386,7 @@ async def wait_since(
     broadcaster: Broadcaster, marks: list[tuple[Signal, int]], timeout: float, waiter: Waiter
 ) -> None:
     """Wait until a marked signal fires (at once if one fired since it was marked), ``timeout``, or a release."""
-    if any(signal.generation != generation for signal, generation in marks):
+    if broadcaster.stopped or any(signal.generation != generation for signal, generation in marks):
         return
     signals = [signal for signal, _ in marks]
     if broadcaster.remote not in signals:

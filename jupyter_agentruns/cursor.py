@@ -53,7 +53,8 @@ def parse_page_cursor(raw: str) -> tuple[str, str]:
     except (binascii.Error, UnicodeError, ValueError):
         text = ""
     created_at, _, run_id = text.partition("|")
-    if not (raw.isascii() and _TIMESTAMP.match(created_at) and _RUN_ID.match(run_id)):
+    # fullmatch: a `$` would let a newline after either through.
+    if not (raw.isascii() and _TIMESTAMP.fullmatch(created_at) and _RUN_ID.fullmatch(run_id)):
         raise invalid_request(
             f"before={raw!r} is not a cursor: pass the `next` of the previous page."
         )

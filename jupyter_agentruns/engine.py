@@ -43,6 +43,9 @@ from .timeutil import now_iso
 from .writer import Writer
 
 SNAPSHOT_CACHE_BYTES = 64 * 1024 * 1024
+# How long the requests being served when the server stops may take to finish
+# before the store closes under them.
+STOP_GRACE_SECONDS = 5.0
 LIST_PAGE_BYTES = 16 * 1024 * 1024
 RUN_FIELDS = (
     "run_id", "agent", "status", "session", "metadata", "input", "retry_of",
@@ -106,6 +109,7 @@ class Engine(LoggingConfigurable):
         # (writer thread only): see sweep().
         self._expired_seen: dict[str, tuple[float | None, float]] = {}
         self.open_streams: Counter[str] = Counter()
+        self.requests = Requests()
         self._dispatching = False
         self._stopping = False
         self._froze_gc = False  # gc.freeze() at start (undone at stop)
@@ -124,6 +128,11 @@ class Engine(LoggingConfigurable):
         self._count_loop: asyncio.AbstractEventLoop | None = None
         metrics.RUNS.track(self, lambda engine: engine.runs_for_metrics())
         metrics.EXECUTING_RUNS.track(self, lambda engine: len(engine.live))
+
+    @property
+    def stopping(self) -> bool:
+        """The server began to stop: requests are refused, streams end."""
+        return self._stopping
 
     @property
     def live(self) -> dict[str, Any]:
@@ -201,6 +210,7 @@ class Engine(LoggingConfigurable):
         """
         self._stopping = True
         self._stop_requested.set()
+        self.broadcaster.stop_waits()  # streams and long-polls end, their clients resume later
         # The upkeep and the dispatches finish what they are doing (a claim in
         # the writer's queue commits either way: its result must not be lost);
         # the retention pass is only cancelled.
@@ -211,6 +221,7 @@ class Engine(LoggingConfigurable):
             finishing.append(self._starting)  # its first dispatch may be claiming runs
         if finishing:
             await asyncio.wait(finishing, timeout=30)
+        await self.requests.finished(STOP_GRACE_SECONDS)
         loop = asyncio.get_running_loop()
         if self.writer is not None:
             await self.executor.shutdown()
@@ -1141,6 +1152,31 @@ class Engine(LoggingConfigurable):
         finally:
             self.open_streams[owner] -= 1
             gauge.dec()
+
+
+class Requests:
+    """The requests being served: a stop lets them finish before it closes the store."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._none = asyncio.Event()
+        self._none.set()
+
+    def began(self) -> None:
+        self.count += 1
+        self._none.clear()
+
+    def ended(self) -> None:
+        self.count -= 1
+        if not self.count:
+            self._none.set()
+
+    async def finished(self, timeout: float) -> None:
+        """Wait until none is being served, at most ``timeout`` seconds."""
+        try:
+            await asyncio.wait_for(self._none.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass  # what those still going read or write next fails as the server stopping
 
 
 def detached(snapshot: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,9 @@
 Python's ``json`` reads ``NaN``, ``Infinity`` and ``-Infinity`` and writes them
 back; none of them is JSON, a browser's ``JSON.parse`` refuses the answer, and
 a NaN that reaches ``asyncio.sleep`` corrupts the event loop's timers. Strings
-may also hold lone surrogates (``"\\ud800"``), which no UTF-8 store can keep.
+may also hold lone surrogates (``"\\ud800"``), which no UTF-8 store can keep,
+or NUL (``"\\u0000"``), which PostgreSQL refuses in text: refused in every
+string and key, so that SQLite and PostgreSQL answer a body alike.
 Bodies are checked here once, and every answer is written with
 ``allow_nan=False``. The kernel's client uses the same check before it sends.
 """
@@ -19,6 +21,10 @@ from typing import Any
 MAX_DEPTH = 64
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_NUL = (
+    "holds a NUL character (\\u0000), which the store cannot keep in text: remove it, "
+    "or encode binary data (base64)"
+)
 _ENCODER = json.JSONEncoder(allow_nan=False)
 _COMPACT = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
@@ -38,7 +44,7 @@ def dumps(value: Any, *, compact: bool = False) -> str:
 
 
 def check(value: Any, path: str = "") -> None:
-    """Raise ``UnsafeJson`` naming the first non-finite number, lone surrogate or too deep nesting."""
+    """Raise ``UnsafeJson`` naming the first non-finite number, lone surrogate, NUL or too deep nesting."""
     stack: list[tuple[Any, str, int]] = [(value, path, 0)]
     while stack:
         item, where, depth = stack.pop()
@@ -51,6 +57,8 @@ def check(value: Any, path: str = "") -> None:
         elif isinstance(item, str):
             if _LONE_SURROGATE.search(item):
                 raise UnsafeJson(where, "holds a lone UTF-16 surrogate, which is not text")
+            if "\x00" in item:
+                raise UnsafeJson(where, _NUL)
         elif isinstance(item, (dict, list, tuple)):
             if depth >= MAX_DEPTH:
                 raise UnsafeJson(where, f"is nested deeper than {MAX_DEPTH} levels")
@@ -58,6 +66,8 @@ def check(value: Any, path: str = "") -> None:
                 for key in item:
                     if isinstance(key, str) and _LONE_SURROGATE.search(key):
                         raise UnsafeJson(where, "has a key holding a lone UTF-16 surrogate")
+                    if isinstance(key, str) and "\x00" in key:
+                        raise UnsafeJson(where, f"has a key that {_NUL}")
                 # Reversed onto the stack: the first problem in reading order is the one named.
                 for key, child in reversed(item.items()):
                     stack.append((child, f"{where}.{key}" if where else str(key), depth + 1))

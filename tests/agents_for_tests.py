@@ -91,6 +91,15 @@ async def stubborn(run, input):
             continue
 
 
+async def slow_to_stop(run, input):
+    """Cancelled, its ``finally`` block takes ``seconds``: a stopping server waits that long."""
+    await run.text("working")
+    try:
+        await asyncio.sleep(3600)
+    finally:
+        await asyncio.sleep(input.get("seconds", 1))
+
+
 async def big_text(run, input):
     """``n`` text deltas of ``size`` characters each, as fast as the store takes them."""
     piece = "y" * input.get("size", 1000)
@@ -243,6 +252,7 @@ TEST_AGENTS = {
         "durable_count",
         "tool_user",
         "stubborn",
+        "slow_to_stop",
         "sleepy",
         "big_text",
         "nan_output",

@@ -11,7 +11,7 @@ from tornado import web
 
 from .. import jsonio
 from ..broadcaster import Waiter
-from ..engine import Engine
+from ..engine import Engine, Requests
 from ..errors import ApiError, invalid_request
 from ..store import StoreUnavailable
 
@@ -42,18 +42,44 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
         super().initialize(name, *args, **kwargs)
         self._body = bytearray()
         self._too_large = False
+        self._prepared = False
+        self._served: Requests | None = None
         # Released when the client disconnects: a waiting stream or long-poll ends at once.
         self.waiter = Waiter()
 
     def on_connection_close(self) -> None:
         super().on_connection_close()
         self.waiter.release()
+        self._serving_ended()
+
+    def on_finish(self) -> None:
+        super().on_finish()
+        self._serving_ended()
 
     async def prepare(self) -> None:
         await super().prepare()
+        if self.stopping:
+            raise shutting_down()
         length = self.request.headers.get("Content-Length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
             raise self._request_too_large()
+        self._prepared = True
+        engine = self.settings["agentruns_engine"]
+        if engine is not None:
+            # Counted until it ends: the server's stop waits for it before closing the store.
+            self._served = engine.requests
+            self._served.began()
+
+    def _serving_ended(self) -> None:
+        if self._served is not None:
+            self._served.ended()
+            self._served = None
+
+    @property
+    def stopping(self) -> bool:
+        """The server began to stop (streams end, new requests are answered 503)."""
+        engine = self.settings["agentruns_engine"]
+        return engine is not None and engine.stopping
 
     @property
     def max_body_bytes(self) -> int:
@@ -108,11 +134,22 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
             # A database that went away is news for the log, not a traceback per request.
             self.log.warning("agentruns: %s %s: %s", self.request.method, self.request.path, value)
             return
+        if self.stopping and not isinstance(value, web.HTTPError):
+            # The store closed under a request that outlived the stop's grace.
+            self.log.info(
+                "agentruns: %s %s ended by the server's stop",
+                self.request.method,
+                self.request.path,
+            )
+            return
         super().log_exception(typ, value, tb)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
-        if isinstance(exc, StoreUnavailable):
+        if self.stopping and exc is not None and not isinstance(exc, web.HTTPError):
+            exc = shutting_down()
+            self.set_status(exc.status)
+        elif isinstance(exc, StoreUnavailable):
             exc = store_unavailable(exc)
             self.set_status(exc.status)
         if isinstance(exc, ApiError):
@@ -133,6 +170,11 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
             }
         if status_code == 405:
             self.set_header("Allow", ", ".join(self.allowed_methods()))
+        if not self._prepared:
+            # Answered before the body was read (a 413 from Content-Length, a 403
+            # from the XSRF check): tornado then closes the connection rather
+            # than read the body, and a client must not send another request on it.
+            self.set_header("Connection", "close")
         self.set_header("Content-Type", "application/json")
         self.finish(jsonio.dumps(body))
 
@@ -171,6 +213,17 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
         return value
 
 
+def shutting_down() -> ApiError:
+    return ApiError(
+        503,
+        "shutting_down",
+        "The server is stopping. Try again in a few seconds, once it (or another server "
+        "sharing its store) is back: runs and their events are kept, streams resume from "
+        "their cursors.",
+        headers={"Retry-After": "5"},
+    )
+
+
 def store_unavailable(reason: StoreUnavailable) -> ApiError:
     return ApiError(
         503,
@@ -190,7 +243,8 @@ def parse_body(raw: bytes, *, required: bool = True) -> dict[str, Any]:
     try:
         body = jsonio.loads_body(raw)
     except jsonio.UnsafeJson as exc:
-        raise ApiError(400, "invalid_request", f"{exc}.", path=exc.path or None) from None
+        where = {"path": exc.path} if exc.path else {}  # none for the body itself
+        raise ApiError(400, "invalid_request", f"{exc}.", **where) from None
     except ValueError as exc:
         raise invalid_request(f"{exc}.") from None
     if not isinstance(body, dict):

@@ -16,7 +16,7 @@ from ..lifecycle import is_terminal
 from ..store import StoreUnavailable
 from . import sse
 from .base import AgentRunsHandler
-from .runs import RUN_ID
+from .runs import RUN_ID, check_run_id
 
 SSE_BATCH = 500
 # The first write of a resumed stream is small, so the first event arrives at once.
@@ -30,6 +30,7 @@ class EventsHandler(AgentRunsHandler):
     @web.authenticated
     @authorized
     async def get(self, run_id: str) -> None:
+        check_run_id(run_id)
         engine = self.engine
         await engine.start()
         row = await engine.owned_head(self.owner, run_id)
@@ -58,10 +59,13 @@ class EventsHandler(AgentRunsHandler):
             try:
                 await sse.send(self, "", settings.write_timeout_seconds)
                 batch = SSE_FIRST_BATCH
-                while not subscriber.done:
+                # At the server's stop the response ends: the client resumes from its cursor.
+                while not subscriber.done and not self.stopping:
                     events = await subscriber.pull(batch, settings.heartbeat_interval, self.waiter)
                     if self.waiter.released:
                         return  # the client left: its slot is free now, not at the next write
+                    if not events and self.stopping:
+                        break
                     batch = SSE_BATCH
                     text = "".join([event[FRAME] for event in events]) if events else sse.PING
                     await sse.send(self, text, settings.write_timeout_seconds)

@@ -7,7 +7,7 @@ from tornado import web
 
 from ..errors import invalid_request, refuse_unknown_fields
 from .base import AgentRunsHandler
-from .runs import RUN_ID
+from .runs import RUN_ID, check_run_id
 
 MAX_NOTE_CHARS = 4000
 
@@ -31,6 +31,7 @@ class InputHandler(AgentRunsHandler):
         # a single-user server's token login is an anonymous display name).
         user = self.current_user
         by = getattr(user, "name", None) or user.username
+        check_run_id(run_id)
         run = await self.engine.answer(self.owner, by, run_id, request_id, choice, note)
         self.write_json(run)
 

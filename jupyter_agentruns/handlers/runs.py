@@ -13,7 +13,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from ..engine import SnapshotReplaced, SubmitRequest
-from ..errors import ApiError, invalid_request, refuse_unknown_fields
+from ..errors import ApiError, invalid_request, refuse_unknown_fields, run_not_found
 from ..idempotency import key_problem
 from ..lifecycle import ALL_STATUSES, SESSION_POLICIES
 from .base import AgentRunsHandler
@@ -34,6 +34,12 @@ SEND_BYTES = 256 * 1024
 ANSWER_ATTEMPTS = 3
 LIST_LIMIT_DEFAULT = 50
 LIST_LIMIT_MAX = 500
+
+
+def check_run_id(run_id: str) -> None:
+    """404 ``run_not_found`` for a run id holding NUL: no run has one, and PostgreSQL cannot look it up."""
+    if "\x00" in run_id:
+        raise run_not_found(run_id)
 
 
 def submit_request(body: dict[str, Any]) -> SubmitRequest:
@@ -133,6 +139,7 @@ class RunHandler(AgentRunsHandler):
     @authorized
     async def get(self, run_id: str) -> None:
         # With Accept: text/markdown, the static record a notebook keeps beside the live view.
+        check_run_id(run_id)
         markdown = "text/markdown" in self.request.headers.get("Accept", "")
         for attempt in range(1, ANSWER_ATTEMPTS + 1):
             pieces = await self.engine.run_answer(self.owner, run_id, markdown=markdown)
@@ -193,6 +200,7 @@ class RunHandler(AgentRunsHandler):
     @authorized
     async def delete(self, run_id: str) -> None:
         self.check_body_size()
+        check_run_id(run_id)
         await self.engine.delete(self.owner, run_id)
         self.set_status(204)
         self.finish()
@@ -209,6 +217,7 @@ class CancelHandler(AgentRunsHandler):
         reason = body.get("reason")
         if reason is not None and (not isinstance(reason, str) or len(reason) > 1000):
             raise invalid_request("The field 'reason' must be a string of at most 1000 characters.")
+        check_run_id(run_id)
         run, started = await self.engine.cancel(self.owner, run_id, reason)
         self.write_json(run, 202 if started else 200)
 

@@ -94,7 +94,8 @@ class StreamsHandler(AgentRunsHandler):
         broadcaster = self.engine.broadcaster
         loop = asyncio.get_running_loop()
         last_write = loop.time()
-        while subscribers:
+        # At the server's stop the response ends: the page resumes from its cursors.
+        while subscribers and not self.stopping:
             # Marked before reading: a commit during a read away on a reader thread is not missed.
             marks = mark(broadcaster, [s.run_id for s in subscribers])
             frames = []

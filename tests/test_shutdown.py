@@ -1,0 +1,169 @@
+"""Stopping a server while pages follow runs: streams end cleanly, requests get 503, no tracebacks."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import httpx
+import pytest
+
+from servers import ServerProcess, wait_status
+
+LIVE = {"prompt": "p", "chunks": 5000, "delay": 0.02, "tools": False}
+
+
+class Stream(threading.Thread):
+    """Reads one SSE response to its end; ``ended`` says how it ended."""
+
+    def __init__(self, server: ServerProcess, path: str, params: dict):
+        super().__init__(daemon=True)
+        self.server, self.path, self.params = server, path, params
+        self.status: int | None = None
+        self.ended: str | None = None
+
+    def run(self) -> None:
+        try:
+            with (
+                self.server.client() as client,
+                client.stream(
+                    "GET", self.path, params=self.params, headers={"Accept": "text/event-stream"}
+                ) as response,
+            ):
+                self.status = response.status_code
+                for _ in response.iter_lines():
+                    pass
+            self.ended = "cleanly"
+        except httpx.HTTPError as exc:
+            self.ended = repr(exc)
+
+
+class LongPoll(threading.Thread):
+    """One long-poll that waits for a run that emits nothing meanwhile."""
+
+    def __init__(self, server: ServerProcess, run_id: str, after: int):
+        super().__init__(daemon=True)
+        self.server, self.run_id, self.after = server, run_id, after
+        self.response: httpx.Response | None = None
+        self.error: str | None = None
+
+    def run(self) -> None:
+        try:
+            with self.server.client() as client:
+                self.response = client.get(
+                    f"runs/{self.run_id}/events", params={"after": self.after, "wait": 25}
+                )
+        except httpx.HTTPError as exc:
+            self.error = repr(exc)
+
+
+class RequestLoop(threading.Thread):
+    """Requests back to back on one keep-alive connection until the server is gone."""
+
+    def __init__(self, server: ServerProcess, paths: list[str]):
+        super().__init__(daemon=True)
+        self.server, self.paths = server, paths
+        self.answers: list[tuple[str, int, dict, str | None]] = []
+
+    def run(self) -> None:
+        with self.server.client() as client:
+            while True:
+                for path in self.paths:
+                    try:
+                        response = client.get(path)
+                    except httpx.HTTPError:
+                        return  # refused: the server no longer listens
+                    body = response.json() if response.status_code != 200 else {}
+                    retry_after = response.headers.get("Retry-After")
+                    self.answers.append((path, response.status_code, body, retry_after))
+
+
+def wait_open_streams(server: ServerProcess, expected: dict[str, int], timeout: float = 30) -> None:
+    """Wait until the server's metrics count ``expected`` open streams of each kind."""
+    deadline = time.monotonic() + timeout
+    with server.client() as client:
+        while True:
+            text = client.get(f"{server.url}metrics").text
+            counts = {
+                kind: float(count)
+                for kind, count in re.findall(
+                    r'^agentruns_open_streams\{kind="(\w+)"\} (\S+)$', text, re.M
+                )
+            }
+            if all(counts.get(kind) == count for kind, count in expected.items()):
+                return
+            assert time.monotonic() < deadline, f"open streams {counts}, not {expected}"
+            time.sleep(0.05)
+
+
+@pytest.mark.timeout(120)
+def test_a_server_stopping_under_open_streams_ends_them_and_answers_503(tmp_path, store_config):
+    server = ServerProcess(
+        tmp_path / "server",
+        tmp_path / "agentruns.sqlite3",
+        {
+            "agents": {"slow_to_stop": "agents_for_tests:slow_to_stop"},
+            "max_resume_attempts": 0,
+            "heartbeat_interval": 30,
+            **store_config,
+        },
+    ).start()
+    try:
+        with server.client() as client:
+            live = client.post(
+                "runs", json={"agent": "demo", "input": LIVE, "session": "s"}
+            ).json()["run_id"]
+            # Queued behind the live run, it stays queued through the stop: its streams
+            # only wait, and a stop must end them.
+            queued = client.post(
+                "runs",
+                json={"agent": "demo", "input": LIVE, "session": "s", "session_policy": "enqueue"},
+            ).json()["run_id"]
+            asking = client.post(
+                "runs", json={"agent": "demo", "input": {"prompt": "q", "ask": True}}
+            ).json()["run_id"]
+            # Its cancellation takes a second: the stop lasts that long at least, and the
+            # requests that go on meanwhile are answered 503.
+            client.post("runs", json={"agent": "slow_to_stop", "input": {"seconds": 1}})
+            done = client.post(
+                "runs", json={"agent": "demo", "input": {"prompt": "d", "chunks": 3, "delay": 0}}
+            ).json()["run_id"]
+            waiting = wait_status(client, asking, {"waiting"})
+            wait_status(client, done, {"succeeded"})
+        page = f"{live}:0,{queued}:0,{asking}:{waiting['last_seq']}"
+        streams = [
+            Stream(server, f"runs/{live}/events", {}),
+            Stream(server, f"runs/{queued}/events", {}),
+            Stream(server, "streams", {"runs": page}),
+        ]
+        polls = [LongPoll(server, queued, 0), LongPoll(server, asking, waiting["last_seq"])]
+        requests = [
+            RequestLoop(server, [f"runs/{live}", "runs", f"runs/{done}/events"]),
+            RequestLoop(server, [f"runs/{done}", f"runs/{live}/events?limit=5", "agents"]),
+            RequestLoop(server, [f"runs/{queued}", f"runs/{asking}", "usage"]),
+        ]
+        for thread in [*streams, *polls, *requests]:
+            thread.start()
+        wait_open_streams(server, {"run": 2, "page": 1, "poll": 2})
+        time.sleep(0.2)  # the requests go on
+        assert server.terminate(60) == 0
+        for thread in [*streams, *polls, *requests]:
+            thread.join(30)
+            assert not thread.is_alive()
+    finally:
+        server.kill()
+
+    log = server.log_path.read_text(errors="replace")
+    assert "Traceback" not in log and "ProgrammingError" not in log, server.log_tail(80)
+    # Each stream's response ended as an HTTP response ends: its client resumes from its cursor.
+    assert [(stream.status, stream.ended) for stream in streams] == [(200, "cleanly")] * 3
+    for poll in polls:
+        assert poll.error is None, poll.error
+        assert poll.response.status_code == 200, poll.response.text
+    answers = [answer for thread in requests for answer in thread.answers]
+    for path, status, body, retry_after in answers:
+        if status != 200:
+            assert (status, body["error"]) == (503, "shutting_down"), (path, status, body)
+            assert body["message"] and retry_after
+    assert any(status == 503 for _, status, _, _ in answers), "no request came during the stop"
