@@ -261,16 +261,19 @@ class Writer:
                     if ops:
                         batch = [item for item in batch if not isinstance(item, Op)]
                         failures = [(op.future, False, StoreUnavailable(str(exc))) for op in ops]
-                        try:
-                            self._loop.call_soon_threadsafe(self._committed, {}, {}, failures)
-                        except RuntimeError:
-                            return  # the event loop is closed: nobody is waiting any more
                         if not batch:
                             # Nothing is left to retry, so the writer is free:
                             # the next request tries the store itself. Left
                             # set, this one failure would refuse every request
                             # of an idle server long after the database is back.
+                            # (Cleared before the answers go out: a caller that
+                            # tries again at once must find it cleared.)
                             self.unavailable = None
+                        try:
+                            self._loop.call_soon_threadsafe(self._committed, {}, {}, failures)
+                        except RuntimeError:
+                            return  # the event loop is closed: nobody is waiting any more
+                        if not batch:
                             return
                 # Locked by another process, disk full, I/O error: nothing
                 # is dropped; producers wait (the queue is bounded) until
