@@ -149,6 +149,27 @@ def _end(type: str, data: dict[str, Any], fields: dict[str, Any] | None = None) 
     return Transition(type, data, {**(fields or {}), **ended})
 
 
+def ending(open_inputs: list[dict[str, Any]], end: Transition) -> list[Transition]:
+    """What a run's end commits: each question still open given up (reason ``cancelled``), then ``end``.
+
+    The same for a run its executor ends and for one ended in the store.
+    """
+    given_up = [
+        Transition(
+            "input.resolved",
+            {
+                "request_id": request["request_id"],
+                "choice": None,
+                "note": None,
+                "by": None,
+                "reason": "cancelled",
+            },
+        )
+        for request in open_inputs
+    ]
+    return [*given_up, end]
+
+
 def as_pending_cancel(run: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
     """A run object as it will be once the server executing it takes a recorded cancel request."""
     if not is_active(run["status"]):
