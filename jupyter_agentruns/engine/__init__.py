@@ -35,7 +35,7 @@ from .. import metrics
 from ..agents import AgentSpec
 from ..broadcaster import Broadcaster, Channel, Subscriber
 from ..compaction import Compactor
-from ..errors import ApiError
+from ..errors import Problem
 from ..events import EVENT, Append
 from ..executor import Execution, Executor
 from ..reader import Reader
@@ -376,12 +376,11 @@ class Engine(LoggingConfigurable):
         """
         limit = self.settings.max_streams_per_user
         if self.open_streams[owner] >= limit:
-            raise ApiError(
-                429,
+            raise Problem(
                 "too_many_streams",
                 f"You have {limit} open event streams, the most allowed; "
                 "close one (the page stream carries many runs on one connection).",
-                headers={"Retry-After": "5"},
+                retry_after=5,
             )
         self.open_streams[owner] += 1
         gauge = metrics.OPEN_STREAMS.labels(kind)

@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import lifecycle, metrics, reducer
 from ..agents import RunClosed
-from ..errors import ApiError, run_not_found
+from ..errors import Problem, run_not_found
 from ..executor import Executor
 from ..settings import Settings
 from ..store import StoreConnection, end_stored
@@ -95,7 +95,7 @@ class Controls:
         if check_answer(reducer.find_input(run["snapshot"], request_id), request_id, choice):
             return run
         if lifecycle.is_terminal(run["status"]):
-            raise ApiError(409, "input_resolved", "The run has ended: its questions are closed.")
+            raise Problem("input_resolved", "The run has ended: its questions are closed.")
         # Another server executes the run: record the answer for it, then wait
         # (its lease upkeep takes answers every second) to say how it went.
         answer = {"choice": choice, "note": note, "by": by}
@@ -123,7 +123,7 @@ class Controls:
                 check_answer(request, request_id, choice)
                 return run
             if lifecycle.is_terminal(run["status"]):
-                raise ApiError(409, "input_resolved", "The run ended before it took the answer.")
+                raise Problem("input_resolved", "The run ended before it took the answer.")
         # Recorded, not yet taken (the executing server is slow, or died and
         # its run will be interrupted): the run as it is now.
         return run
@@ -138,7 +138,7 @@ class Controls:
             if row is None or row["owner"] != owner:
                 raise run_not_found(run_id)
             if lifecycle.is_active(row["status"]):
-                raise ApiError(409, "run_active", "The run is still active; cancel it first.")
+                raise Problem("run_active", "The run is still active; cancel it first.")
             conn.delete_run(run_id)
 
         await self._writer.run(delete)
@@ -146,22 +146,20 @@ class Controls:
         self._reads.forget(run_id)
 
 
-def input_resolved(choice: Any) -> ApiError:
-    return ApiError(
-        409,
+def input_resolved(choice: Any) -> Problem:
+    return Problem(
         "input_resolved",
         f"This question was already answered ({choice!r}); a different answer cannot replace it.",
         choice=choice,
     )
 
 
-def input_given_up(reason: str | None) -> ApiError:
+def input_given_up(reason: str | None) -> Problem:
     why = {
         "timeout": "nobody answered it in the time the agent gave",
         "cancelled": "the run was cancelled or ended before it was answered",
     }.get(reason or "", "the run stopped waiting for it")
-    return ApiError(
-        409,
+    return Problem(
         "input_resolved",
         f"This question was given up ({why}): it takes no answer any more.",
         choice=None,
@@ -172,11 +170,10 @@ def input_given_up(reason: str | None) -> ApiError:
 def check_answer(request: dict[str, Any] | None, request_id: str, choice: str) -> bool:
     """Whether an answer was already given (True: the same one); raise for a wrong one."""
     if request is None:
-        raise ApiError(404, "input_not_found", f"The run has no question {request_id!r}.")
+        raise Problem("input_not_found", f"The run has no question {request_id!r}.")
     choices = request.get("choices") or []
     if choice not in choices:
-        raise ApiError(
-            400,
+        raise Problem(
             "invalid_choice",
             f"{choice!r} is not one of the choices offered: {', '.join(map(repr, choices))}.",
             path="choice",

@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import budgets, jsonio, lifecycle, reducer
 from ..cursor import page_cursor, parse_page_cursor
-from ..errors import ApiError, run_not_found
+from ..errors import Problem, run_not_found
 from ..reader import Reader
 from ..record import run_markdown
 from ..store import StoreConnection, reduce_stored
@@ -61,8 +61,7 @@ class Reads:
         if row is None:
             tombstone = conn.get_tombstone(run_id)
             if tombstone is not None and tombstone["owner"] == owner:
-                raise ApiError(
-                    410,
+                raise Problem(
                     "run_expired",
                     f"The run {run_id!r} finished long ago and was deleted "
                     "(run_retention_seconds); its output is no longer kept.",
@@ -89,7 +88,7 @@ class Reads:
         each read is short, so on a local store it runs on the event loop,
         which a thread reading the whole text would hold back instead (the
         two would take turns at the GIL every switch interval). Raises
-        ``ApiError`` before the first piece; ``SnapshotReplaced`` once a piece
+        ``Problem`` before the first piece; ``SnapshotReplaced`` once a piece
         was sent, if the snapshot went away meanwhile (the answer is then cut).
         """
 

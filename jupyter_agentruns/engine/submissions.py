@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import lifecycle
 from ..agents import AgentSpec
-from ..errors import ApiError, run_not_found
+from ..errors import Problem, run_not_found
 from ..executor import Executor
 from ..idempotency import fingerprint
 from ..settings import Settings
@@ -76,16 +76,15 @@ class Submissions:
         self._executor_id = executor_id
         self._on_activity = on_activity
 
-    def unknown_agent(self, name: str) -> ApiError:
+    def unknown_agent(self, name: str) -> Problem:
         failure = self._agent_failures.get(name)
         if failure is not None:
-            return ApiError(
-                404,
+            return Problem(
                 "unknown_agent",
                 f"The agent {name!r} failed to load ({failure}); the server log says more, "
                 "GET agents lists the others.",
             )
-        return ApiError(404, "unknown_agent", f"No agent named {name!r}; GET agents lists them.")
+        return Problem("unknown_agent", f"No agent named {name!r}; GET agents lists them.")
 
     async def submit(
         self, owner: str, request: SubmitRequest, key: str | None, key_with_run: bool = False
@@ -97,10 +96,10 @@ class Submissions:
         """
         spec = self._agents.get(request.agent)
         if spec is None:
-            problem: ApiError | None = self.unknown_agent(request.agent)
+            problem: Problem | None = self.unknown_agent(request.agent)
         else:
             reason = spec.input_problem(request.input)
-            problem = ApiError(400, "invalid_input", reason) if reason else None
+            problem = Problem("invalid_input", reason) if reason else None
         fp = request.fingerprint
         settings = self._settings
         ttl, max_active, lease = (
@@ -125,8 +124,7 @@ class Submissions:
                 existing = conn.find_key(owner, key, now - ttl)
                 if existing is not None:
                     if existing["fingerprint"] != fp:
-                        raise ApiError(
-                            422,
+                        raise Problem(
                             "idempotency_key_reused",
                             "This Idempotency-Key was used for a different request; "
                             "use a new key for a new run.",
@@ -146,8 +144,7 @@ class Submissions:
                 else []
             )
             if policy == "reject" and active:
-                raise ApiError(
-                    409,
+                raise Problem(
                     "session_busy",
                     f"The session {request.session!r} has an active run, {active[0]['run_id']}; "
                     "wait for it or cancel it, or submit with session_policy 'enqueue' or 'interrupt'.",
@@ -155,16 +152,14 @@ class Submissions:
                 )
             day_rows[:] = self._budgets.check_day(conn, owner, now)
             if conn.count_active(owner) >= max_active:
-                raise ApiError(
-                    429,
+                raise Problem(
                     "too_many_active_runs",
                     f"You have {max_active} active runs, the most allowed; wait for one to finish or cancel one.",
-                    headers={"Retry-After": "5"},
+                    retry_after=5,
                 )
             stored_limit = settings.max_stored_runs_per_user
             if stored_limit and conn.count_runs(owner) >= stored_limit:
-                raise ApiError(
-                    429,
+                raise Problem(
                     "storage_quota_exceeded",
                     f"You have {stored_limit} stored runs, the most allowed; delete runs you no "
                     "longer need (finished runs are also deleted after run_retention_seconds).",

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import budgets
-from ..errors import ApiError
+from ..errors import Problem
 from ..reader import Reader
 from ..settings import Settings
 from ..store import StoreConnection
@@ -41,12 +41,11 @@ class TokenBudgets:
         used = sum(row[2] + row[3] for row in rows)
         if used >= limit:
             wait = budgets.retry_after(rows, limit, now)
-            raise ApiError(
-                429,
+            raise Problem(
                 "token_budget_exhausted",
                 f"Your runs of the last 24 hours used {used} tokens, the most allowed is {limit} "
                 f"(tokens_per_user_per_day); the window frees up in {wait} s.",
-                headers={"Retry-After": str(wait)},
+                retry_after=wait,
             )
         return rows
 
