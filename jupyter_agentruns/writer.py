@@ -75,10 +75,6 @@ class Op:
         self.abandoned = False
 
 
-class Refused(Exception):
-    """A run's events were refused: their seqs are taken (another server ended the run)."""
-
-
 class Writer:
     """The one writer of a store in this server: a thread with its own connection."""
 
