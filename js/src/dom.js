@@ -130,3 +130,31 @@ export function formatCost(cost) {
   if (cost === 0) return "0";
   return cost >= 0.01 ? cost.toFixed(2) : cost.toPrecision(2);
 }
+
+/**
+ * A token count ("1234", or "1,234" grouped), or "?" for anything that is not one
+ * (text, negative, fractional, beyond 2^53: a run's usage is what its agent said).
+ * @param {unknown} value
+ * @param {boolean} [grouped]
+ * @returns {string}
+ */
+export function formatTokens(value, grouped = false) {
+  if (!isTokenCount(value)) return "?";
+  return grouped ? /** @type {number} */ (value).toLocaleString("en-US") : String(value);
+}
+
+/**
+ * @param {unknown} value
+ * @returns {boolean}
+ */
+export function isTokenCount(value) {
+  return typeof value === "number" && Number.isInteger(value) && value >= 0 && value <= 2 ** 53;
+}
+
+/**
+ * @param {unknown} cost
+ * @returns {boolean}
+ */
+export function isCost(cost) {
+  return typeof cost === "number" && Number.isFinite(cost) && cost >= 0;
+}

@@ -10,7 +10,7 @@ import { getHub } from "./hub.js";
 import { openInputs } from "./reducer.js";
 import { RunState } from "./runstate.js";
 import { STATUSES } from "./status.js";
-import { button, element, formatAgo, formatCost, formatDuration, inputCard, parseTime } from "./dom.js";
+import { button, element, formatAgo, formatCost, formatDuration, formatTokens, inputCard, isCost, isTokenCount, parseTime } from "./dom.js";
 
 /** Runs on one page of the panel; "More" adds another page. */
 export const PAGE_SIZE = 20;
@@ -85,9 +85,10 @@ export function contentsPath(session, serverRoot) {
  */
 export function describeTokens(usage) {
   if (usage === null || typeof usage !== "object") return "";
-  const total = (Number(usage.input_tokens) || 0) + (Number(usage.output_tokens) || 0);
-  let text = `${usage.estimated ? "≈ " : ""}${total.toLocaleString("en-US")} tokens`;
-  if (typeof usage.cost === "number") text += ` · cost ${formatCost(usage.cost)}`;
+  const counts = [usage.input_tokens, usage.output_tokens];
+  const total = counts.every(isTokenCount) ? counts[0] + counts[1] : null;
+  let text = `${usage.estimated ? "≈ " : ""}${formatTokens(total, true)} tokens`;
+  if (isCost(usage.cost)) text += ` · cost ${formatCost(usage.cost)}`;
   return text;
 }
 

@@ -6,7 +6,7 @@
 
 import { apiBase, apiFetch, errorMessage, newIdempotencyKey, runsUrl } from "./api.js";
 import { getHub } from "./hub.js";
-import { button, element, formatAgo, formatCost, formatDuration, inputCard, parseTime } from "./dom.js";
+import { button, element, formatAgo, formatCost, formatDuration, formatTokens, inputCard, isCost, parseTime } from "./dom.js";
 import { compactJson, isPlainObject } from "./json.js";
 import { MAX_MARKDOWN_CHARS, renderMarkdown } from "./markdown.js";
 import { RunState } from "./runstate.js";
@@ -847,8 +847,8 @@ export class RunView {
     box.hidden = usage === null;
     if (usage === null) return;
     const about = usage.estimated ? "≈ " : "";
-    box.textContent = `tokens: ${about}${usage.input_tokens ?? "?"} in · ${usage.output_tokens ?? "?"} out`;
-    if (typeof usage.cost === "number") box.textContent += ` · cost ${formatCost(usage.cost)}`;
+    box.textContent = `tokens: ${about}${formatTokens(usage.input_tokens)} in · ${formatTokens(usage.output_tokens)} out`;
+    if (isCost(usage.cost)) box.textContent += ` · cost ${formatCost(/** @type {number} */ (usage.cost))}`;
     if (usage.estimated) box.textContent += " (estimated: not reported by the model server)";
   }
 
