@@ -26,8 +26,6 @@ from typing import Any
 from . import jsonio
 from .lifecycle import TERMINAL_STATUSES
 
-TERMINAL = TERMINAL_STATUSES
-
 
 class AgentRunsError(Exception):
     """An error answered by the agentruns API (``code`` is its ``error`` field).
@@ -415,7 +413,7 @@ class Client:
             )[2]
             if body["events"]:
                 after = body["events"][-1]["seq"]
-            if body["done"] or body["status"] in TERMINAL and after >= body["last_seq"]:
+            if body["done"] or body["status"] in TERMINAL_STATUSES and after >= body["last_seq"]:
                 return self.get_run(run_id)
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"run {run_id} is still {body['status']} after {timeout} s")

@@ -26,7 +26,7 @@ from .lifecycle import is_terminal
 from .reader import Reader
 from .settings import Settings
 from .store import StoreConnection, reduce_stored
-from .writer import Writer
+from .writer import Writer, in_transaction
 
 DELETE_CHUNK = 5000
 
@@ -125,6 +125,7 @@ class Compactor:
         target, base_seq, snapshot = reduced
         watermark = target - 1
 
+        @in_transaction
         def record(conn: StoreConnection) -> int:
             """How many events the run's new ``first_seq`` leaves behind (0: none)."""
             conn.lock_run(run_id)
@@ -150,9 +151,12 @@ class Compactor:
         if channel is not None:
             channel.first_seq = target
         # Readers already ignore what is below first_seq; the rows go in small bites.
-        while await self._writer.run(
-            lambda conn: conn.delete_events_before(run_id, target, DELETE_CHUNK)
-        ):
+
+        @in_transaction
+        def delete_some(conn: StoreConnection) -> int:
+            return conn.delete_events_before(run_id, target, DELETE_CHUNK)
+
+        while await self._writer.run(delete_some):
             await asyncio.sleep(0)
         return folded
 
@@ -161,11 +165,18 @@ class Compactor:
 
         False when another server sharing the store deleted it first: counted once, by that one.
         """
-        while await self._writer.run(
-            lambda conn: conn.delete_events_before(run_id, 2**62, DELETE_CHUNK)
-        ):
+
+        @in_transaction
+        def delete_some(conn: StoreConnection) -> int:
+            return conn.delete_events_before(run_id, 2**62, DELETE_CHUNK)
+
+        @in_transaction
+        def bury(conn: StoreConnection) -> bool:
+            return conn.bury(run_id, owner, time.time())
+
+        while await self._writer.run(delete_some):
             await asyncio.sleep(0)
-        buried = await self._writer.run(lambda conn: conn.bury(run_id, owner, time.time()))
+        buried = await self._writer.run(bury)
         if buried:
             metrics.RUNS_DELETED.labels("retention").inc()
         self._on_deleted(run_id)

@@ -6,7 +6,7 @@ import base64
 import binascii
 import re
 
-from .errors import ApiError, invalid_request
+from .errors import Problem, invalid_request
 
 _TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
 _RUN_ID = re.compile(r"^run_[A-Za-z0-9_-]{1,64}$")
@@ -21,8 +21,7 @@ def parse_cursor(last_event_id: str | None, after: str | None) -> int:
     if raw is None or raw == "":
         return 0
     if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
-        raise ApiError(
-            400,
+        raise Problem(
             "invalid_cursor",
             f"The cursor {raw!r} is not a non-negative integer (the seq of the last event you have).",
         )
@@ -32,8 +31,7 @@ def parse_cursor(last_event_id: str | None, after: str | None) -> int:
 def check_cursor(cursor: int, last_seq: int) -> None:
     """A cursor past the run's last committed event cannot come from this run."""
     if cursor > last_seq:
-        raise ApiError(
-            409,
+        raise Problem(
             "cursor_ahead",
             f"The cursor {cursor} is beyond the run's last event ({last_seq}); "
             "reread the run and continue from its last_seq.",

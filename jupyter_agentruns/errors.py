@@ -1,4 +1,4 @@
-"""Errors the API answers with: a status, a code a client can branch on, a message a person can act on."""
+"""Errors the API answers with: a code a client can branch on, a message a person can act on."""
 
 from __future__ import annotations
 
@@ -6,45 +6,39 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from tornado.web import HTTPError
-
 # Absolute file paths in error messages: they say where the server keeps things.
 # Not inside a URL: "https://host/a/b" keeps its path.
 _PATH = re.compile(r"(?<![\w:/.~-])(?:[A-Za-z]:)?(?:[\\/][\w.~-]+){2,}[\\/]?")
 
 
-class ApiError(HTTPError):
-    """An error answered as JSON ``{"error": code, "message": message, **extra}``."""
+class Problem(Exception):
+    """Why a request cannot be done: a ``code`` to branch on, a ``message`` a person can act on.
 
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        *,
-        headers: dict[str, str] | None = None,
-        **extra: Any,
-    ):
-        super().__init__(status)
-        self.status = status
+    ``extra`` fields go into the answer beside them; ``retry_after`` says in
+    how many seconds trying again may help. Nothing here knows HTTP: the
+    handlers map each code to a status (``handlers/errors.py``).
+    """
+
+    def __init__(self, code: str, message: str, *, retry_after: int | None = None, **extra: Any):
+        super().__init__(message)
         self.code = code
         self.message = message
-        self.headers = headers or {}
+        self.retry_after = retry_after
         self.extra = extra
 
     def __str__(self) -> str:
-        return f"{self.status} {self.code}: {self.message}"
+        return f"{self.code}: {self.message}"
 
     def body(self) -> dict[str, Any]:
         return {"error": self.code, "message": self.message, **self.extra}
 
 
-def run_not_found(run_id: str) -> ApiError:
-    return ApiError(404, "run_not_found", f"No run {run_id!r} exists for you.")
+def run_not_found(run_id: str) -> Problem:
+    return Problem("run_not_found", f"No run {run_id!r} exists for you.")
 
 
-def invalid_request(message: str) -> ApiError:
-    return ApiError(400, "invalid_request", message)
+def invalid_request(message: str, **extra: Any) -> Problem:
+    return Problem("invalid_request", message, **extra)
 
 
 def refuse_unknown_fields(body: dict[str, Any], allowed: Iterable[str]) -> None:

@@ -12,8 +12,6 @@ ends each with the one terminal event that ``lifecycle`` decides.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import enum
 import functools
 import json
@@ -31,8 +29,10 @@ from .broadcaster import Broadcaster, Waiter
 from .errors import error_object
 from .events import envelope
 from .lifecycle import Transition
+from .store import StoreConnection
 from .timeutil import now_iso
-from .writer import Writer
+from .tuning import release_memory
+from .writer import Writer, in_transaction
 
 # Event types an agent may emit itself; the run.* lifecycle is the executor's.
 AGENT_EVENT_TYPES = {
@@ -150,10 +150,26 @@ class Execution:
         return seq
 
     async def commit(self, transition: Transition) -> int:
-        """Append a lifecycle transition: its event and the run columns it sets, together."""
-        data_json = self.encode(transition.type, transition.data)
+        """Append a lifecycle transition once the writer has room (see ``apply``)."""
+        self.encode(transition.type, transition.data)  # refused before any wait
         await self.reserve()
+        return self.apply(transition)
+
+    def apply(self, transition: Transition) -> int:
+        """Append a lifecycle transition now: its event and the run columns it sets, together."""
+        data_json = self.encode(transition.type, transition.data)
         return self.append(transition.type, transition.data, data_json, transition.fields)
+
+    async def end(self, end: Transition) -> None:
+        """Commit the run's end: its open questions given up, then ``end`` (``lifecycle.ending``).
+
+        Whoever waits in ``ask()`` is woken with ``RunClosed``.
+        """
+        self.encode(end.type, end.data)  # an output that cannot be stored fails before anything
+        await self.reserve()
+        for transition in lifecycle.ending(reducer.open_inputs(self.snapshot.structure()), end):
+            self.apply(transition)
+        self.stop_asking()
 
     def encode(self, type: str, data: dict[str, Any]) -> str:
         if self.closed:
@@ -252,7 +268,12 @@ class Execution:
                 f"a checkpoint of {len(data_json)} bytes is over max_event_bytes ({self._max_event_bytes})"
             )
         stored = json.loads(data_json)
-        await self._writer.run(lambda conn: conn.update_run(self.run_id, {"checkpoint": stored}))
+
+        @in_transaction
+        def save(conn: StoreConnection) -> None:
+            conn.update_run(self.run_id, {"checkpoint": stored})
+
+        await self._writer.run(save)
 
     def status(self) -> str:
         """The run's status now, as its events so far make it."""
@@ -328,21 +349,11 @@ class Execution:
         if reason is not None:
             data["reason"] = reason
         still_open = len(reducer.open_inputs(self.snapshot.structure())) - 1
-        transition = lifecycle.input_resolved(data, self.status(), still_open)
-        seq = self.append(
-            transition.type, transition.data, self.encode(transition.type, data), transition.fields
-        )
+        seq = self.apply(lifecycle.input_resolved(data, self.status(), still_open))
         answered = self.asked.get(request_id)
         if answered is not None and not answered.done() and choice is not None:
             answered.set_result(choice)
         return seq
-
-    def give_up_asking(self) -> None:
-        """Resolve the questions still open as ``cancelled``: the run ends without their answers."""
-        if not self.closed:
-            for request in reducer.open_inputs(self.snapshot.structure()):
-                self.resolve(request["request_id"], None, reason="cancelled")
-        self.stop_asking()
 
     def stop_asking(self) -> None:
         """Wake every ask() still waiting with ``RunClosed``.
@@ -648,13 +659,7 @@ class Executor:
                 await self._finish(execution)
                 return
             if not resumed:
-                started = lifecycle.started()
-                execution.append(
-                    started.type,
-                    started.data,
-                    execution.encode(started.type, started.data),
-                    started.fields,
-                )
+                execution.apply(lifecycle.started())
             agent = execution.task = asyncio.ensure_future(self._call_agent(execution, spec))
             # The end may be decided by something else (a cancel, an oversized
             # event): retrieve the agent's exception anyway, or asyncio logs
@@ -722,14 +727,18 @@ class Executor:
             await self._forget(execution)
             if not self._writer.closed:
                 run_id, executor_id = execution.run_id, execution.row.get("executor_id")
-                await self._writer.run(lambda conn: conn.release_run(run_id, executor_id))
+
+                @in_transaction
+                def release(conn: StoreConnection) -> None:
+                    conn.release_run(run_id, executor_id)
+
+                await self._writer.run(release)
                 metrics.RUNS_HANDED_OVER.inc()
             return
         if not execution.closed:
             transition = self._outcome(execution)
-            execution.give_up_asking()
             try:
-                await execution.commit(transition)
+                await execution.end(transition)
             except (TypeError, ValueError) as exc:  # an output that is not JSON, or too large
                 if transition.type != "run.succeeded":
                     raise
@@ -737,7 +746,7 @@ class Executor:
                     "type": "invalid_output",
                     "message": f"the agent's output cannot be stored: {exc}",
                 }
-                await execution.commit(lifecycle.failed(error))
+                await execution.end(lifecycle.failed(error))
         await self._forget(execution)
 
     def _outcome(self, execution: Execution) -> Transition:
@@ -800,12 +809,7 @@ class Executor:
         transition = lifecycle.cancel_requested(
             reason, requested_at or now_iso(), execution.stage()
         )
-        execution.append(
-            transition.type,
-            transition.data,
-            execution.encode(transition.type, transition.data),
-            transition.fields,
-        )
+        execution.apply(transition)
         execution.cancel = transition.fields["cancel"]
         execution.request_stop(Stop.CANCEL)
         if not execution.started:
@@ -860,16 +864,6 @@ def check_usage(data: Any) -> None:
     problem = budgets.usage_problem(data)
     if problem is not None:
         raise ValueError(problem)
-
-
-def release_memory() -> None:
-    """Return the C heap's free pages to the system (glibc only; elsewhere nothing to do)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
-        return
-    trim(0)
 
 
 def _retrieve(task: asyncio.Future) -> None:

@@ -53,7 +53,7 @@ TERMINAL_EVENTS = {
 CANCELLABLE = (RunStatus.QUEUED.value, RunStatus.RUNNING.value, RunStatus.WAITING.value)
 
 
-# What a submit to a session that has an active run does (see DESIGN.md, Session policy).
+# What a submit to a session that has an active run does (the README's Session policy).
 SESSION_POLICIES = ("parallel", "reject", "enqueue", "interrupt")
 
 
@@ -147,6 +147,27 @@ def interrupted(reason: str) -> Transition:
 def _end(type: str, data: dict[str, Any], fields: dict[str, Any] | None = None) -> Transition:
     ended = {"status": TERMINAL_EVENTS[type], "finished_at": now_iso(), "finished_ts": time.time()}
     return Transition(type, data, {**(fields or {}), **ended})
+
+
+def ending(open_inputs: list[dict[str, Any]], end: Transition) -> list[Transition]:
+    """What a run's end commits: each question still open given up (reason ``cancelled``), then ``end``.
+
+    The same for a run its executor ends and for one ended in the store.
+    """
+    given_up = [
+        Transition(
+            "input.resolved",
+            {
+                "request_id": request["request_id"],
+                "choice": None,
+                "note": None,
+                "by": None,
+                "reason": "cancelled",
+            },
+        )
+        for request in open_inputs
+    ]
+    return [*given_up, end]
 
 
 def as_pending_cancel(run: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:

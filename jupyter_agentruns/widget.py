@@ -23,7 +23,6 @@ import traitlets
 
 from . import jsonio
 from .client import (
-    TERMINAL,
     AgentRunsError,
     Client,
     ServerNotFound,
@@ -31,6 +30,7 @@ from .client import (
     default_key,
     find_server,
 )
+from .lifecycle import TERMINAL_STATUSES
 from .record import run_markdown
 from .runtable import RunList
 
@@ -101,7 +101,7 @@ class Run(anywidget.AnyWidget):
 
     @traitlets.observe("status")
     def _status_changed(self, change: dict[str, Any]) -> None:
-        if change["new"] in TERMINAL and change["old"] not in TERMINAL:
+        if change["new"] in TERMINAL_STATUSES and change["old"] not in TERMINAL_STATUSES:
             self._update_record()
 
     @traitlets.observe("run_id")
@@ -170,7 +170,7 @@ class Run(anywidget.AnyWidget):
 
     @property
     def done(self) -> bool:
-        return self.refresh()["status"] in TERMINAL
+        return self.refresh()["status"] in TERMINAL_STATUSES
 
     def wait(self, timeout: float | None = None) -> Run:
         """Block until the run is terminal (``TimeoutError`` after ``timeout`` seconds)."""

@@ -17,6 +17,7 @@ knows the store only through its interface, whichever database it is.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -40,6 +41,28 @@ RETRY_MAX_SECONDS = 2.0
 CLOSE_TIMEOUT_SECONDS = 30.0
 
 
+# The writer's thread, by name: functions marked ``in_transaction`` check they run on it.
+WRITER_THREAD = "agentruns-writer"
+
+
+def in_transaction(fn: Callable[[StoreConnection], Any]) -> Callable[[StoreConnection], Any]:
+    """Mark ``fn(conn)`` as a function the writer runs inside its transaction, on its thread.
+
+    ``Writer.run`` takes only functions marked so, and each checks where it
+    runs: what a part of the engine does in the store's transaction is said
+    where it is written, and a call from anywhere else fails at once.
+    """
+
+    @functools.wraps(fn)
+    def on_writer_thread(conn: StoreConnection) -> Any:
+        if threading.current_thread().name != WRITER_THREAD:
+            raise RuntimeError(f"{fn.__qualname__} runs on the store writer's thread only")
+        return fn(conn)
+
+    on_writer_thread.in_transaction = True  # type: ignore[attr-defined]
+    return on_writer_thread
+
+
 class Op:
     """A function run inside the writer's transaction, answered through a future."""
 
@@ -50,10 +73,6 @@ class Op:
         self.future = future
         # Answered 503 while still queued (the store unreachable): never run.
         self.abandoned = False
-
-
-class Refused(Exception):
-    """A run's events were refused: their seqs are taken (another server ended the run)."""
 
 
 class Writer:
@@ -92,7 +111,7 @@ class Writer:
         self._space.set()
         metrics.WRITER_QUEUE_EVENTS.track(self, lambda writer: writer.pending_events)
         metrics.WRITER_QUEUE_BYTES.track(self, lambda writer: writer.pending_bytes)
-        self._thread = threading.Thread(target=self._run, name="agentruns-writer", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=WRITER_THREAD, daemon=True)
         self._thread.start()
 
     # Event-loop side -------------------------------------------------------
@@ -127,6 +146,10 @@ class Writer:
         is answered 503, not held until the database is back. Events are
         never failed: they stay queued and their producers wait for room.
         """
+        if not getattr(fn, "in_transaction", False):
+            raise TypeError(
+                f"{fn!r} is not marked to run in the writer's transaction (in_transaction)"
+            )
         future = self._loop.create_future()
         unavailable = self.unavailable
         if unavailable is not None:
@@ -137,7 +160,12 @@ class Writer:
 
     def forget_refused(self, run_id: str) -> asyncio.Future:
         """Drop the record of a refused run once its queued appends are behind us."""
-        return self.run(lambda _: self._refused.discard(run_id))
+
+        @in_transaction
+        def forget(conn: StoreConnection) -> None:
+            self._refused.discard(run_id)
+
+        return self.run(forget)
 
     def _put(self, item) -> None:
         if self._stopping:
@@ -261,16 +289,19 @@ class Writer:
                     if ops:
                         batch = [item for item in batch if not isinstance(item, Op)]
                         failures = [(op.future, False, StoreUnavailable(str(exc))) for op in ops]
-                        try:
-                            self._loop.call_soon_threadsafe(self._committed, {}, {}, failures)
-                        except RuntimeError:
-                            return  # the event loop is closed: nobody is waiting any more
                         if not batch:
                             # Nothing is left to retry, so the writer is free:
                             # the next request tries the store itself. Left
                             # set, this one failure would refuse every request
                             # of an idle server long after the database is back.
+                            # (Cleared before the answers go out: a caller that
+                            # tries again at once must find it cleared.)
                             self.unavailable = None
+                        try:
+                            self._loop.call_soon_threadsafe(self._committed, {}, {}, failures)
+                        except RuntimeError:
+                            return  # the event loop is closed: nobody is waiting any more
+                        if not batch:
                             return
                 # Locked by another process, disk full, I/O error: nothing
                 # is dropped; producers wait (the queue is bounded) until

@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jupyter_agentruns import jsonio
-from jupyter_agentruns.errors import ApiError
+from jupyter_agentruns.errors import Problem
+from jupyter_agentruns.handlers.errors import status_of
 from jupyter_agentruns.handlers.base import parse_body
 from jupyter_agentruns.handlers.runs import submit_request
 
@@ -67,8 +68,8 @@ def accepted_or_400(raw: bytes):
     """parse_body and submit_request either accept ``raw`` or raise a 400: nothing else."""
     try:
         request = submit_request(parse_body(raw))
-    except ApiError as error:
-        assert error.status in (400, 413), error
+    except Problem as error:
+        assert status_of(error) in (400, 413), error
         assert error.code == "invalid_request" and error.message
         return None
     # What was accepted can be stored, in SQLite or PostgreSQL text, and written back
@@ -111,17 +112,17 @@ def test_a_nul_in_any_string_or_key_is_a_400_naming_where():
         (b'{"agent": "demo", "input": {}, "metadata": {"k\\u0000": 1}}', "metadata"),
         (b'{"agent": "demo", "input": {}, "session": "\\u0000"}', "session"),
     ]:
-        with pytest.raises(ApiError) as refused:
+        with pytest.raises(Problem) as refused:
             parse_body(raw)
-        assert refused.value.status == 400 and refused.value.body()["path"] == path
+        assert status_of(refused.value) == 400 and refused.value.body()["path"] == path
         assert "NUL" in refused.value.message
 
 
 def test_a_problem_in_the_body_itself_names_no_path():
     # A top-level key is in no field: the answer has no `path`, rather than a null one.
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(Problem) as refused:
         parse_body(b'{"\\u0000agent": "demo"}')
-    assert refused.value.status == 400 and "path" not in refused.value.body()
+    assert status_of(refused.value) == 400 and "path" not in refused.value.body()
 
 
 async def exchange(api_url: str, requests: list[tuple[str, str, dict, bytes]]):

@@ -161,7 +161,7 @@ async def test_a_run_started_during_a_refresh_of_the_day_is_counted_once(api, en
         return asyncio.ensure_future(later())
 
     engine.reader.run = slow
-    refresh = asyncio.ensure_future(engine._refresh_day_tokens())
+    refresh = asyncio.ensure_future(engine.budgets.refresh())
     await asyncio.sleep(0)
     engine.reader.run = real
     run = (await submit(api, "twice", {})).json()

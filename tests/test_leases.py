@@ -45,14 +45,14 @@ async def test_an_expired_lease_that_is_renewed_in_time_is_never_interrupted(api
     await engine.start()
     path = rawdb.target(engine)
     insert_foreign_run(path, "run_other", time.time() - 100)  # looks long dead (a clock jump)
-    assert await engine.sweep() == 0  # first seen: not yet
+    assert await engine.upkeep.sweep() == 0  # first seen: not yet
     set_lease(path, "run_other", time.time() + 60)  # its server wakes up and renews
     await asyncio.sleep(0.8)
-    assert await engine.sweep() == 0
+    assert await engine.upkeep.sweep() == 0
     assert (await api.get("runs/run_other")).json()["status"] == "running"
 
     set_lease(path, "run_other", time.time() - 1)  # now it really stops renewing
-    assert await engine.sweep() == 0
+    assert await engine.upkeep.sweep() == 0
     assert (await api.get("runs/run_other")).json()["status"] == "running"
     run = await wait_run(api, "run_other", timeout=5)  # the periodic sweep ends it
     assert run["status"] == "interrupted" and run["last_seq"] == 2

@@ -163,13 +163,13 @@ async def test_the_retries_of_a_run_are_listed_newest_first(api):
 
 
 async def test_a_page_of_runs_ends_early_once_it_holds_enough_text(api, monkeypatch):
-    from jupyter_agentruns import engine
+    from jupyter_agentruns.engine import reads
 
     ids = []
     for _ in range(5):
         response = await submit(api, input=demo_input(chunks=200, tools=False))
         ids.append((await wait_run(api, response.json()["run_id"]))["run_id"])
-    monkeypatch.setattr(engine, "LIST_PAGE_BYTES", 1500)  # about two of these runs' texts
+    monkeypatch.setattr(reads, "LIST_PAGE_BYTES", 1500)  # about two of these runs' texts
     seen, pages, before = [], 0, None
     while True:
         params = {"limit": 50, **({"before": before} if before else {})}
@@ -185,14 +185,14 @@ async def test_a_page_of_runs_ends_early_once_it_holds_enough_text(api, monkeypa
 
 async def test_a_page_of_runs_is_bounded_by_its_whole_size_not_only_its_text(api, monkeypatch):
     """Runs with big metadata and no text made a page of 500 runs 74 MB."""
-    from jupyter_agentruns import engine
+    from jupyter_agentruns.engine import reads
 
     ids = []
     for index in range(6):
         metadata = {"notes": f"{index}" * 300_000}
         response = await submit(api, input=demo_input(chunks=1, tools=False), metadata=metadata)
         ids.append((await wait_run(api, response.json()["run_id"]))["run_id"])
-    monkeypatch.setattr(engine, "LIST_PAGE_BYTES", 1_000_000)  # three of these runs at most
+    monkeypatch.setattr(reads, "LIST_PAGE_BYTES", 1_000_000)  # three of these runs at most
     seen, before = [], None
     while True:
         params = {"limit": 500, **({"before": before} if before else {})}

@@ -194,28 +194,27 @@ async def test_a_run_claimed_as_its_server_stops_goes_back_to_its_queue(
     api, engine, jp_serverapp, monkeypatch
 ):
     from jupyter_agentruns.engine import Engine
+    from jupyter_agentruns.engine.queues import Queues
 
-    async def leave_the_queue_alone() -> int:
+    async def leave_the_queue_alone(queues) -> int:
         return 0
 
     app = jp_serverapp.extension_manager.extension_points["jupyter_agentruns"].app
     first = (await submit(api, input=SLOW, session="stop")).json()
     queued = (await submit(api, input=QUICK, session="stop", session_policy="enqueue")).json()
-    # This server leaves the queue to the other one, for now.
-    monkeypatch.setattr(engine, "dispatch_queued", leave_the_queue_alone)
-    if engine._dispatches:
-        await asyncio.wait(set(engine._dispatches))
+    # Both servers leave the queue alone, for now: the test claims, below.
+    monkeypatch.setattr(Queues, "dispatch", leave_the_queue_alone)
+    if engine.queues.pending:
+        await asyncio.wait(engine.queues.pending)
     await api.post(f"runs/{first['run_id']}/cancel")
     await wait_run(api, first["run_id"])
     other = Engine(
         parent=app, settings=engine.settings, store=app.open_store(), agents=engine.agents
     )
-    other.dispatch_queued = leave_the_queue_alone  # the test claims, below
     await other.start()
     ready = await other.reader.run(lambda conn: conn.startable_queued_runs(None, ["demo"]))
     assert [row["run_id"] for row in ready] == [queued["run_id"]]
-    claiming = asyncio.ensure_future(other._claim_and_start(ready))
-    other._dispatches.add(claiming)  # as a dispatch of its own would be
+    claiming = asyncio.ensure_future(other.queues.claim_and_start(ready))
     await asyncio.sleep(0)  # the claim is in the other server's writer queue
     await other.stop()
     assert await claiming == 0

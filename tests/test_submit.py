@@ -275,7 +275,7 @@ async def test_a_key_that_lives_with_its_run_outlasts_the_ttl(api, engine):
     lasting = await submit(api, key="cell", headers={"Idempotency-Key-Lifetime": "run"})
     short = await submit(api, key="rest")
     await asyncio.sleep(0.5)
-    await engine.sweep()  # the sweep also purges keys past their time
+    await engine.upkeep.sweep()  # the sweep also purges keys past their time
     again = await submit(api, key="cell", headers={"Idempotency-Key-Lifetime": "run"})
     assert again.status_code == 200 and again.json()["run_id"] == lasting.json()["run_id"]
     assert (await submit(api, key="rest")).json()["run_id"] != short.json()["run_id"]

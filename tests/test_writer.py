@@ -9,7 +9,7 @@ import pytest
 from jupyter_agentruns.events import EVENT, SEQ, append
 from jupyter_agentruns.store import sqlite as sqlite_store
 from jupyter_agentruns.store.sqlite import SQLiteStore
-from jupyter_agentruns.writer import Writer
+from jupyter_agentruns.writer import Writer, in_transaction
 
 from conftest import write_lock_held
 
@@ -71,12 +71,14 @@ def store(tmp_path):
 async def started_writer(store, commits, **bounds):
     writer = Writer(store, asyncio.get_running_loop(), commits, LOG, **bounds)
     for run_id in ("run_a", "run_b", "run_c"):
-        await writer.run(lambda conn, run_id=run_id: conn.insert_run(new_run(run_id)))
+        await writer.run(
+            in_transaction(lambda conn, run_id=run_id: conn.insert_run(new_run(run_id)))
+        )
     return writer
 
 
 async def drained(writer):
-    await writer.run(lambda conn: None)  # behind everything queued before it
+    await writer.run(in_transaction(lambda conn: None))  # behind everything queued before it
 
 
 async def test_queued_appends_commit_together_and_are_reported_only_once_committed(store, tmp_path):
@@ -133,6 +135,7 @@ async def test_an_operation_that_raises_answers_only_its_caller(store, tmp_path)
     commits = Commits(tmp_path / "w.sqlite3")
     writer = await started_writer(store, commits)
 
+    @in_transaction
     def fails(conn):
         conn.insert_run(new_run("run_half"))
         raise ValueError("no")
@@ -140,7 +143,7 @@ async def test_an_operation_that_raises_answers_only_its_caller(store, tmp_path)
     try:
         writer.append(event("run_a", 1))
         failing = writer.run(fails)
-        succeeding = writer.run(lambda conn: conn.insert_run(new_run("run_d")))
+        succeeding = writer.run(in_transaction(lambda conn: conn.insert_run(new_run("run_d"))))
         with pytest.raises(ValueError):
             await failing
         await succeeding
@@ -206,6 +209,7 @@ async def test_a_lost_connection_refuses_only_the_requests_of_its_batch(postgres
     store = PostgresStore(postgres_url)
     writer = Writer(store, asyncio.get_running_loop(), lambda appended, refused: None, LOG)
 
+    @in_transaction
     def cut_then_read(conn):
         conn.get_run_head("run_a")  # the writer's connection is open, in its transaction
         with psycopg.connect(postgres_url.split("?")[0], autocommit=True) as admin:
@@ -218,7 +222,7 @@ async def test_a_lost_connection_refuses_only_the_requests_of_its_batch(postgres
     try:
         with pytest.raises(StoreUnavailable):
             await writer.run(cut_then_read)
-        await writer.run(lambda conn: conn.insert_run(new_run("run_a")))
+        await writer.run(in_transaction(lambda conn: conn.insert_run(new_run("run_a"))))
     finally:
         writer.close()
     conn = store.connect()
@@ -248,6 +252,7 @@ async def test_requests_queued_behind_a_batch_that_finds_the_database_gone_are_a
     writer = Writer(store, loop, lambda appended, refused: None, LOG)
     inside, cut = threading.Event(), threading.Event()
 
+    @in_transaction
     def held(conn):
         conn.get_run_head("run_a")
         inside.set()  # the batch is taken and in its transaction
@@ -255,11 +260,13 @@ async def test_requests_queued_behind_a_batch_that_finds_the_database_gone_are_a
         conn.get_run_head("run_a")  # the line is cut: fails
 
     try:
-        await writer.run(lambda conn: conn.insert_run(new_run("run_a")))
+        await writer.run(in_transaction(lambda conn: conn.insert_run(new_run("run_a"))))
         writer.append(event("run_a", 1))
         first = writer.run(held)
         await loop.run_in_executor(None, inside.wait, 10)
-        behind = writer.run(lambda conn: conn.insert_run(new_run("run_b")))  # queued
+        behind = writer.run(
+            in_transaction(lambda conn: conn.insert_run(new_run("run_b")))
+        )  # queued
         proxy.cut()
         cut.set()
         with pytest.raises(StoreUnavailable):
@@ -300,7 +307,7 @@ async def test_a_value_the_store_cannot_hold_fails_its_own_run_and_the_rest_of_t
             for run_id in ("run_a", "run_b", "run_c"):
                 writer.append(event(run_id, seq))
         await drained(writer)
-        lease = writer.run(lambda conn: conn.renew_leases("exec", ["run_b"], 123.0))
+        lease = writer.run(in_transaction(lambda conn: conn.renew_leases("exec", ["run_b"], 123.0)))
         for seq in (3, 4):
             writer.append(poison if seq == 3 else event("run_a", seq))
             writer.append(event("run_b", seq))

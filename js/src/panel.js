@@ -1,7 +1,7 @@
 // The runs panel: the caller's runs, newest first, live, and what can be done with each.
 //
 // Plain DOM, no JupyterLab import: the labextension puts it in the left
-// sidebar (panelplugin.js), the tests drive it in jsdom. Active runs follow
+// sidebar (labextension.js), the tests drive it in jsdom. Active runs follow
 // the page's one stream (the hub the widgets share); a poll of the first page
 // finds runs started elsewhere (another tab, the command line, a kernel).
 
@@ -10,7 +10,7 @@ import { getHub } from "./hub.js";
 import { openInputs } from "./reducer.js";
 import { RunState } from "./runstate.js";
 import { STATUSES } from "./status.js";
-import { button, element, formatAgo, formatCost, formatDuration, inputCard, parseTime } from "./view.js";
+import { button, element, formatAgo, formatCost, formatDuration, formatTokens, inputCard, isCost, isTokenCount, parseTime } from "./dom.js";
 
 /** Runs on one page of the panel; "More" adds another page. */
 export const PAGE_SIZE = 20;
@@ -85,9 +85,10 @@ export function contentsPath(session, serverRoot) {
  */
 export function describeTokens(usage) {
   if (usage === null || typeof usage !== "object") return "";
-  const total = (Number(usage.input_tokens) || 0) + (Number(usage.output_tokens) || 0);
-  let text = `${usage.estimated ? "≈ " : ""}${total.toLocaleString("en-US")} tokens`;
-  if (typeof usage.cost === "number") text += ` · cost ${formatCost(usage.cost)}`;
+  const counts = [usage.input_tokens, usage.output_tokens];
+  const total = counts.every(isTokenCount) ? counts[0] + counts[1] : null;
+  let text = `${usage.estimated ? "≈ " : ""}${formatTokens(total, true)} tokens`;
+  if (isCost(usage.cost)) text += ` · cost ${formatCost(usage.cost)}`;
   return text;
 }
 

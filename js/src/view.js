@@ -6,6 +6,7 @@
 
 import { apiBase, apiFetch, errorMessage, newIdempotencyKey, runsUrl } from "./api.js";
 import { getHub } from "./hub.js";
+import { button, element, formatAgo, formatCost, formatDuration, formatTokens, inputCard, isCost, parseTime } from "./dom.js";
 import { compactJson, isPlainObject } from "./json.js";
 import { MAX_MARKDOWN_CHARS, renderMarkdown } from "./markdown.js";
 import { RunState } from "./runstate.js";
@@ -154,49 +155,6 @@ export function modelHost(model) {
 }
 
 /**
- * "1.4 s", "12 s", "3 min 5 s", "2 h 4 min": a duration for a person.
- * @param {number} ms
- * @returns {string}
- */
-export function formatDuration(ms) {
-  if (ms < 10_000) return `${(Math.max(0, ms) / 1000).toFixed(1)} s`;
-  const seconds = Math.floor(ms / 1000);
-  if (seconds < 60) return `${seconds} s`;
-  const minutes = Math.floor(seconds / 60);
-  if (minutes < 60) return `${minutes} min ${seconds % 60} s`;
-  const hours = Math.floor(minutes / 60);
-  if (hours < 48) return `${hours} h ${minutes % 60} min`;
-  return `${Math.floor(hours / 24)} days`;
-}
-
-/**
- * "just now", "3 min ago", "5 h ago": how long ago `then` was.
- * @param {number} then ms since the epoch
- * @param {number} now ms since the epoch
- * @returns {string}
- */
-export function formatAgo(then, now) {
-  const seconds = Math.floor((now - then) / 1000);
-  if (seconds < 10) return "just now";
-  if (seconds < 60) return `${seconds} s ago`;
-  const minutes = Math.floor(seconds / 60);
-  if (minutes < 60) return `${minutes} min ago`;
-  const hours = Math.floor(minutes / 60);
-  if (hours < 48) return `${hours} h ago`;
-  return `${Math.floor(hours / 24)} days ago`;
-}
-
-/**
- * @param {string | null | undefined} text
- * @returns {number | null}
- */
-export function parseTime(text) {
-  if (!text) return null;
-  const ms = Date.parse(text);
-  return Number.isNaN(ms) ? null : ms;
-}
-
-/**
  * One line for an agent-defined event: its fields as `name=value`, values shortened.
  * @param {unknown} data
  * @returns {string}
@@ -223,30 +181,6 @@ const PROBLEMS = {
 
 /** @type {Record<string, string>} */
 const CONNECTION_CHIPS = { reconnecting: "reconnecting", signed_out: "signed out", failed: "connection failed" };
-
-/**
- * @param {string} tag
- * @param {string} [className]
- * @param {string} [text]
- * @returns {HTMLElement}
- */
-export function element(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
-/**
- * @param {string} text
- * @param {string} className
- * @returns {HTMLButtonElement}
- */
-export function button(text, className) {
-  const node = /** @type {HTMLButtonElement} */ (element("button", `agentruns-button ${className}`, text));
-  node.type = "button";
-  return node;
-}
 
 /**
  * @typedef {{
@@ -913,8 +847,8 @@ export class RunView {
     box.hidden = usage === null;
     if (usage === null) return;
     const about = usage.estimated ? "≈ " : "";
-    box.textContent = `tokens: ${about}${usage.input_tokens ?? "?"} in · ${usage.output_tokens ?? "?"} out`;
-    if (typeof usage.cost === "number") box.textContent += ` · cost ${formatCost(usage.cost)}`;
+    box.textContent = `tokens: ${about}${formatTokens(usage.input_tokens)} in · ${formatTokens(usage.output_tokens)} out`;
+    if (isCost(usage.cost)) box.textContent += ` · cost ${formatCost(/** @type {number} */ (usage.cost))}`;
     if (usage.estimated) box.textContent += " (estimated: not reported by the model server)";
   }
 
@@ -980,54 +914,6 @@ function toolCard(tool) {
 }
 
 /**
- * A question the agent asked a person: a button per choice while open, the answer once resolved.
- * @param {Input} input
- * @param {(choice: string, card: HTMLElement) => void} answer
- * @returns {HTMLElement}
- */
-export function inputCard(input, answer) {
-  const card = element("div", `agentruns-input agentruns-input--${input.status}`);
-  card.dataset.requestId = String(input.request_id);
-  card.dataset.status = String(input.status);
-  const head = element("div", "agentruns-input-head");
-  head.append(
-    element("span", "agentruns-input-kind", String(input.kind || "question")),
-    element("span", "agentruns-input-title", String(input.title || ""))
-  );
-  card.appendChild(head);
-  if (input.details !== null && input.details !== undefined) {
-    const text = typeof input.details === "string" ? input.details : compactJson(input.details, 400);
-    card.appendChild(element("div", "agentruns-input-details", text));
-  }
-  if (input.status === "open") {
-    const choices = element("div", "agentruns-input-choices");
-    for (const choice of Array.isArray(input.choices) ? input.choices : []) {
-      const node = button(String(choice), "agentruns-choice");
-      node.dataset.choice = String(choice);
-      node.addEventListener("click", () => answer(String(choice), card));
-      choices.appendChild(node);
-    }
-    card.appendChild(choices);
-  } else {
-    card.appendChild(element("div", "agentruns-input-answer", describeAnswer(input)));
-  }
-  return card;
-}
-
-/**
- * @param {Input} input
- * @returns {string}
- */
-export function describeAnswer(input) {
-  if (input.choice === null || input.choice === undefined) {
-    return input.reason === "timeout" ? "no answer in time" : "not answered: the run went on without it";
-  }
-  let text = `${input.choice}${input.by ? ` by ${input.by}` : ""}`;
-  if (input.note) text += `: ${input.note}`;
-  return text;
-}
-
-/**
  * @param {Message} message
  * @returns {MessageEntry}
  */
@@ -1064,11 +950,4 @@ export function describeReason(reason) {
   return compactJson(reason, 200);
 }
 
-/**
- * A cost in the currency of the agent's prices: cents for most, more digits for a fraction of one.
- * @param {number} cost
- */
-export function formatCost(cost) {
-  if (cost === 0) return "0";
-  return cost >= 0.01 ? cost.toFixed(2) : cost.toPrecision(2);
-}
+export { formatAgo, formatDuration };

@@ -324,6 +324,10 @@ test("a server that cannot be reached is said once, and the list stays as it was
 test("words for tokens, timing and paths", () => {
   assert.equal(describeTokens(null), "");
   assert.equal(describeTokens({ input_tokens: 3, output_tokens: 4, estimated: true }), "≈ 7 tokens");
+  // What an agent said is not always a count: never shown as one.
+  assert.equal(describeTokens({ input_tokens: -1000, output_tokens: 4 }), "? tokens");
+  assert.equal(describeTokens({ input_tokens: "many", output_tokens: 4, cost: -1 }), "? tokens");
+  assert.equal(describeTokens({ input_tokens: 1500, output_tokens: 4, cost: 0.5 }), "1,504 tokens · cost 0.50");
   assert.equal(baseName("a/b/c.ipynb"), "c.ipynb");
   const state = new RunState("run_x");
   state.loadRun(runObject("run_x", { status: "queued", started_at: null }));

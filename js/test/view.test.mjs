@@ -288,6 +288,12 @@ test("usage shows tokens, and a cost when the agent's prices give one", async ()
   assert.equal(text(".agentruns-usage"), "tokens: 1200 in · 340 out · cost 1.50");
 });
 
+test("usage that is not token counts shows as unknown, never raw", async () => {
+  const usage = { input_tokens: -1000, output_tokens: 1e21, cost: -3 };
+  await shown(fakeHost(), runObject({ snapshot: { messages: [], tools: [], progress: null, usage } }));
+  assert.equal(text(".agentruns-usage"), "tokens: ? in · ? out");
+});
+
 test("agent-defined events are one line each, with the whole data on a click", async () => {
   await shown(fakeHost());
   hub.listeners.get(RUN).onEvent(event("x.chart", { title: "Rain", points: [1, 2, 3], note: "y".repeat(300) }));

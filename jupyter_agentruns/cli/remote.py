@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..client import TERMINAL, AgentRunsError, Client, NotAgentRunsServer, ServerNotFound
+from ..client import AgentRunsError, Client, NotAgentRunsServer, ServerNotFound
+from ..lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES
 from . import exits, output
 from .exits import CliError
 
@@ -23,7 +24,6 @@ EXPORT_ATTEMPTS = 10
 # The server's ``retry:`` is the floor of the reconnect backoff; this its ceiling.
 BACKOFF_FIRST_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 30.0
-TERMINAL_EVENTS = {f"run.{status}" for status in TERMINAL}
 
 
 def print_json(value: Any, out: TextIO) -> None:
@@ -267,7 +267,7 @@ def follow(
                 # The stream ended without the terminal event (a 204, a server stopping):
                 # the run itself says whether anything is left.
                 run = client.get_run(run_id)
-                if run["status"] in TERMINAL and cursor >= run["last_seq"]:
+                if run["status"] in TERMINAL_STATUSES and cursor >= run["last_seq"]:
                     return run["status"]
                 if cursor == before:
                     reconnects.pause()
@@ -312,7 +312,7 @@ def cmd_cancel(client: Client, args, out: TextIO) -> int:
     run = client.cancel(args.run, args.reason)
     if args.json:
         print_json(run, out)
-    elif run.get("status") in TERMINAL and not run.get("cancel"):
+    elif run.get("status") in TERMINAL_STATUSES and not run.get("cancel"):
         out.write(f"{output.one_line(args.run)} had already {run['status']}: nothing to cancel\n")
     else:
         out.write(f"{output.one_line(args.run)} {output.one_line(run.get('status'))}\n")

@@ -12,8 +12,9 @@ from tornado import web
 from .. import jsonio
 from ..broadcaster import Waiter
 from ..engine import Engine, Requests
-from ..errors import ApiError, invalid_request
+from ..errors import Problem, invalid_request
 from ..store import StoreUnavailable
+from .errors import status_of
 
 AUTH_RESOURCE = "agentruns"
 SHARED_OWNER = "~shared"
@@ -95,9 +96,8 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
         else:
             self._body.extend(chunk)
 
-    def _request_too_large(self) -> ApiError:
-        return ApiError(
-            413,
+    def _request_too_large(self) -> Problem:
+        return Problem(
             "request_too_large",
             f"The request body is over max_body_bytes ({self.max_body_bytes} bytes).",
         )
@@ -107,8 +107,7 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
         engine = self.settings["agentruns_engine"]
         if engine is None:
             message = self.settings["agentruns_startup_error"]
-            raise ApiError(
-                503,
+            raise Problem(
                 "store_unavailable",
                 f"{message[0].upper()}{message[1:]}; the server log says how to fix it.",
             )
@@ -130,6 +129,13 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
         self.finish(body if isinstance(body, (str, bytes)) else jsonio.dumps(body))
 
     def log_exception(self, typ, value, tb) -> None:
+        if isinstance(value, Problem):
+            # An answer for the caller; the server's own trouble gets one line.
+            if status_of(value) >= 500:
+                self.log.warning(
+                    "agentruns: %s %s: %s", self.request.method, self.request.path, value
+                )
+            return
         if isinstance(value, StoreUnavailable):
             # A database that went away is news for the log, not a traceback per request.
             self.log.warning("agentruns: %s %s: %s", self.request.method, self.request.path, value)
@@ -146,16 +152,16 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
-        if self.stopping and exc is not None and not isinstance(exc, web.HTTPError):
+        if self.stopping and not isinstance(exc, (web.HTTPError, Problem, type(None))):
             exc = shutting_down()
-            self.set_status(exc.status)
         elif isinstance(exc, StoreUnavailable):
             exc = store_unavailable(exc)
-            self.set_status(exc.status)
-        if isinstance(exc, ApiError):
+        if isinstance(exc, Problem):
+            status_code = status_of(exc)
+            self.set_status(status_code)
             body = exc.body()
-            for name, value in exc.headers.items():
-                self.set_header(name, value)
+            if exc.retry_after is not None:
+                self.set_header("Retry-After", str(exc.retry_after))
         else:
             message = self._reason
             if isinstance(exc, web.HTTPError) and exc.log_message:
@@ -213,24 +219,22 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
         return value
 
 
-def shutting_down() -> ApiError:
-    return ApiError(
-        503,
+def shutting_down() -> Problem:
+    return Problem(
         "shutting_down",
         "The server is stopping. Try again in a few seconds, once it (or another server "
         "sharing its store) is back: runs and their events are kept, streams resume from "
         "their cursors.",
-        headers={"Retry-After": "5"},
+        retry_after=5,
     )
 
 
-def store_unavailable(reason: StoreUnavailable) -> ApiError:
-    return ApiError(
-        503,
+def store_unavailable(reason: StoreUnavailable) -> Problem:
+    return Problem(
         "store_unavailable",
         f"The agentruns database cannot be reached just now ({reason}). Try again in a few "
         "seconds (a submit with the same Idempotency-Key never makes two runs).",
-        headers={"Retry-After": "5"},
+        retry_after=5,
     )
 
 
@@ -244,7 +248,7 @@ def parse_body(raw: bytes, *, required: bool = True) -> dict[str, Any]:
         body = jsonio.loads_body(raw)
     except jsonio.UnsafeJson as exc:
         where = {"path": exc.path} if exc.path else {}  # none for the body itself
-        raise ApiError(400, "invalid_request", f"{exc}.", **where) from None
+        raise Problem("invalid_request", f"{exc}.", **where) from None
     except ValueError as exc:
         raise invalid_request(f"{exc}.") from None
     if not isinstance(body, dict):
@@ -256,7 +260,7 @@ class NotFoundHandler(AgentRunsHandler):
     """Unknown paths under the API answer our JSON 404, not an HTML page."""
 
     def _not_found(self) -> None:
-        raise ApiError(404, "not_found", f"No such endpoint: {self.request.path}")
+        raise Problem("not_found", f"No such endpoint: {self.request.path}")
 
     @web.authenticated
     @authorized

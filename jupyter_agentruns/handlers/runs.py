@@ -13,7 +13,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from ..engine import SnapshotReplaced, SubmitRequest
-from ..errors import ApiError, invalid_request, refuse_unknown_fields, run_not_found
+from ..errors import Problem, invalid_request, refuse_unknown_fields, run_not_found
 from ..idempotency import key_problem
 from ..lifecycle import ALL_STATUSES, SESSION_POLICIES
 from .base import AgentRunsHandler
@@ -82,11 +82,10 @@ class RunsHandler(AgentRunsHandler):
         if key is not None:
             problem = key_problem(key)
             if problem:
-                raise ApiError(400, "invalid_idempotency_key", f"The Idempotency-Key {problem}.")
+                raise Problem("invalid_idempotency_key", f"The Idempotency-Key {problem}.")
         lifetime = self.request.headers.get("Idempotency-Key-Lifetime", "ttl")
         if lifetime not in ("ttl", "run"):
-            raise ApiError(
-                400,
+            raise Problem(
                 "invalid_idempotency_key",
                 f"Idempotency-Key-Lifetime is 'ttl' (the default) or 'run', not {lifetime[:40]!r}.",
             )

@@ -18,7 +18,7 @@ from tornado import web
 from .. import jsonio
 from ..broadcaster import CursorExpired, RunGone, Subscriber, mark, wait_since
 from ..cursor import check_cursor, parse_cursor
-from ..errors import ApiError, invalid_request
+from ..errors import Problem, invalid_request
 from ..lifecycle import is_terminal
 from ..store import StoreUnavailable
 from . import sse
@@ -60,7 +60,7 @@ class StreamsHandler(AgentRunsHandler):
                 cursor = parse_cursor(None, raw_cursor)
                 row = await engine.owned_head(self.owner, run_id)
                 check_cursor(cursor, row["last_seq"])
-            except ApiError as error:
+            except Problem as error:
                 opening.append(
                     sse.named("error", jsonio.dumps({"run_id": run_id, "error": error.body()}))
                 )
@@ -124,7 +124,7 @@ class StreamsHandler(AgentRunsHandler):
         """A run compacted (or deleted) under this stream: its snapshot frame, and its cursor moved to it."""
         try:
             row = await self.engine.owned_head(self.owner, subscriber.run_id)
-        except ApiError as error:  # deleted meanwhile
+        except Problem as error:  # deleted meanwhile
             subscriber.done = True
             return sse.named(
                 "error", jsonio.dumps({"run_id": subscriber.run_id, "error": error.body()})

@@ -397,34 +397,50 @@ def reduce_stored(
     return snapshot
 
 
-def end_stored(
-    conn: StoreConnection, row: dict[str, Any], transition: lifecycle.Transition
-) -> list[tuple[str, int, str, str, str]]:
-    """Append a terminal transition for a run no executor holds, with the run state it sets.
+def commit_transitions(
+    conn: StoreConnection,
+    row: dict[str, Any],
+    transitions: list[lifecycle.Transition],
+    snapshot: reducer.Snapshot | None = None,
+) -> tuple[list[tuple[str, int, str, str, str]], reducer.Snapshot]:
+    """Commit ``transitions`` of a run no executor holds, with the run columns they set.
 
-    In the caller's transaction. Questions still open are given up first
-    (``input.resolved``, reason ``cancelled``). Returns the event rows
-    appended, ``(run_id, seq, type, ts, data)``.
+    In the caller's transaction. ``snapshot``: the run's, up to its
+    ``last_seq`` (reduced from the store when not given). A terminal
+    transition persists the snapshot with it. Returns the event rows
+    appended, ``(run_id, seq, type, ts, data)``, and the snapshot after them.
     """
     run_id, seq = row["run_id"], row["last_seq"]
-    snapshot = reduce_stored(
-        conn, run_id, reducer.Snapshot(row["snapshot"]), row["snapshot_seq"], seq
-    )
-    ts = transition.fields.get("finished_at") or now_iso()
-    events = []
-    for request in reducer.open_inputs(snapshot.structure()):
-        data = {"request_id": request["request_id"], "choice": None, "note": None, "by": None}
-        data["reason"] = "cancelled"
+    if snapshot is None:
+        snapshot = reduce_stored(
+            conn, run_id, reducer.Snapshot(row["snapshot"]), row["snapshot_seq"], seq
+        )
+    # An end's events carry its finished_at.
+    ts = transitions[-1].fields.get("finished_at") or now_iso()
+    rows = []
+    fields: dict[str, Any] = {}
+    for transition in transitions:
         seq += 1
-        events.append((run_id, seq, "input.resolved", ts, jsonio.dumps(data, compact=True)))
-        snapshot.apply({"type": "input.resolved", "data": data})
-    seq += 1
-    events.append((run_id, seq, transition.type, ts, jsonio.dumps(transition.data, compact=True)))
-    conn.append_events(events)
-    conn.update_run(
-        run_id, {**transition.fields, "last_seq": seq, "snapshot": snapshot, "snapshot_seq": seq}
+        rows.append((run_id, seq, transition.type, ts, jsonio.dumps(transition.data, compact=True)))
+        snapshot.apply({"type": transition.type, "data": transition.data})
+        fields.update(transition.fields)
+    conn.append_events(rows)
+    fields["last_seq"] = seq
+    if transitions[-1].terminal:
+        fields.update(snapshot=snapshot, snapshot_seq=seq)
+    conn.update_run(run_id, fields)
+    return rows, snapshot
+
+
+def end_stored(
+    conn: StoreConnection, row: dict[str, Any], end: lifecycle.Transition
+) -> list[tuple[str, int, str, str, str]]:
+    """End a run no executor holds with ``end``: its open questions given up first (see ``lifecycle.ending``)."""
+    snapshot = reduce_stored(
+        conn, row["run_id"], reducer.Snapshot(row["snapshot"]), row["snapshot_seq"], row["last_seq"]
     )
-    return events
+    transitions = lifecycle.ending(reducer.open_inputs(snapshot.structure()), end)
+    return commit_transitions(conn, row, transitions, snapshot)[0]
 
 
 def encode_columns(fields: dict[str, Any]) -> dict[str, Any]:

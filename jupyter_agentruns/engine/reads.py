@@ -1,0 +1,273 @@
+"""The engine's reads: run objects with their snapshots, list pages, big answers, a run's history.
+
+Reads run off the event loop on the reader's threads (``Reader.run``),
+except bounded ones of a local store (``Reader.small``: a run's head, one
+snapshot part). A snapshot is made from the persisted one and the events
+after it, with a cache of reducers for live runs, within a memory budget.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from typing import Any
+
+from .. import budgets, jsonio, lifecycle, reducer
+from ..cursor import page_cursor, parse_page_cursor
+from ..errors import Problem, run_not_found
+from ..reader import Reader
+from ..record import run_markdown
+from ..store import StoreConnection, reduce_stored
+
+SNAPSHOT_CACHE_BYTES = 64 * 1024 * 1024
+LIST_PAGE_BYTES = 16 * 1024 * 1024
+RUN_FIELDS = (
+    "run_id", "agent", "status", "session", "metadata", "input", "retry_of",
+    "created_at", "started_at", "finished_at", "last_seq", "first_seq", "attempt",
+)  # fmt: skip
+
+
+class SnapshotReplaced(Exception):
+    """A run's snapshot was replaced or deleted while its answer was being sent."""
+
+
+class Reads:
+    """Every read of runs the engine answers; owns the snapshot cache."""
+
+    def __init__(self, reader: Reader):
+        self.reader = reader
+        self._snapshots: OrderedDict[str, tuple[int, reducer.Snapshot, int]] = OrderedDict()
+        self._snapshot_bytes = 0
+        self._snapshots_lock = threading.Lock()  # the cache is used from reader threads
+
+    async def usage(self, owner: str) -> dict[str, int]:
+        """``GET usage``: the owner's token totals of the last 24 hours."""
+        since = budgets.day_start(time.time())
+        rows = await self.reader.run(lambda conn: conn.usage_since(owner, since))
+        return budgets.window_totals(rows)
+
+    async def owned_head(self, owner: str, run_id: str) -> dict[str, Any]:
+        """The caller's run's owner, status and seqs, or 404/410 (a small read)."""
+        return await self.reader.small(lambda conn: self.owned(conn, owner, run_id, full=False))
+
+    def owned(
+        self, conn: StoreConnection, owner: str, run_id: str, *, full: bool, snapshot: bool = True
+    ) -> dict[str, Any]:
+        row = conn.get_run(run_id, snapshot=snapshot) if full else conn.get_run_head(run_id)
+        if row is None:
+            tombstone = conn.get_tombstone(run_id)
+            if tombstone is not None and tombstone["owner"] == owner:
+                raise Problem(
+                    "run_expired",
+                    f"The run {run_id!r} finished long ago and was deleted "
+                    "(run_retention_seconds); its output is no longer kept.",
+                )
+        if row is None or row["owner"] != owner:
+            raise run_not_found(run_id)
+        return row
+
+    async def get_run(self, owner: str, run_id: str) -> dict[str, Any]:
+        """The caller's run object, read (and its snapshot brought up to date) off the event loop."""
+        return await self.reader.run(
+            lambda conn: self.run_object(conn, self.owned(conn, owner, run_id, full=True))
+        )
+
+    async def run_answer(
+        self, owner: str, run_id: str, markdown: bool = False
+    ) -> AsyncIterator[bytes]:
+        """What ``GET runs/{id}`` answers, JSON (or the Markdown record), in pieces to send in turn.
+
+        A run's snapshot can hold 100 MB of text, and decoding or encoding
+        that holds the interpreter for a second. When the persisted snapshot
+        is current, its stored JSON goes out as it is, spliced into the run
+        object, read a part (about a megabyte) at a time between the sends:
+        each read is short, so on a local store it runs on the event loop,
+        which a thread reading the whole text would hold back instead (the
+        two would take turns at the GIL every switch interval). Raises
+        ``Problem`` before the first piece; ``SnapshotReplaced`` once a piece
+        was sent, if the snapshot went away meanwhile (the answer is then cut).
+        """
+
+        def head(conn: StoreConnection) -> tuple[bytes, bytes, tuple[int, int]] | None:
+            row = self.owned(conn, owner, run_id, full=True, snapshot=False)
+            if markdown or not row["snapshot_seq"] == row["last_seq"] > 0:
+                return None
+            layout = conn.snapshot_layout(run_id)
+            if layout is None or layout[0] != row["snapshot_seq"]:
+                return None
+            mark = f"\x00{secrets.token_hex(16)}\x00"  # nothing else in the run can hold it
+            before, after = jsonio.dumps(self.run_object(conn, {**row, "snapshot": mark})).split(
+                jsonio.dumps(mark)
+            )
+            return before.encode(), after.encode(), layout
+
+        spliced = await self.reader.small(head)
+        if spliced is not None:
+            return self._spliced(run_id, *spliced)
+
+        def whole(conn: StoreConnection) -> bytes:
+            run = self.run_object(conn, self.owned(conn, owner, run_id, full=True))
+            return (run_markdown(run) if markdown else jsonio.dumps(run)).encode("utf-8")
+
+        return _pieces(await self.reader.run(whole))
+
+    async def _spliced(
+        self, run_id: str, before: bytes, after: bytes, layout: tuple[int, int]
+    ) -> AsyncIterator[bytes]:
+        seq, parts = layout
+        yield before
+        for part in range(parts):
+            text = await self.reader.small(
+                lambda conn, part=part: conn.snapshot_part(run_id, part, seq)
+            )
+            if text is None:
+                raise SnapshotReplaced(run_id)
+            yield text.encode()
+        yield after
+
+    async def list_runs(
+        self,
+        owner: str,
+        *,
+        status: str | None,
+        session: str | None,
+        limit: int,
+        before: str | None,
+        retry_of: str | None = None,
+    ) -> bytes:
+        """One page of the owner's runs, newest first, with the ``before`` of the next page: JSON.
+
+        Made off the event loop, and bounded: a page stops early before the
+        run that would take its JSON over ``LIST_PAGE_BYTES`` (its ``next``
+        goes on from there); only a page of one run may be larger.
+        """
+        after = parse_page_cursor(before) if before else None
+
+        def page(conn: StoreConnection) -> bytes:
+            rows = conn.list_runs(
+                owner,
+                status=status,
+                session=session,
+                limit=limit + 1,
+                before=after,
+                retry_of=retry_of,
+            )
+            encoded: list[str] = []
+            size = 0
+            last: dict[str, Any] | None = None
+            for row in rows[:limit]:
+                full = conn.get_run(row["run_id"])
+                if full is None:
+                    continue  # deleted since the list was read
+                text = jsonio.dumps(self.run_object(conn, full))
+                # A page ends before the run that would take it over its
+                # bound (its next page begins there); a page holds at least one run.
+                if encoded and size + len(text) > LIST_PAGE_BYTES:
+                    break
+                encoded.append(text)
+                size += len(text)
+                last = full
+            more = last is not None and len(rows) > len(encoded)
+            next_page = page_cursor(last["created_at"], last["run_id"]) if more else None
+            return (
+                '{"runs":[' + ",".join(encoded) + '],"next":' + jsonio.dumps(next_page) + "}"
+            ).encode("utf-8")
+
+        return await self.reader.run(page)
+
+    async def history(self, run_id: str) -> list[dict[str, Any]]:
+        """A run's kept events, decoded (for a resumed agent's ``run.history()``)."""
+
+        def read(conn: StoreConnection) -> list[dict[str, Any]]:
+            events, after = [], 0
+            while True:
+                rows = conn.read_events(run_id, after, 5000)
+                if not rows:
+                    return events
+                events.extend(
+                    {"seq": seq, "type": type, "ts": ts, "data": json.loads(data)}
+                    for seq, type, ts, data in rows
+                )
+                after = rows[-1][0]
+
+        return await self.reader.run(read)
+
+    def forget(self, run_id: str) -> None:
+        with self._snapshots_lock:
+            cached = self._snapshots.pop(run_id, None)
+            if cached is not None:
+                self._snapshot_bytes -= cached[2]
+
+    def run_object(self, conn: StoreConnection, row: dict[str, Any]) -> dict[str, Any]:
+        """The public run object: ``snapshot`` is exactly the events up to ``last_seq`` (reader thread)."""
+        run = {name: row.get(name) for name in RUN_FIELDS}
+        if run["metadata"] is None:
+            run["metadata"] = {}
+        run["snapshot"] = self._snapshot_at(conn, row)
+        run["output"] = row.get("output")
+        run["error"] = row.get("error")
+        run["cancel"] = row.get("cancel")
+        # Waiting in its session's queue (enqueue, interrupt): behind which run.
+        waits = (
+            row["status"] == lifecycle.RunStatus.QUEUED.value
+            and row.get("executor_id") is None
+            and row.get("session")
+        )
+        run["queued_behind"] = conn.queued_behind(row["run_id"]) if waits else None
+        if row.get("cancel_request") is not None:
+            # Recorded for the server executing the run, which has not taken it
+            # yet: answer with the run as it will be in a moment.
+            run = lifecycle.as_pending_cancel(run, row["cancel_request"])
+        return run
+
+    def _snapshot_at(self, conn: StoreConnection, row: dict[str, Any]) -> dict[str, Any]:
+        run_id, last_seq = row["run_id"], row["last_seq"]
+        if row["snapshot_seq"] == last_seq and row["snapshot"] is not None:
+            return row["snapshot"]
+        with self._snapshots_lock:
+            cached = self._snapshots.pop(run_id, None)
+            if cached is not None:
+                self._snapshot_bytes -= cached[2]
+        if cached is not None and row["snapshot_seq"] <= cached[0] <= last_seq:
+            seq, builder = cached[0], cached[1]
+        else:
+            seq, builder = row["snapshot_seq"], reducer.Snapshot(row["snapshot"])
+        snapshot = reduce_stored(conn, run_id, builder, seq, last_seq).to_dict()
+        # Cached for the next read of a live run, within a memory budget. A
+        # builder is used by one reader at a time: it left the cache above.
+        size = approximate_size(snapshot)
+        if size <= SNAPSHOT_CACHE_BYTES // 4:
+            # The answer gets a copy of its structure: once the builder is back
+            # in the cache, the next reader applies later events to it while
+            # this answer may still be being written out. (The texts are
+            # strings, shared, never changed in place: the copy costs no text.)
+            snapshot = detached(snapshot)
+            with self._snapshots_lock:
+                self._snapshots[run_id] = (last_seq, builder, size)
+                self._snapshot_bytes += size
+                while self._snapshot_bytes > SNAPSHOT_CACHE_BYTES:
+                    self._snapshot_bytes -= self._snapshots.popitem(last=False)[1][2]
+        return snapshot
+
+
+def detached(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot whose lists and their items are its own (the reducer changes those in place)."""
+    copy = dict(snapshot)
+    for key in ("messages", "tools", "inputs"):
+        if isinstance(copy.get(key), list):
+            copy[key] = [dict(item) for item in copy[key]]
+    return copy
+
+
+def approximate_size(snapshot: dict) -> int:
+    """Roughly the bytes a snapshot holds: its text, plus a little per tool call."""
+    return sum(len(m["text"]) for m in snapshot["messages"]) + 512 * (len(snapshot["tools"]) + 1)
+
+
+async def _pieces(*pieces: bytes) -> AsyncIterator[bytes]:
+    for piece in pieces:
+        yield piece

@@ -1,0 +1,101 @@
+"""Token budgets, as the engine keeps them: per run, and per owner over a sliding day.
+
+Per owner, the tokens of each of their runs of the last day as the store has
+them (``_day_tokens``, written on the event loop only). A run this server
+executes counts with its live total instead of its stored one, decided when
+the sum is made: nothing is counted twice. The arithmetic is ``budgets``'.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .. import budgets
+from ..errors import Problem
+from ..reader import Reader
+from ..settings import Settings
+from ..store import StoreConnection
+
+
+class TokenBudgets:
+    """``max_tokens_per_run`` and ``tokens_per_user_per_day`` for the runs of this server."""
+
+    def __init__(self, settings: Settings, reader: Reader, live: Callable[[], dict[str, Any]]):
+        self._settings = settings
+        self._reader = reader
+        self._live = live  # the runs this server executes, by id
+        self._day_tokens: dict[str, dict[str, int]] = {}
+
+    def check_day(self, conn: StoreConnection, owner: str, now: float) -> list[tuple]:
+        """429 ``token_budget_exhausted`` once the owner's runs of the last day used their budget.
+
+        Called in the writer's transaction of a submit; returns the window's
+        rows, which the caller files on the loop (``file``).
+        """
+        limit = self._settings.tokens_per_user_per_day
+        if not limit:
+            return []
+        rows = conn.usage_since(owner, budgets.day_start(now))
+        used = sum(row[2] + row[3] for row in rows)
+        if used >= limit:
+            wait = budgets.retry_after(rows, limit, now)
+            raise Problem(
+                "token_budget_exhausted",
+                f"Your runs of the last 24 hours used {used} tokens, the most allowed is {limit} "
+                f"(tokens_per_user_per_day); the window frees up in {wait} s.",
+                retry_after=wait,
+            )
+        return rows
+
+    def file(self, owner: str, rows: list[tuple]) -> None:
+        """Keep the owner's day as ``check_day`` read it."""
+        if rows:
+            self._day_tokens[owner] = {row[0]: row[2] + row[3] for row in rows}
+
+    def used_today(self, owner: str) -> int:
+        live = {e.run_id: e.tokens for e in self._live().values() if e.owner == owner}
+        stored = self._day_tokens.get(owner, {})
+        return sum(t for run_id, t in stored.items() if run_id not in live) + sum(live.values())
+
+    def check_usage(self, execution) -> str | None:
+        """Called at each usage event of a run here: why the run must fail now, or None."""
+        per_run = self._settings.max_tokens_per_run
+        if per_run and execution.tokens > per_run:
+            return f"the run used {execution.tokens} tokens, over max_tokens_per_run ({per_run})"
+        per_day = self._settings.tokens_per_user_per_day
+        if per_day:
+            used = self.used_today(execution.owner)
+            if used > per_day:
+                return (
+                    f"your runs of the last 24 hours used {used} tokens, "
+                    f"over tokens_per_user_per_day ({per_day})"
+                )
+        return None
+
+    def run_finished(self, execution) -> None:
+        """A run here ended: no longer counted from memory, its last total joins the stored day."""
+        if execution.owner in self._day_tokens:
+            self._day_tokens[execution.owner][execution.run_id] = execution.tokens
+
+    async def load(self, owners: set[str]) -> None:
+        """Read the owners' runs of the last day from the store (other servers' runs included)."""
+        if not self._settings.tokens_per_user_per_day or not owners:
+            return
+        since = budgets.day_start(time.time())
+
+        def read(conn: StoreConnection) -> dict[str, dict[str, int]]:
+            return {
+                owner: {row[0]: row[2] + row[3] for row in conn.usage_since(owner, since)}
+                for owner in owners
+            }
+
+        self._day_tokens.update(await self._reader.run(read))
+
+    async def refresh(self) -> None:
+        """Reread the day of every owner with a live run: other servers' runs, runs leaving the window."""
+        owners = {execution.owner for execution in self._live().values()}
+        for owner in set(self._day_tokens) - owners:
+            del self._day_tokens[owner]
+        await self.load(owners)
