@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from jupyter_agentruns import jsonio
 from jupyter_agentruns.errors import Problem
-from jupyter_agentruns.handlers.errors import status_of
 from jupyter_agentruns.handlers.base import parse_body
+from jupyter_agentruns.handlers.errors import status_of
 from jupyter_agentruns.handlers.runs import submit_request
 
 # Text, sometimes with lone surrogates or NUL in it (which JSON's \u escapes can carry).
