@@ -43,7 +43,10 @@ AGENT_EVENT_TYPES = {
     "tool.completed",
     "progress",
     "usage",
+    "reasoning.delta",
+    "plan.updated",
 }
+PLAN_STATUSES = ("pending", "in_progress", "completed")
 CUSTOM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 # A tight-looping agent yields to the event loop this often, so commits are
 # published and streams served while it runs.
@@ -426,9 +429,14 @@ class RunContext:
             type.startswith("x.") and CUSTOM_NAME.match(type[2:])
         ):
             raise ValueError(f"agents cannot emit events of type {type!r}")
+        data = data or {}
         if type == "usage":
             check_usage(data)
-        return await self._execution.emit(type, data or {})
+        elif type == "plan.updated":
+            check_plan(data.get("entries"))
+        elif type == "tool.completed" and data.get("content") is not None:
+            check_tool_content(data["content"])
+        return await self._execution.emit(type, data)
 
     async def ask(
         self,
@@ -487,24 +495,63 @@ class RunContext:
             self._message_id = None
         return await self._execution.emit("message.completed", {"message_id": message_id})
 
-    async def tool_started(self, name: str, args: dict[str, Any] | None = None) -> str:
-        """Record that a tool call starts; returns its ``call_id``."""
+    async def tool_started(
+        self,
+        name: str,
+        args: dict[str, Any] | None = None,
+        *,
+        kind: str | None = None,
+        title: str | None = None,
+    ) -> str:
+        """Record that a tool call starts; returns its ``call_id``.
+
+        ``kind`` (read, edit, execute, search, fetch, think, ...) and ``title``
+        (what it does, for a person) are shown by the views.
+        """
         self._calls += 1
         call_id = f"c{self._calls}"
-        await self._execution.emit(
-            "tool.started", {"call_id": call_id, "name": name, "args": args or {}}
-        )
+        data: dict[str, Any] = {"call_id": call_id, "name": name, "args": args or {}}
+        for key, value in (("kind", kind), ("title", title)):
+            if value is not None:
+                if not isinstance(value, str):
+                    raise ValueError(f"a tool's {key} is text, not {type(value).__name__}")
+                data[key] = value
+        await self._execution.emit("tool.started", data)
         return call_id
 
     async def tool_completed(
-        self, call_id: str, result: Any = None, *, ok: bool = True, error: Any = None
+        self,
+        call_id: str,
+        result: Any = None,
+        *,
+        ok: bool = True,
+        error: Any = None,
+        content: list[dict[str, Any]] | None = None,
     ) -> int:
+        """Record a tool call's end; ``content``: what it showed (see ``check_tool_content``)."""
         data: dict[str, Any] = {"call_id": call_id, "ok": ok}
         if ok:
             data["result"] = result
         else:
             data["error"] = error
+        if content is not None:
+            check_tool_content(content)
+            data["content"] = content
         return await self._execution.emit("tool.completed", data)
+
+    async def reasoning(self, delta: str, message_id: str | None = None) -> int:
+        """Stream a piece of the model's visible thinking (the views fold it under "Thinking")."""
+        if not isinstance(delta, str):
+            raise ValueError(f"reasoning is text, not {type(delta).__name__}")
+        message_id = message_id or self._message_id or f"m{self._messages + 1}"
+        return await self._execution.emit(
+            "reasoning.delta", {"message_id": message_id, "delta": delta}
+        )
+
+    async def plan(self, entries: list[dict[str, Any]]) -> int:
+        """The agent's plan now, replacing the last: ``[{content, status, priority?}]``."""
+        check_plan(entries)
+        return await self._execution.emit("plan.updated", {"entries": entries})
 
     def tool(self, name: str, args: dict[str, Any] | None = None) -> ToolCall:
         """``async with run.tool("name", args) as call: call.result = ...``."""
@@ -550,7 +597,7 @@ class SyncRun:
     _METHODS = {
         "emit", "custom", "message_started", "text", "message_completed",
         "tool_started", "tool_completed", "progress", "usage", "durable", "ask",
-        "history", "save_checkpoint", "answer_to",
+        "history", "save_checkpoint", "answer_to", "reasoning", "plan",
     }  # fmt: skip
 
     def __init__(self, run: RunContext, execution: Execution, loop: asyncio.AbstractEventLoop):
@@ -853,6 +900,41 @@ class Executor:
                 self._spawn(self._finish(execution))
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=CANCEL_GRACE_SECONDS + 5)
+
+
+def check_plan(entries: Any) -> None:
+    """Refuse a plan that is not a list of ``{content, status, priority?}`` (ValueError, to the agent)."""
+    if not isinstance(entries, list):
+        raise ValueError("a plan is a list of entries")
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("content"), str):
+            raise ValueError("each entry of a plan has its content as text")
+        if entry.get("status") not in PLAN_STATUSES:
+            raise ValueError(f"a plan entry's status is one of {', '.join(PLAN_STATUSES)}")
+        if not isinstance(entry.get("priority", ""), str):
+            raise ValueError("a plan entry's priority is text")
+
+
+def check_tool_content(content: Any) -> None:
+    """Refuse tool content that is not ``[{type: "text", text} | {type: "diff", path, old_text, new_text}]``."""
+    if not isinstance(content, list):
+        raise ValueError("a tool's content is a list")
+    for item in content:
+        if not isinstance(item, dict):
+            raise ValueError("each item of a tool's content is an object")
+        if item.get("type") == "text" and isinstance(item.get("text"), str):
+            continue
+        if (
+            item.get("type") == "diff"
+            and isinstance(item.get("path"), str)
+            and isinstance(item.get("new_text"), str)
+            and (item.get("old_text") is None or isinstance(item.get("old_text"), str))
+        ):
+            continue
+        raise ValueError(
+            "a tool's content items are {type: 'text', text} or "
+            "{type: 'diff', path, old_text (None for a new file), new_text}"
+        )
 
 
 def check_usage(data: Any) -> None:

@@ -56,15 +56,18 @@ def apply(snapshot: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
         if message is not None:
             message["done"] = True
     elif kind == "tool.started":
-        snapshot["tools"].append(
-            {
-                "call_id": data["call_id"],
-                "name": data["name"],
-                "args": data.get("args", {}),
-                "status": "running",
-                "result": None,
-            }
-        )
+        tool = {
+            "call_id": data["call_id"],
+            "name": data["name"],
+            "args": data.get("args", {}),
+            "status": "running",
+            "result": None,
+        }
+        # What kind of step it is and what it does, in the agent's words (ACP agents say so).
+        for name in ("kind", "title"):
+            if data.get(name) is not None:
+                tool[name] = data[name]
+        snapshot["tools"].append(tool)
     elif kind == "tool.completed":
         tool = _find(snapshot["tools"], "call_id", data["call_id"])
         if tool is not None:
@@ -73,6 +76,16 @@ def apply(snapshot: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
             tool["result"] = data.get("result")
             if not ok:
                 tool["error"] = data.get("error")
+            if data.get("content") is not None:
+                # What the step showed: text, and the diffs of the files it changed.
+                tool["content"] = data["content"]
+    elif kind == "reasoning.delta":
+        # The model's visible thinking, all of it in one text ("reasoning" appears with the first).
+        snapshot["reasoning"] = snapshot.get("reasoning", "") + data["delta"]
+    elif kind == "plan.updated":
+        # Each plan replaces the last ("plan" appears with the first).
+        entries = data.get("entries")
+        snapshot["plan"] = list(entries) if isinstance(entries, list) else []
     elif kind == "progress":
         snapshot["progress"] = {"fraction": data.get("fraction"), "message": data.get("message")}
     elif kind == "usage":
@@ -250,6 +263,10 @@ def describe_step(snapshot: dict[str, Any], last_type: str | None) -> str:
         message = snapshot["messages"][-1]
         state = "completed" if message["done"] else "streaming"
         return f"message {message['id']} {state}"
+    if last_type == "reasoning.delta":
+        return "thinking"
+    if last_type == "plan.updated":
+        return "plan updated"
     if last_type == "progress" and snapshot["progress"]:
         return f"progress: {snapshot['progress'].get('message') or ''}".rstrip(": ")
     if last_type == "run.started":

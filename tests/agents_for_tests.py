@@ -237,6 +237,26 @@ async def echo(run, input):
     raise RuntimeError(text)
 
 
+async def stepper(run, input):
+    """Thinks, plans, reads and edits, as a coding agent's turn is recorded; or hands over ``bad``."""
+    if input.get("bad") == "plan":
+        await run.plan([{"content": "x", "status": "maybe"}])
+    if input.get("bad") == "content":
+        call = await run.tool_started("edit", {}, kind="edit", title="Edit a.py")
+        await run.tool_completed(call, content=[{"type": "diff", "path": "a.py"}])
+    await run.reasoning("Look at the file, ")
+    await run.plan([{"content": "Read a.py", "status": "in_progress", "priority": "high"}])
+    await run.reasoning("then change it.")
+    call = await run.tool_started("read", {"path": "a.py"}, kind="read", title="Read a.py")
+    await run.tool_completed(call, content=[{"type": "text", "text": "x = 1"}])
+    call = await run.tool_started("edit", {"path": "a.py"}, kind="edit", title="Edit a.py")
+    diff = {"type": "diff", "path": "a.py", "old_text": "x = 1\n", "new_text": "x = 2\n"}
+    await run.tool_completed(call, content=[diff])
+    await run.plan([{"content": "Read a.py", "status": "completed", "priority": "high"}])
+    await run.text("Done.")
+    return {"changed": "a.py"}
+
+
 TEST_AGENTS = {
     name: f"agents_for_tests:{name}"
     for name in (
@@ -259,6 +279,7 @@ TEST_AGENTS = {
         "markdown_writer",
         "hostile_writer",
         "echo",
+        "stepper",
         "writer",
     )
 }

@@ -112,3 +112,29 @@ async def test_the_demo_agent_can_be_asked_to_fail(api):
     run = await wait_run(api, response.json()["run_id"])
     assert run["status"] == "failed" and run["error"]["type"] == "DemoFailure"
     assert run["snapshot"]["messages"][0]["done"] is True
+
+
+async def test_thinking_a_plan_and_tool_steps_with_their_content_are_recorded(api):
+    run = await run_agent(api, "stepper")
+    assert run["status"] == "succeeded"
+    snapshot = run["snapshot"]
+    assert snapshot["reasoning"] == "Look at the file, then change it."
+    assert snapshot["plan"] == [{"content": "Read a.py", "status": "completed", "priority": "high"}]
+    read, edit = snapshot["tools"]
+    assert (read["kind"], read["title"], read["content"]) == (
+        "read", "Read a.py", [{"type": "text", "text": "x = 1"}],
+    )  # fmt: skip
+    assert (
+        edit["content"][0]["new_text"] == "x = 2\n" and edit["content"][0]["old_text"] == "x = 1\n"
+    )
+    types = [event["type"] for event in await all_events(api, run["run_id"])]
+    assert types.count("reasoning.delta") == 2 and types.count("plan.updated") == 2
+
+
+@pytest.mark.parametrize("bad", ["plan", "content"])
+async def test_a_plan_or_tool_content_of_the_wrong_shape_is_refused_to_the_agent(api, bad):
+    run = await run_agent(api, "stepper", {"bad": bad})
+    assert run["status"] == "failed" and run["error"]["type"] == "ValueError"
+    assert "plan" not in run["snapshot"] and not any(
+        "content" in tool for tool in run["snapshot"]["tools"]
+    )

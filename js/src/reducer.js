@@ -7,12 +7,16 @@ import { hasOwn, isPlainObject } from "./json.js";
 
 /**
  * @typedef {{id: string, role: string, text: string, done: boolean}} Message
- * @typedef {{call_id: string, name: string, args: any, status: string, result: any, error?: any}} Tool
+ * @typedef {{type: string, text?: string, path?: string, old_text?: string | null, new_text?: string}} ToolContent
+ * @typedef {{call_id: string, name: string, args: any, status: string, result: any, error?: any,
+ *   kind?: string, title?: string, content?: ToolContent[]}} Tool
+ * @typedef {{content: string, status: string, priority?: string}} PlanEntry
  * @typedef {{fraction: number | null, message: string | null}} Progress
  * @typedef {{input_tokens: number | null, output_tokens: number | null, estimated?: boolean, cost?: number | null}} Usage
  * @typedef {{request_id: string, kind: string | null, title: string | null, details: any, choices: string[] | null,
  *   status: string, choice: string | null, note?: string, by?: string, reason?: string}} Input
- * @typedef {{messages: Message[], tools: Tool[], progress: Progress | null, usage: Usage | null, inputs?: Input[]}} Snapshot
+ * @typedef {{messages: Message[], tools: Tool[], progress: Progress | null, usage: Usage | null, inputs?: Input[],
+ *   reasoning?: string, plan?: PlanEntry[]}} Snapshot
  * @typedef {{run_id?: string, seq?: number, type: string, ts?: string, data?: any}} Event
  */
 
@@ -99,13 +103,20 @@ export function applyEvent(snapshot, event) {
     const message = findLast(snapshot.messages, "id", need(data, "message_id", type));
     if (message !== null) message.done = true;
   } else if (type === "tool.started") {
-    snapshot.tools.push({
+    /** @type {Tool} */
+    const tool = {
       call_id: need(data, "call_id", type),
       name: need(data, "name", type),
       args: get(data, "args", {}),
       status: "running",
       result: null,
-    });
+    };
+    // What kind of step it is and what it does, in the agent's words (ACP agents say so).
+    for (const name of /** @type {const} */ (["kind", "title"])) {
+      const value = get(data, name);
+      if (value !== null && value !== undefined) tool[name] = value;
+    }
+    snapshot.tools.push(tool);
   } else if (type === "tool.completed") {
     const tool = findLast(snapshot.tools, "call_id", need(data, "call_id", type));
     if (tool !== null) {
@@ -113,7 +124,19 @@ export function applyEvent(snapshot, event) {
       tool.status = ok ? "completed" : "failed";
       tool.result = get(data, "result");
       if (!ok) tool.error = get(data, "error");
+      // What the step showed: text, and the diffs of the files it changed.
+      const content = get(data, "content");
+      if (content !== null && content !== undefined) tool.content = content;
     }
+  } else if (type === "reasoning.delta") {
+    const delta = need(data, "delta", type);
+    if (typeof delta !== "string") throw new TypeError("a reasoning.delta whose delta is not text");
+    // The model's visible thinking, all of it in one text ("reasoning" appears with the first).
+    snapshot.reasoning = (typeof snapshot.reasoning === "string" ? snapshot.reasoning : "") + delta;
+  } else if (type === "plan.updated") {
+    // Each plan replaces the last ("plan" appears with the first).
+    const entries = get(data, "entries");
+    snapshot.plan = Array.isArray(entries) ? [...entries] : [];
   } else if (type === "progress") {
     snapshot.progress = { fraction: get(data, "fraction"), message: get(data, "message") };
   } else if (type === "usage") {

@@ -90,12 +90,38 @@ class Run(Protocol):
 
     async def message_completed(self, message_id: str | None = None) -> int: ...
 
-    async def tool_started(self, name: str, args: dict[str, Any] | None = None) -> str:
-        """Record that a tool call starts; returns its ``call_id``."""
+    async def tool_started(
+        self,
+        name: str,
+        args: dict[str, Any] | None = None,
+        *,
+        kind: str | None = None,
+        title: str | None = None,
+    ) -> str:
+        """Record that a tool call starts; returns its ``call_id``.
+
+        ``kind`` (read, edit, execute, search, fetch, think, ...) and ``title``
+        (what it does, in words) are shown by the views.
+        """
 
     async def tool_completed(
-        self, call_id: str, result: Any = None, *, ok: bool = True, error: Any = None
-    ) -> int: ...
+        self,
+        call_id: str,
+        result: Any = None,
+        *,
+        ok: bool = True,
+        error: Any = None,
+        content: list[dict[str, Any]] | None = None,
+    ) -> int:
+        """Record a tool call's end. ``content``: what it showed, ``[{"type": "text", "text"}``
+        or ``{"type": "diff", "path", "old_text", "new_text"}]`` (a diff is shown as one)."""
+
+    async def reasoning(self, delta: str, message_id: str | None = None) -> int:
+        """Stream a piece of the model's visible thinking (the views fold it)."""
+
+    async def plan(self, entries: list[dict[str, Any]]) -> int:
+        """The agent's plan now, replacing the last: ``[{"content", "status", "priority"?}]``,
+        status ``pending``, ``in_progress`` or ``completed``."""
 
     def tool(self, name: str, args: dict[str, Any] | None = None) -> Any:
         """``async with run.tool(name, args) as call: call.result = ...`` (an exception marks it failed)."""
