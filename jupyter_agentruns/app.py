@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 from jupyter_server._tz import utcnow
 from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider
@@ -90,6 +91,8 @@ class AgentRuns(ExtensionApp, SettingsTraits):
         page_config["agentrunsServerRoot"] = os.path.abspath(self.serverapp.root_dir).replace(
             os.sep, "/"
         )
+        self._sigint = None
+        IOLoop.current().add_callback(self._stop_on_sigint)
         if self.engine is not None:
             # Started as soon as the server's event loop runs (every jupyter_server
             # version; not only those that call _start_jupyter_server_extension):
@@ -131,7 +134,32 @@ class AgentRuns(ExtensionApp, SettingsTraits):
         live = sorted(engine.live) if engine is not None else []
         return live or None
 
+    def _stop_on_sigint(self) -> None:
+        """Make SIGINT stop the server as SIGTERM does: extensions stopped, resumable runs handed over.
+
+        jupyter_server handles SIGINT only at a terminal (it asks there
+        whether to stop). Without one, as under JupyterHub, whose spawners
+        stop a server with SIGINT, Python's default ended the process at
+        once: no extension stopped, and runs waited a lease and a sweep for
+        another server instead of being handed over at once. Set once the
+        server's own handlers are (its event loop runs), undone at the stop.
+        """
+        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            return  # a terminal's prompt, or someone else's handler: theirs
+        serverapp = self.serverapp
+
+        def stop(sig, frame) -> None:
+            serverapp.log.critical("received signal %s, stopping", sig)
+            serverapp.stop(from_signal=True)
+
+        signal.signal(signal.SIGINT, stop)
+        self._sigint = stop
+
     async def stop_extension(self) -> None:
+        if getattr(self, "_sigint", None) is not None:
+            if signal.getsignal(signal.SIGINT) is self._sigint:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+            self._sigint = None
         engine = getattr(self, "engine", None)
         if engine is not None:
             await engine.stop()

@@ -115,6 +115,7 @@ class ServerProcess:
                 f"--ServerApp.root_dir={self.home}",
             ],  # fmt: skip
             env=self.env,
+            stdin=subprocess.DEVNULL,  # as under a hub or a service manager: no terminal
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -148,10 +149,10 @@ class ServerProcess:
                     os.kill(pid, signal.SIGKILL)
             self.process.wait(10)
 
-    def terminate(self, timeout: float = 30) -> int:
-        """SIGTERM, then wait for the server to shut down cleanly."""
+    def terminate(self, timeout: float = 30, sig: int = signal.SIGTERM) -> int:
+        """SIGTERM (or ``sig``), then wait for the server to shut down cleanly."""
         assert self.process is not None
-        self.process.send_signal(signal.SIGTERM)
+        self.process.send_signal(sig)
         try:
             return self.process.wait(timeout)
         finally:

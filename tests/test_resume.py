@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import textwrap
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from jupyter_agentruns.agents.demo import answer_words
@@ -99,12 +101,19 @@ def test_a_killed_servers_run_is_taken_over_and_ends_as_if_never_interrupted(ser
 
 
 @pytest.mark.timeout(120)
-def test_a_clean_stop_hands_a_resumable_run_to_the_next_server_at_once(servers):
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGINT", "api/shutdown"])
+def test_a_clean_stop_hands_a_resumable_run_to_the_next_server_at_once(servers, stop):
+    """Every way a hub stops a server is a stop, not a crash: SIGINT is its spawners' way."""
     first = servers("a", lease_seconds=30)  # a lease long enough to show it is not waited for
     with first.client() as client:
         run = client.post("runs", json={"agent": "demo", "input": SLOW}).json()
         wait_seq(client, run["run_id"], 30)
-    assert first.terminate(timeout=30) == 0
+    if stop == "api/shutdown":
+        shutdown = httpx.post(f"{first.url}api/shutdown", headers=first.client().headers)
+        assert shutdown.status_code == 200
+        assert first.process.wait(30) == 0
+    else:
+        assert first.terminate(timeout=30, sig=getattr(signal, stop)) == 0
 
     second = servers("b", lease_seconds=30)
     with second.client() as client:
