@@ -36,8 +36,9 @@ from typing import Any
 from urllib.parse import quote
 
 from ..lifecycle import ACTIVE_STATUSES
-from . import UNCLAIMED, StoreBusy
+from . import StoreBusy
 from .postgres import BadStoreUrl, PostgresStore, StoreUrl, psycopg
+from .sql import UNCLAIMED
 from .sqlite import MIGRATIONS
 
 # Every table of the store, each read in the order its rows are written in:
