@@ -102,6 +102,28 @@ def test_the_last_seqs_of_many_runs_are_set_at_once(conn):
     assert conn.get_run_head("run_0003")["last_seq"] == 7
 
 
+def test_leases_and_claims_of_more_runs_than_one_statement_lists_are_all_renewed_and_released(
+    conn, store_kind
+):
+    if store_kind == "sqlite":
+        import sqlite3
+
+        conn.conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)  # before SQLite 3.32
+    run_ids = [f"run_{index:04d}" for index in range(1200)]
+    with conn.transaction():
+        for run_id in run_ids:
+            conn.insert_run(run_row(run_id, lease_expires=1.0))
+    with conn.transaction():
+        conn.renew_leases("exec_a", [*run_ids, "run_missing"], 1000.0)
+        conn.renew_leases("exec_a", [], 2000.0)
+    assert conn.expired_active_runs(999.0) == []
+    assert len(conn.expired_active_runs(1001.0)) == 1200
+    with conn.transaction():
+        conn.release_claims(run_ids, "exec_a")
+    assert conn.expired_active_runs(1001.0) == []  # queued in their sessions again, unclaimed
+    assert len(conn.startable_queued_runs(None, ["demo"], limit=2000)) == 1200
+
+
 def test_sqlite_batches_fit_an_old_sqlite_parameter_limit(tmp_path):
     import sqlite3
 
