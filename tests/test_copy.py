@@ -1,4 +1,4 @@
-"""Moving from SQLite to PostgreSQL: the copy keeps every run as it was, or refuses and writes nothing."""
+"""Moving from SQLite to PostgreSQL: `jupyter agentruns copy` keeps every run, or refuses and writes nothing."""
 
 import hashlib
 import json
@@ -39,7 +39,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 PEAK_MEMORY_OF_THE_COMMAND = """
 import re, runpy, sys
 try:
-    runpy.run_module("jupyter_agentruns.store.copy", run_name="__main__", alter_sys=True)
+    runpy.run_module("jupyter_agentruns.cli", run_name="__main__", alter_sys=True)
 finally:
     status = open("/proc/self/status").read()
     print("peak", re.search(r"VmHWM:\\s+(\\d+) kB", status).group(1), "kB", file=sys.stderr)
@@ -58,7 +58,7 @@ TABLES = {
 
 def copy(source, url, *options, env=None):
     """The command, as a person runs it; returns the finished process (text output)."""
-    command = [sys.executable, "-m", "jupyter_agentruns.store.copy", "--from", str(source)]
+    command = [sys.executable, "-m", "jupyter_agentruns.cli", "copy", "--from", str(source)]
     if url is not None:
         command += ["--to", url]
     return subprocess.run(
@@ -250,7 +250,9 @@ def test_a_server_on_the_copy_answers_every_run_and_event_as_the_sqlite_server_d
 
 
 def test_a_second_copy_into_the_same_schema_is_refused_and_changes_nothing(source, postgres_url):
-    assert copy(source["path"], postgres_url).returncode == 0
+    done = copy(source["path"], postgres_url, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["copied"]["runs"] == len(source["runs"])  # progress: stderr
     before = {table: rows(postgres_url, table) for table in TABLES}
     again = copy(source["path"], postgres_url)
     assert again.returncode == 1
@@ -351,13 +353,31 @@ def test_a_password_in_the_url_never_appears_in_what_the_command_prints(source, 
     done = copy(source["path"], with_password)
     refused = copy(source["path"], None, env={"AGENTRUNS_STORE_URL": with_password})
     failed = copy(source["path"], unreachable)
-    assert [done.returncode, refused.returncode, failed.returncode] == [0, 1, 1]
+    assert [done.returncode, refused.returncode, failed.returncode] == [0, 1, 69]
     assert f"at {parts.hostname} port {parts.port} as postgres" in done.stdout
     assert f"at {parts.hostname} port {parts.port} as postgres" in refused.stderr
     assert "cannot be reached" in failed.stderr
     for process in (done, refused, failed):
         for secret in ("pa%40ss-w0rd", "pa@ss-w0rd", "w0rd"):
             assert secret not in process.stdout + process.stderr
+
+
+def test_arguments_that_name_no_store_to_copy_into_are_refused_before_anything_is_read(
+    source, postgres_url
+):
+    before = file_digests(source["path"])
+    missing = copy(source["path"], None, env={"AGENTRUNS_STORE_URL": ""})
+    assert missing.returncode == 64 and "--to URL is needed" in missing.stderr
+    not_postgres = copy(source["path"], "mysql://me:s3cret@db/runs")
+    assert not_postgres.returncode == 64
+    assert "--to must be a postgresql:// URL" in not_postgres.stderr
+    from_environment = copy(source["path"], None, env={"AGENTRUNS_STORE_URL": "host=db"})
+    assert from_environment.returncode == 78
+    assert "AGENTRUNS_STORE_URL must be a postgresql:// URL" in from_environment.stderr
+    for process in (missing, not_postgres, from_environment):
+        assert process.stdout == "" and "s3cret" not in process.stderr
+    assert file_digests(source["path"]) == before
+    assert not schema_exists(postgres_url)
 
 
 def test_a_source_of_an_older_schema_is_refused_with_how_to_migrate_it(postgres_url, tmp_path):
@@ -427,7 +447,7 @@ def test_two_hundred_thousand_events_copy_in_seconds_in_bounded_memory(postgres_
 
     started = time.monotonic()
     measured = subprocess.run(
-        [sys.executable, "-c", PEAK_MEMORY_OF_THE_COMMAND, "--from", str(path)],
+        [sys.executable, "-c", PEAK_MEMORY_OF_THE_COMMAND, "copy", "--from", str(path)],
         env={**os.environ, "AGENTRUNS_STORE_URL": postgres_url},
         capture_output=True,
         text=True,

@@ -239,10 +239,9 @@ async def test_a_run_object_once_made_never_changes_under_later_reads(api, engin
 
 
 def small_parts(monkeypatch):
-    from jupyter_agentruns.store import postgres, sqlite
+    from jupyter_agentruns.store import sql
 
-    for module in (sqlite, postgres):
-        monkeypatch.setattr(module, "SNAPSHOT_PART_CHARS", 300)
+    monkeypatch.setattr(sql, "SNAPSHOT_PART_CHARS", 300)
 
 
 async def test_a_snapshot_in_many_parts_is_answered_whole_a_part_at_a_time(api, monkeypatch):

@@ -297,7 +297,7 @@ def test_a_server_given_key_value_pairs_answers_503_naming_the_setting(tmp_path,
 
 
 def store_command(tmp_path, *args, url=None, where=None) -> subprocess.CompletedProcess:
-    """``jupyter agentruns`` (or the copy, given ``--from``), the store's URL given ``where``.
+    """``jupyter agentruns`` (``copy``, given ``--from``), the store's URL given ``where``.
 
     Its configuration is its own: ``url`` is the store_url of its configuration
     file, its AGENTRUNS_STORE_URL, or its ``--store-url``.
@@ -313,12 +313,14 @@ def store_command(tmp_path, *args, url=None, where=None) -> subprocess.Completed
         env["AGENTRUNS_STORE_URL"] = url
     elif where is not None:
         args = (*args, where, url)
-    module = "jupyter_agentruns.store.copy" if args[0] == "--from" else "jupyter_agentruns.cli"
+    if args[0] == "--from":
+        args = ("copy", *args)
     result = subprocess.run(
-        [sys.executable, "-m", module, *args], env=env, capture_output=True, text=True, timeout=60
-    )
+        [sys.executable, "-m", "jupyter_agentruns.cli", *args],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
     assert "Traceback" not in result.stderr, result.stderr
-    assert_hidden(result.stdout + result.stderr, f"{module} {args[0]}'s output")
+    assert_hidden(result.stdout + result.stderr, f"{args[0]}'s output")
     return result
 
 
@@ -381,8 +383,8 @@ def test_the_copy_to_postgresql_never_shows_the_password(role, postgres_database
     assert schema_owner(postgres_database, schema) == role.name
 
     failed = store_command(tmp_path, "--from", str(source), url=role.unreachable(), where="--to")
-    assert failed.returncode == 1 and "cannot be reached" in failed.stderr
+    assert failed.returncode == 69 and "cannot be reached" in failed.stderr
     refused = store_command(
         tmp_path, "--from", str(source), url=UNUSABLE["key=value pairs"], where="--to"
     )
-    assert refused.returncode == 2 and "must be a postgresql:// URL" in refused.stderr
+    assert refused.returncode == 64 and "must be a postgresql:// URL" in refused.stderr

@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 
 from jupyter_agentruns import reducer
-from jupyter_agentruns.store import SeqTaken
+from jupyter_agentruns.store import SeqTaken, sql
 from jupyter_agentruns.store import sqlite as store
 from jupyter_agentruns.store.sqlite import SQLiteStore
 
@@ -141,7 +141,7 @@ def test_older_runs_keep_their_token_totals_for_the_day_budget(tmp_path, monkeyp
 
 
 def test_a_snapshot_is_stored_in_parts_and_read_back_whole(tmp_path, monkeypatch):
-    monkeypatch.setattr(store, "SNAPSHOT_PART_CHARS", 1000)
+    monkeypatch.setattr(sql, "SNAPSHOT_PART_CHARS", 1000)
     db = connect(tmp_path / "s.sqlite3")
     db.db["runs"].insert(
         {
@@ -169,10 +169,53 @@ def test_a_snapshot_is_stored_in_parts_and_read_back_whole(tmp_path, monkeypatch
     ).fetchone()[0]
     assert parts > 5
     assert db.get_run("run_big")["snapshot"] == reducer.reduce(events)
-    # The stored text as it is, for answers that splice it in undecoded.
-    assert json.loads("".join(db.snapshot_json("run_big"))) == reducer.reduce(events)
+    # The stored text as it is, a part at a time, for answers that splice it in undecoded.
+    seq, count = db.snapshot_layout("run_big")
+    text = "".join(db.snapshot_part("run_big", part, seq) for part in range(count))
+    assert json.loads(text) == reducer.reduce(events)
     assert db.get_run("run_big", snapshot=False)["snapshot"] is None
     # A smaller snapshot written over it leaves no stale parts behind.
     db.write_snapshot("run_big", 2, {"messages": [], "tools": [], "progress": None, "usage": None})
     assert db.conn.execute("SELECT count(*) FROM snapshot_parts").fetchone()[0] == 0
     assert db.get_run("run_big")["snapshot"]["messages"] == []
+
+
+def schema(conn):
+    """Every table's columns and every index of a SQLite store, as SQLite describes them."""
+    tables = [
+        name
+        for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+        )
+    ]
+    return {
+        name: (
+            sorted(tuple(row[1:]) for row in conn.execute(f"PRAGMA table_info({name})")),
+            sorted(
+                (
+                    index[1],
+                    index[2],
+                    index[4],
+                    tuple(c[2] for c in conn.execute(f"PRAGMA index_info({index[1]})")),
+                )
+                for index in conn.execute(f"PRAGMA index_list({name})")
+            ),
+        )
+        for name in tables
+    }
+
+
+def test_a_database_of_every_older_version_migrates_to_the_schema_of_a_new_one(
+    tmp_path, monkeypatch
+):
+    new = connect(tmp_path / "new.sqlite3")
+    expected = schema(new.conn)
+    for version in range(1, len(store.MIGRATIONS)):
+        path = tmp_path / f"version-{version}.sqlite3"
+        monkeypatch.setattr(store, "MIGRATIONS", store.MIGRATIONS[:version])
+        connect(path).close()
+        monkeypatch.undo()
+        migrated = connect(path)
+        assert migrated.conn.execute("PRAGMA user_version").fetchone()[0] == len(store.MIGRATIONS)
+        assert schema(migrated.conn) == expected, f"from version {version}"
+        migrated.close()

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from jupyter_agentruns import reducer
-from jupyter_agentruns.store import SeqTaken, StoreUnavailable
+from jupyter_agentruns.store import SeqTaken, StoreUnavailable, sql
 
 # These tests use make_store, so run on both stores.
 pytestmark = pytest.mark.usefixtures("store_kind")
@@ -102,6 +102,28 @@ def test_the_last_seqs_of_many_runs_are_set_at_once(conn):
     assert conn.get_run_head("run_0003")["last_seq"] == 7
 
 
+def test_leases_and_claims_of_more_runs_than_one_statement_lists_are_all_renewed_and_released(
+    conn, store_kind
+):
+    if store_kind == "sqlite":
+        import sqlite3
+
+        conn.conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)  # before SQLite 3.32
+    run_ids = [f"run_{index:04d}" for index in range(1200)]
+    with conn.transaction():
+        for run_id in run_ids:
+            conn.insert_run(run_row(run_id, lease_expires=1.0))
+    with conn.transaction():
+        conn.renew_leases("exec_a", [*run_ids, "run_missing"], 1000.0)
+        conn.renew_leases("exec_a", [], 2000.0)
+    assert conn.expired_active_runs(999.0) == []
+    assert len(conn.expired_active_runs(1001.0)) == 1200
+    with conn.transaction():
+        conn.release_claims(run_ids, "exec_a")
+    assert conn.expired_active_runs(1001.0) == []  # queued in their sessions again, unclaimed
+    assert len(conn.startable_queued_runs(None, ["demo"], limit=2000)) == 1200
+
+
 def test_sqlite_batches_fit_an_old_sqlite_parameter_limit(tmp_path):
     import sqlite3
 
@@ -138,12 +160,17 @@ def test_the_data_of_an_event_is_stored_byte_for_byte(conn):
     assert conn.read_events("run_a", 0, 1) == [(1, "text.delta", "2026-01-01T00:00:00.123Z", data)]
 
 
-def test_a_snapshot_in_parts_reads_back_whole(conn, monkeypatch):
-    import jupyter_agentruns.store.postgres as postgres
-    import jupyter_agentruns.store.sqlite as sqlite
+def snapshot_json(conn, run_id):
+    """The persisted snapshot's text in its stored parts, read as the API reads it (empty: none)."""
+    layout = conn.snapshot_layout(run_id)
+    if layout is None:
+        return []
+    seq, count = layout
+    return [conn.snapshot_part(run_id, part, seq) for part in range(count)]
 
-    monkeypatch.setattr(postgres, "SNAPSHOT_PART_CHARS", 100)
-    monkeypatch.setattr(sqlite, "SNAPSHOT_PART_CHARS", 100)
+
+def test_a_snapshot_in_parts_reads_back_whole(conn, monkeypatch):
+    monkeypatch.setattr(sql, "SNAPSHOT_PART_CHARS", 100)
     builder = reducer.Snapshot(None)
     for index in range(50):
         builder.apply(
@@ -153,8 +180,8 @@ def test_a_snapshot_in_parts_reads_back_whole(conn, monkeypatch):
         conn.insert_run(run_row("run_a"))
         conn.update_run("run_a", {"snapshot": builder, "snapshot_seq": 50, "last_seq": 50})
     assert conn.get_run("run_a")["snapshot"] == builder.to_dict()
-    assert len(conn.snapshot_json("run_a")) > 1
-    assert "".join(conn.snapshot_json("run_a")) == "".join(builder.json_chunks())
+    assert len(snapshot_json(conn, "run_a")) > 1
+    assert "".join(snapshot_json(conn, "run_a")) == "".join(builder.json_chunks())
 
 
 def test_runs_list_newest_first_and_page_by_created_at_and_id(conn):
@@ -407,7 +434,7 @@ def test_two_servers_starting_at_once_on_a_new_schema_migrate_it_once(postgres_d
 
     with psycopg.connect(postgres_database, options="-c search_path=racing_starts") as db:
         versions = [row[0] for row in db.execute("SELECT version FROM schema_version")]
-    assert versions == [1, 2]
+    assert versions == list(range(1, PostgresStore.schema_versions_known + 1))
 
 
 def test_the_listener_reconnects_after_its_connection_is_cut_and_says_to_catch_up(
@@ -457,3 +484,46 @@ def test_run_ids_order_byte_for_byte_on_both_stores(conn):
         "me", status=None, session=None, limit=10, before=("2026-01-01T00:00:00Z", "run_a")
     )
     assert [r["run_id"] for r in rest] == ["run_B", "run_-"]
+
+
+def test_both_stores_hold_the_same_tables_and_columns(store_kind, tmp_path, request):
+    """Two histories, one schema: a change made to one store and not the other shows here."""
+    if store_kind != "sqlite":
+        pytest.skip("one comparison of both stores")
+    from jupyter_agentruns.store.postgres import PostgresStore
+    from jupyter_agentruns.store.sqlite import SQLiteStore
+
+    kinds = {"TEXT": "text", "INTEGER": "integer", "REAL": "real", "bigint": "integer",
+             "double precision": "real"}  # fmt: skip
+    lite = SQLiteStore(tmp_path / "store.sqlite3").connect()
+    lite_tables = {
+        name: {
+            # A key's columns are NOT NULL in PostgreSQL; SQLite says so of integer keys only.
+            column: (kinds[kind], bool(notnull or key), default)
+            for _, column, kind, notnull, default, key in lite.conn.execute(
+                f"PRAGMA table_info({name})"
+            )
+        }
+        for (name,) in lite.conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    }
+    lite.close()
+    postgres = PostgresStore(request.getfixturevalue("postgres_url"))
+    conn = postgres.open()
+    postgres_tables: dict[str, dict] = {}
+    for name, column, kind, nullable, default in conn.execute(
+        "SELECT table_name, column_name, data_type, is_nullable, column_default "
+        "FROM information_schema.columns WHERE table_schema = %s AND table_name <> 'schema_version'"
+        "ORDER BY table_name, ordinal_position",
+        [postgres.schema],
+    ):
+        if column != "position":  # PostgreSQL's submit order; SQLite's is the rowid
+            postgres_tables.setdefault(name, {})[column] = (
+                kinds.get(kind, kind),
+                nullable == "NO",
+                default,
+            )
+    conn.close()
+    assert set(lite_tables) == set(postgres_tables) == set(sql.TABLES)
+    assert lite_tables == postgres_tables

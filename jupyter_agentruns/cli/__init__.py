@@ -3,7 +3,8 @@
 Against a running server (found as a kernel finds it: ``--url``/``--token``,
 ``AGENTRUNS_URL``/``AGENTRUNS_TOKEN``, else the one running server):
 ``list``, ``show``, ``tail``, ``cancel``, ``answer``, ``export``, ``usage``.
-On the store itself, no server needed: ``gc``, ``doctor``. Output is for
+On the store itself, no server needed: ``gc``, ``doctor``, and ``copy`` (a
+SQLite store into PostgreSQL). Output is for
 people; ``--json`` is for scripts. Exit statuses are in ``exits.py``.
 """
 
@@ -26,7 +27,7 @@ schema version, 77 the token was refused, 78 the Jupyter configuration is wrong,
 130 stopped by Ctrl-C"""
 
 
-STORE_COMMANDS = ("gc", "doctor")
+STORE_COMMANDS = ("gc", "doctor", "copy")
 # How long tail waits for a byte before it takes the stream for dead and reconnects.
 # The server pings every heartbeat_interval (15 s by default) and does not say
 # its own: this leaves room for one set to a minute, twice over.
@@ -156,6 +157,41 @@ def build_parser() -> argparse.ArgumentParser:
         "doctor",
         parents=[store],
         help="check the store: where, schema, runs, expired leases, versions",
+    )
+    copy = commands.add_parser(
+        "copy",
+        parents=[common],
+        help="copy every run of a SQLite store into an empty PostgreSQL one, once",
+        description=(
+            "Copy every run of a SQLite store into a PostgreSQL one: run ids, events (byte for "
+            "byte), snapshots, Idempotency-Keys, tombstones, in submit order. The copy is one "
+            "transaction: it is all there or none of it, and a failed copy can be run again."
+        ),
+        epilog=(
+            "Stop every server using the SQLite file first: it is opened read-only and never "
+            "changed. The target schema must be empty; it is created if missing. Then set "
+            "c.AgentRuns.store_url (or AGENTRUNS_STORE_URL) to the same URL and start the servers."
+        ),
+    )
+    copy.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        metavar="PATH",
+        help="the SQLite file the servers used (their c.AgentRuns.db_path)",
+    )
+    copy.add_argument(
+        "--to",
+        dest="target",
+        metavar="URL",
+        help="postgresql://user:password@host:port/database?schema=NAME, an empty schema "
+        "(default: AGENTRUNS_STORE_URL)",
+    )
+    copy.add_argument(
+        "--force",
+        action="store_true",
+        help="copy active runs too (their server was killed before it could end them): the "
+        "first server on PostgreSQL ends them interrupted",
     )
     return parser
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..client import AgentRunsError
 
 OK = 0
-FAILED = 1  # the run failed (tail); doctor found a problem
+FAILED = 1  # the run failed (tail); doctor found a problem; copy refused or failed
 CANCELLED = 2  # the run was cancelled (tail)
 INTERRUPTED = 3  # the run was interrupted: its server died and it could not be resumed (tail)
 USAGE = 64  # wrong arguments

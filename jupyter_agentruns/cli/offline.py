@@ -1,17 +1,21 @@
-"""The commands that work on the store itself, with no server: gc and doctor.
+"""The commands that work on the store itself, with no server: gc, doctor and copy.
 
-The store is the one a server started here would use: ``c.AgentRuns.*`` from
-the Jupyter configuration files (and ``AGENTRUNS_STORE_URL``), unless
-``--db`` or ``--store-url`` names another. Both stores are safe to share
-between processes (SQLite in WAL mode, PostgreSQL), so these commands may
-run while servers use the same store.
+For gc and doctor, the store is the one a server started here would use:
+``c.AgentRuns.*`` from the Jupyter configuration files (and
+``AGENTRUNS_STORE_URL``), unless ``--db`` or ``--store-url`` names another.
+Both stores are safe to share between processes (SQLite in WAL mode,
+PostgreSQL), so they may run while servers use the same store. copy moves
+a SQLite file's runs into PostgreSQL once, with the servers stopped (see
+``store/copy.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import platform
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -26,9 +30,10 @@ from ..broadcaster import Broadcaster
 from ..compaction import Compactor
 from ..reader import Reader
 from ..settings import Settings, from_config
-from ..store import Store, UnsafeStore, factory
+from ..store import Store, StoreBusy, StoreUnavailable, UnsafeStore, factory
+from ..store.copy import CopyRefused, copy_store
 from ..store.filesystems import network_filesystem
-from ..store.postgres import BadStoreUrl, StoreUrl
+from ..store.postgres import BadStoreUrl, StoreUrl, psycopg
 from ..writer import Writer
 from . import exits
 from .exits import CliError
@@ -342,4 +347,53 @@ def cmd_doctor(args, out: TextIO) -> int:
     return exits.FAILED if report["problems"] else exits.OK
 
 
-COMMANDS = {"gc": cmd_gc, "doctor": cmd_doctor}  # STORE_COMMANDS of the parser
+# copy ------------------------------------------------------------------------
+
+
+def cmd_copy(args, out: TextIO) -> int:
+    given = args.target is not None
+    url = (args.target if given else os.environ.get("AGENTRUNS_STORE_URL", "")).strip()
+    if not url:
+        raise CliError(
+            "--to URL is needed (or AGENTRUNS_STORE_URL): the store to copy into", exits.USAGE
+        )
+    try:
+        target = StoreUrl(url)
+    except BadStoreUrl as error:
+        if given:
+            raise CliError(f"--to {error}", exits.USAGE) from None
+        raise CliError(
+            f"the environment variable AGENTRUNS_STORE_URL {error}", exits.CONFIG
+        ) from None
+    # With --json, standard output is the result alone.
+    said = sys.stderr if args.json else out
+
+    def progress(line: str) -> None:
+        said.write(line + "\n")
+        said.flush()
+
+    failures: tuple[type[Exception], ...] = (
+        StoreBusy, sqlite3.Error, OSError, RuntimeError, ValueError
+    )  # fmt: skip
+    if psycopg is not None:
+        failures += (psycopg.Error,)
+    try:
+        counts = copy_store(args.source, url, force=args.force, progress=progress)
+    except CopyRefused as error:
+        raise CliError(f"refused: {target.scrub(str(error))}", exits.FAILED) from None
+    except StoreUnavailable as error:
+        raise CliError(
+            f"{target.scrub(str(error))}; nothing was copied", exits.UNAVAILABLE
+        ) from None
+    except failures as error:
+        raise CliError(
+            f"the copy failed: {target.scrub(str(error))}. It is one transaction, so nothing "
+            "of it was kept: run it again once this is fixed.",
+            exits.FAILED,
+        ) from None
+    if args.json:
+        print_json({"from": args.source, "to": target.describe(), "copied": counts}, out)
+    return exits.OK
+
+
+COMMANDS = {"gc": cmd_gc, "doctor": cmd_doctor, "copy": cmd_copy}  # STORE_COMMANDS of the parser

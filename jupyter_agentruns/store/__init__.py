@@ -3,9 +3,22 @@
 ``Store`` opens connections; a ``StoreConnection`` is everything the engine
 asks of storage. Writes happen on the writer thread only, inside
 ``transaction()`` (see ``writer.py``); reads happen on reader threads (see
-``reader.py``), never on the event loop. ``sqlite.py`` implements it on one
-SQLite file; another database implements the same methods and raises the
-same errors.
+``reader.py``), or on the event loop when they are bounded and the store is a
+local file (``Store.local_reads``).
+
+Two stores, one SQL: ``sql.py`` holds the tables and every query once
+(``SQLConnection``); ``sqlite.py`` (one SQLite file, the default) and
+``postgres.py`` (a database that servers on many machines share) say how
+their database differs. ``copy.py`` moves a SQLite store into PostgreSQL.
+
+The schema has a history per database up to the point where they met:
+SQLite's first eight migrations, built step by step as the package grew, and
+PostgreSQL's first, which makes their result at once. From there on there is
+one history, ``sql.SHARED_MIGRATIONS``, appended to both. A new change of the
+schema is a step added there, written once; the two stores' own lists are
+closed (a step added to one would renumber the shared steps after it in that
+store alone). A store's schema version is the number of steps it has had: a
+store of an older version is migrated forward, one of a newer one refused.
 """
 
 from __future__ import annotations
@@ -13,28 +26,13 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import jsonio, lifecycle, reducer
 from ..events import Event, envelope
 from ..events import event as make_event
 from ..timeutil import now_iso
-
-# What both stores share of their tables: ``runs`` columns holding JSON text
-# (the snapshot has tables of its own), and the queries' common parts.
-JSON_COLUMNS = (
-    "metadata", "input", "output", "error", "cancel", "cancel_request", "checkpoint",
-)  # fmt: skip
-# A run with its persisted snapshot (``snapshot_seq`` 0 and no snapshot when none).
-RUN_SELECT = (
-    "SELECT runs.*, coalesce(snapshots.seq, 0) AS snapshot_seq, snapshots.snapshot AS snapshot, "
-    "snapshots.parts AS snapshot_parts FROM runs LEFT JOIN snapshots ON snapshots.run_id = runs.run_id"
-)
-# A run queued behind earlier runs of its session: no server executes it yet.
-UNCLAIMED = "executor_id IS NULL AND status = 'queued'"
-# What answering for a run needs, without the (possibly huge) snapshot and output.
-HEAD_COLUMNS = "run_id, owner, status, last_seq, first_seq, finished_ts"
 
 
 class UnsafeStore(Exception):
@@ -94,20 +92,6 @@ class StoreConnection(abc.ABC):
     @abc.abstractmethod
     def get_run(self, run_id: str, *, snapshot: bool = True) -> dict[str, Any] | None:
         """Every column of a run, with its persisted ``snapshot`` (None without ``snapshot``) and ``snapshot_seq``."""
-
-    def snapshot_json(self, run_id: str) -> list[str]:
-        """The persisted snapshot's JSON text, in its stored parts, not decoded (empty: none).
-
-        Decoding a 100 MB snapshot holds the interpreter for a second: a run
-        whose persisted snapshot is current is answered from this text as is,
-        a part (about a megabyte) at a time (``snapshot_layout``, ``snapshot_part``).
-        """
-        layout = self.snapshot_layout(run_id)
-        if layout is None:
-            return []
-        seq, count = layout
-        parts = [self.snapshot_part(run_id, part, seq) for part in range(count)]
-        return [] if None in parts else parts  # type: ignore[return-value]
 
     @abc.abstractmethod
     def snapshot_layout(self, run_id: str) -> tuple[int, int] | None:
@@ -279,13 +263,11 @@ class StoreConnection(abc.ABC):
 
     @abc.abstractmethod
     def update_run(self, run_id: str, fields: dict[str, Any]) -> None:
-        """Set columns of a run; ``snapshot`` (with ``snapshot_seq``) goes through ``write_snapshot``."""
+        """Set columns of a run; ``snapshot`` with ``snapshot_seq`` replaces its persisted snapshot.
 
-    @abc.abstractmethod
-    def write_snapshot(
-        self, run_id: str, seq: int, snapshot: dict[str, Any] | reducer.Snapshot
-    ) -> None:
-        """Store the run's snapshot at ``seq``, streamed from a builder so a long text is never joined."""
+        The snapshot (a dict or a ``reducer.Snapshot`` builder) is written in
+        parts of about a megabyte as it is encoded: its text is never joined.
+        """
 
     @abc.abstractmethod
     def append_events(self, rows: Iterable[tuple[str, int, str, str, str]]) -> None:
@@ -369,20 +351,6 @@ class Listener(abc.ABC):
     def close(self) -> None: ...
 
 
-def split_parts(pieces: Iterable[str], size: int) -> Iterator[str]:
-    """Pieces of text joined into parts of at least ``size`` characters (the last one shorter)."""
-    buffer: list[str] = []
-    length = 0
-    for piece in pieces:
-        buffer.append(piece)
-        length += len(piece)
-        if length >= size:
-            yield "".join(buffer)
-            buffer, length = [], 0
-    if buffer:
-        yield "".join(buffer)
-
-
 def reduce_stored(
     conn: StoreConnection, run_id: str, snapshot: reducer.Snapshot, after: int, upto: int
 ) -> reducer.Snapshot:
@@ -441,28 +409,3 @@ def end_stored(
     )
     transitions = lifecycle.ending(reducer.open_inputs(snapshot.structure()), end)
     return commit_transitions(conn, row, transitions, snapshot)[0]
-
-
-def encode_columns(fields: dict[str, Any]) -> dict[str, Any]:
-    """Columns to set, JSON columns encoded (strictly: no NaN); a ``snapshot`` stays as it is."""
-    return {
-        name: jsonio.dumps(value) if name in JSON_COLUMNS and value is not None else value
-        for name, value in fields.items()
-    }
-
-
-def decode_run(row: dict[str, Any], later_parts: Callable[[str], list[str]]) -> dict[str, Any]:
-    """A ``RUN_SELECT`` row as the engine takes it: JSON decoded, the snapshot joined from its parts.
-
-    ``later_parts(run_id)``: the stored snapshot's parts after the first, in order.
-    """
-    for column in JSON_COLUMNS:
-        if row.get(column) is not None:
-            row[column] = json.loads(row[column])
-    parts = row.pop("snapshot_parts", None)
-    if row.get("snapshot") is not None:
-        text = row["snapshot"]
-        if parts is not None and parts > 1:
-            text = "".join([text, *later_parts(row["run_id"])])
-        row["snapshot"] = json.loads(text)
-    return row

@@ -19,38 +19,22 @@ the same reason a file of an older schema is refused, not migrated (a
 migration cannot be undone): starting this version's server on it once
 migrates it, as an upgrade does anyway.
 
-    python -m jupyter_agentruns.store.copy --from agentruns.sqlite3 --to postgresql://…
+    jupyter agentruns copy --from agentruns.sqlite3 --to postgresql://…
 """
 
 from __future__ import annotations
 
-import argparse
-import functools
-import os
 import sqlite3
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ..lifecycle import ACTIVE_STATUSES
-from . import UNCLAIMED, StoreBusy
-from .postgres import BadStoreUrl, PostgresStore, StoreUrl, psycopg
+from .postgres import PostgresStore
+from .sql import ACTIVE, TABLES, UNCLAIMED
 from .sqlite import MIGRATIONS
 
-# Every table of the store, each read in the order its rows are written in:
-# runs in submit order (their position), the others in their key's order.
-TABLES = (
-    ("runs", "rowid"),
-    ("events", "run_id, seq"),
-    ("snapshots", "run_id"),
-    ("snapshot_parts", "run_id, part"),
-    ("idempotency_keys", "owner, key"),
-    ("tombstones", "run_id"),
-    ("input_answers", "run_id, request_id"),
-)
 # A progress line every this many rows of a table.
 PROGRESS_ROWS = 100_000
 
@@ -94,14 +78,11 @@ def copy_store(
         try:
             with target.transaction():
                 # Servers already on the target wait: the schema is empty only if it stays so.
-                target.execute(f"LOCK TABLE {', '.join(t for t, _ in TABLES)} IN EXCLUSIVE MODE")
+                target.execute(f"LOCK TABLE {', '.join(TABLES)} IN EXCLUSIVE MODE")
                 _refuse_used(source, target, store)
-                counts = {
-                    table: _copy_table(source, target, table, order, progress)
-                    for table, order in TABLES
-                }
+                counts = {table: _copy_table(source, target, table, progress) for table in TABLES}
                 # The first server's queries are planned on these tables' real sizes.
-                target.execute(f"ANALYZE {', '.join(t for t, _ in TABLES)}")
+                target.execute(f"ANALYZE {', '.join(TABLES)}")
                 source.execute("COMMIT")
                 if source.execute("PRAGMA data_version").fetchone()[0] != version:
                     raise CopyRefused(
@@ -171,11 +152,9 @@ def _active_runs(source: sqlite3.Connection) -> dict[str, int]:
     resumable runs a clean stop handed over; the next server starts them or
     takes them over.
     """
-    placeholders = ",".join("?" for _ in ACTIVE_STATUSES)
     rows = source.execute(
-        f"SELECT status, count(*) FROM runs WHERE status IN ({placeholders}) "
-        "AND executor_id IS NOT NULL GROUP BY status ORDER BY status",
-        ACTIVE_STATUSES,
+        f"SELECT status, count(*) FROM runs WHERE status IN {ACTIVE} "
+        "AND executor_id IS NOT NULL GROUP BY status ORDER BY status"
     ).fetchall()
     return dict(rows)
 
@@ -190,7 +169,7 @@ def _refuse_used(source: sqlite3.Connection, target: Any, store: PostgresStore) 
     """Refuse a target holding anything: a copy goes into an empty schema only."""
     used = [
         table
-        for table, _ in TABLES
+        for table in TABLES
         if target.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0]
     ]
     if not used:
@@ -211,12 +190,10 @@ def _refuse_used(source: sqlite3.Connection, target: Any, store: PostgresStore) 
 
 
 def _copy_table(
-    source: sqlite3.Connection,
-    target: Any,
-    table: str,
-    order: str,
-    progress: Callable[[str], Any],
+    source: sqlite3.Connection, target: Any, table: str, progress: Callable[[str], Any]
 ) -> int:
+    # Runs in their submit order (SQLite's rowid becomes PostgreSQL's position), the rest by key.
+    order = "rowid" if table == "runs" else TABLES[table]
     columns = [row[1] for row in source.execute(f"PRAGMA table_info({table})")]
     names = ", ".join(f'"{name}"' for name in columns)
     total = source.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
@@ -234,77 +211,3 @@ def _copy_table(
     rate = count / max(time.monotonic() - started, 1e-6)
     progress(f"{table}: {count:,} copied" + (f" ({rate:,.0f}/s)" if count else ""))
     return count
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m jupyter_agentruns.store.copy",
-        description=(
-            "Copy every run of a SQLite agentruns store into a PostgreSQL one, once: run ids, "
-            "events (byte for byte), snapshots, Idempotency-Keys, tombstones, in submit order. "
-            "The copy is one transaction: it is all there or none of it, and a failed copy "
-            "can be run again."
-        ),
-        epilog=(
-            "Stop every server using the SQLite file first. The file is opened read-only and "
-            "never changed. The target schema must be empty; it is created if missing. "
-            "Then set c.AgentRuns.store_url (or AGENTRUNS_STORE_URL) to the same URL and "
-            "start the servers. Exit status: 0 copied, 1 refused or failed (the reason on "
-            "stderr; nothing of the copy is kept), 2 wrong arguments."
-        ),
-    )
-    parser.add_argument(
-        "--from",
-        dest="source",
-        required=True,
-        metavar="PATH",
-        help="the SQLite file the servers used (their c.AgentRuns.db_path)",
-    )
-    parser.add_argument(
-        "--to",
-        dest="target",
-        default=os.environ.get("AGENTRUNS_STORE_URL"),
-        metavar="URL",
-        help="postgresql://user:password@host:port/database?schema=NAME, an empty schema "
-        "(default: $AGENTRUNS_STORE_URL)",
-    )
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="copy active runs too (their server was killed before it could end them): the "
-        "first server on PostgreSQL ends them interrupted",
-    )
-    args = parser.parse_args(argv)
-    if not args.target:
-        parser.error("--to URL is required (or set AGENTRUNS_STORE_URL)")
-    try:
-        target = StoreUrl(args.target)
-    except BadStoreUrl as exc:
-        parser.error(f"--to (or AGENTRUNS_STORE_URL) {exc}")
-    failures: tuple[type[Exception], ...] = (
-        StoreBusy, sqlite3.Error, OSError, RuntimeError, ValueError
-    )  # fmt: skip
-    if psycopg is not None:
-        failures += (psycopg.Error,)
-    try:
-        copy_store(
-            args.source,
-            args.target,
-            force=args.force,
-            progress=functools.partial(print, flush=True),
-        )
-    except CopyRefused as exc:
-        print(f"refused: {target.scrub(str(exc))}", file=sys.stderr)
-        return 1
-    except failures as exc:
-        print(
-            f"the copy failed: {target.scrub(str(exc))}. It is one "
-            "transaction, so nothing of it was kept: run it again once this is fixed.",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

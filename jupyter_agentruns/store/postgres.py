@@ -19,6 +19,11 @@ only once the transaction commits: publish-after-commit) naming the runs and
 their new ``last_seq``; each server's listener wakes the subscribers of runs
 other servers execute, with no polling.
 
+The queries are ``sql.py``'s, written with ``?`` placeholders and given to
+psycopg as ``%s``. PostgreSQL's own besides: its first migration, the locks
+above, a batch of events in one ``COPY``, runs in the order of their
+``position`` column, and lists of values bound as one array (``= ANY(?)``).
+
 A connection lost (the database restarted, a network cut) raises
 ``StoreUnavailable``; the next use connects again. One found dead outside a
 transaction (it sat idle while the database restarted) is replaced at once
@@ -28,31 +33,18 @@ and its statement run again: the database that is back answers it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import re
 import secrets
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 from urllib.parse import unquote
 
-from .. import jsonio, reducer
-from ..lifecycle import ACTIVE_STATUSES, CANCELLABLE, TERMINAL_STATUSES
-from . import (
-    HEAD_COLUMNS,
-    RUN_SELECT,
-    UNCLAIMED,
-    Listener,
-    SeqTaken,
-    Store,
-    StoreBusy,
-    StoreConnection,
-    StoreUnavailable,
-    decode_run,
-    encode_columns,
-    split_parts,
-)
+from . import Listener, SeqTaken, Store, StoreBusy, StoreUnavailable
+from .sql import SHARED_MIGRATIONS, SQLConnection
 
 try:
     import psycopg
@@ -63,7 +55,6 @@ except ImportError:  # the extra is not installed: PostgresStore says how to get
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_PART_CHARS = 1 << 20
 CONNECT_TIMEOUT_SECONDS = 5
 # NOTIFY payloads are at most 8000 bytes: a batch naming more runs sends several.
 NOTIFY_MAX_BYTES = 7000
@@ -71,10 +62,11 @@ SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 # One advisory lock key for schema migrations (two servers starting at once).
 MIGRATION_LOCK = 0x61676E7472756E73  # "agntruns"
 
-_MIGRATIONS = [
-    # 1: the schema of SQLite's eight migrations, in one step. Text compares byte
-    # for byte (COLLATE "C"), as in SQLite: lists and their pages order runs alike.
-    """
+# Text compares byte for byte, as in SQLite: lists and their pages order runs alike.
+TEXT = 'text COLLATE "C"'
+
+# The schema of SQLite's first eight migrations, in one step.
+_CREATE = """
     CREATE TABLE runs (
         run_id text COLLATE "C" PRIMARY KEY,
         position bigserial NOT NULL,
@@ -154,16 +146,12 @@ _MIGRATIONS = [
         answered_ts double precision NOT NULL,
         PRIMARY KEY (run_id, request_id)
     );
-    """,
-    # 2: resumable runs (SQLite's ninth).
-    """
-    ALTER TABLE runs ADD COLUMN attempt integer NOT NULL DEFAULT 1;
-    ALTER TABLE runs ADD COLUMN checkpoint text COLLATE "C";
-    """,
-    # 3: whether a run's agent resumes it (SQLite's tenth).
-    """
-    ALTER TABLE runs ADD COLUMN resumable integer;
-    """,
+"""
+
+# Append only, through SHARED_MIGRATIONS (see the package's docstring).
+_MIGRATIONS = [
+    _CREATE,
+    *(";\n".join(statement.format(text=TEXT) for statement in step) for step in SHARED_MIGRATIONS),
 ]
 
 
@@ -359,14 +347,20 @@ class PostgresStore(Store):
         return _Listener(self, on_change)
 
 
-class PostgresConnection(StoreConnection):
+class PostgresConnection(SQLConnection):
     """One connection, reconnected on its next use after it was lost."""
 
+    SUBMIT_ORDER = "position"
+    LOCK_ROWS = " FOR UPDATE"
+    SKIP_LOCKED = " FOR UPDATE OF runs SKIP LOCKED"
+    MOST_LISTED = None  # a list is one array parameter
+    schema_versions_known = len(_MIGRATIONS)
+
     def __init__(self, store: PostgresStore):
+        super().__init__()
         self._store = store
         self._conn: psycopg.Connection | None = None  # connected on first use
         self._in_transaction = False
-        self._savepoints = 0
         # Runs whose events this transaction appended (or that it deleted): their new last_seq.
         self._touched: dict[str, int] = {}
 
@@ -381,6 +375,10 @@ class PostgresConnection(StoreConnection):
             conn = self._conn = self._store.open()
         return conn
 
+    def _connected(self) -> bool:
+        conn = self._conn
+        return conn is not None and not conn.closed and not conn.broken
+
     def _discard(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(Exception):
@@ -393,8 +391,7 @@ class PostgresConnection(StoreConnection):
         try:
             yield
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            conn = self._conn
-            if conn is None or conn.closed or conn.broken:
+            if not self._connected():
                 raise StoreUnavailable(
                     f"the connection to PostgreSQL was lost: {self._store.url.scrub(str(exc))}"
                 ) from None
@@ -418,13 +415,37 @@ class PostgresConnection(StoreConnection):
         with self._errors():
             return statement(conn)
 
-    def _execute(self, sql: str, params: Iterable[Any] | dict | None = None) -> psycopg.Cursor:
-        return self._run(lambda conn: conn.execute(sql, params, prepare=False))
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor:
+        query = _pyformat(sql)
+        return self._run(lambda conn: conn.execute(query, params, prepare=False))
 
-    def _dicts(self, sql: str, params: Iterable[Any] | None = None) -> list[dict[str, Any]]:
+    def _dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        query = _pyformat(sql)
         return self._run(
-            lambda conn: conn.cursor(row_factory=dict_row).execute(sql, params).fetchall()
+            lambda conn: conn.cursor(row_factory=dict_row).execute(query, params).fetchall()
         )
+
+    def _in(self, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        return "= ANY(?)", [list(values)]
+
+    def _read_within(self, sql: str, params: list[Any], max_bytes: int) -> list[tuple]:
+        # Sizes from the rows' headers (octet_length reads no text), summed over
+        # the page only: the rows before the one that reaches max_bytes, and it.
+        return self._execute(
+            "SELECT seq, type, ts, data FROM ("
+            "  SELECT seq, type, ts, data,"
+            "         sum(octet_length(data)) OVER (ORDER BY seq) - octet_length(data) AS before"
+            f"  FROM ({sql}) AS page"
+            ") AS sized WHERE before < ? ORDER BY seq",
+            [*params, max_bytes],
+        ).fetchall()
+
+    def _schema_version(self) -> int:
+        return self._execute("SELECT max(version) FROM schema_version").fetchone()[0] or 0
+
+    def _versions(self) -> dict[str, str]:
+        server_version = self._execute("SHOW server_version").fetchone()[0]
+        return {"postgresql": server_version, "psycopg": psycopg.__version__}
 
     # Transactions ------------------------------------------------------------
 
@@ -438,32 +459,13 @@ class PostgresConnection(StoreConnection):
             self._notify()
             self._execute("COMMIT")
         except BaseException:
-            conn = self._conn
-            if conn is not None and not conn.closed and not conn.broken:
+            if self._connected():
                 with contextlib.suppress(psycopg.Error):
-                    conn.execute("ROLLBACK")
+                    self._conn.execute("ROLLBACK")
             raise
         finally:
             self._in_transaction = False
             self._touched = {}
-
-    @contextlib.contextmanager
-    def savepoint(self) -> Iterator[None]:
-        self._savepoints += 1
-        name = f"s{self._savepoints}"
-        self._execute(f"SAVEPOINT {name}")
-        try:
-            yield
-        except BaseException:
-            conn = self._conn
-            if conn is not None and not conn.closed and not conn.broken:
-                self._execute(f"ROLLBACK TO SAVEPOINT {name}")
-                self._execute(f"RELEASE SAVEPOINT {name}")
-            raise
-        else:
-            self._execute(f"RELEASE SAVEPOINT {name}")
-        finally:
-            self._savepoints -= 1
 
     def _notify(self) -> None:
         if not self._touched:
@@ -481,7 +483,7 @@ class PostgresConnection(StoreConnection):
 
     def _send(self, runs: dict[str, int]) -> None:
         payload = json.dumps({"from": self._store.instance, "runs": runs}, separators=(",", ":"))
-        self._execute("SELECT pg_notify(%s, %s)", [self._store.channel, payload])
+        self._execute("SELECT pg_notify(?, ?)", [self._store.channel, payload])
 
     def close(self) -> None:
         self._discard()
@@ -490,297 +492,24 @@ class PostgresConnection(StoreConnection):
         return 0  # other servers' commits arrive as notifications (see listen)
 
     def serialize(self, scope: str) -> None:
-        self._execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [scope])
+        self._execute("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", [scope])
 
     def lock_run(self, run_id: str) -> None:
-        self._execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", [run_id])
+        self._execute("SELECT 1 FROM runs WHERE run_id = ? FOR UPDATE", [run_id])
 
-    # Reads -------------------------------------------------------------------
-
-    def get_run(self, run_id: str, *, snapshot: bool = True) -> dict[str, Any] | None:
-        select = RUN_SELECT if snapshot else RUN_SELECT.replace("snapshots.snapshot AS", "NULL AS")
-        rows = self._dicts(f"{select} WHERE runs.run_id = %s", [run_id])
-        return self._decode(rows[0]) if rows else None
-
-    def snapshot_layout(self, run_id: str) -> tuple[int, int] | None:
-        row = self._execute(
-            "SELECT seq, parts FROM snapshots WHERE run_id = %s", [run_id]
-        ).fetchone()
-        return None if row is None else (row[0], row[1])
-
-    def snapshot_part(self, run_id: str, part: int, seq: int) -> str | None:
-        if part == 0:
-            row = self._execute(
-                "SELECT snapshot FROM snapshots WHERE run_id = %s AND seq = %s", [run_id, seq]
-            ).fetchone()
-        else:
-            row = self._execute(
-                "SELECT p.data FROM snapshot_parts AS p JOIN snapshots AS s ON s.run_id = p.run_id "
-                "WHERE p.run_id = %s AND p.part = %s AND s.seq = %s",
-                [run_id, part, seq],
-            ).fetchone()
-        return None if row is None else row[0]
-
-    def _later_parts(self, run_id: str) -> list[str]:
-        rows = self._execute(
-            "SELECT data FROM snapshot_parts WHERE run_id = %s ORDER BY part", [run_id]
-        ).fetchall()
-        return [data for (data,) in rows]
-
-    def get_run_head(self, run_id: str) -> dict[str, Any] | None:
-        rows = self._dicts(f"SELECT {HEAD_COLUMNS} FROM runs WHERE run_id = %s", [run_id])
-        return rows[0] if rows else None
-
-    def list_runs(
-        self,
-        owner: str,
-        *,
-        status: str | None,
-        session: str | None,
-        limit: int,
-        before: tuple[str, str] | None,
-        retry_of: str | None = None,
-    ) -> list[dict[str, Any]]:
-        where = ["owner = %s"]
-        params: list[Any] = [owner]
-        for column, value in (("status", status), ("session", session), ("retry_of", retry_of)):
-            if value is not None:
-                where.append(f"{column} = %s")
-                params.append(value)
-        if before is not None:
-            where.append("(created_at, run_id) < (%s, %s)")
-            params.extend(before)
-        params.append(limit)
-        rows = self._dicts(
-            f"SELECT * FROM runs WHERE {' AND '.join(where)} "
-            "ORDER BY created_at DESC, run_id DESC LIMIT %s",
-            params,
-        )
-        return [self._decode(row) for row in rows]
-
-    def read_events(
-        self,
-        run_id: str,
-        after: int,
-        limit: int,
-        upto: int | None = None,
-        max_bytes: int | None = None,
-    ) -> list[tuple[int, str, str, str]]:
-        bound = "" if upto is None else " AND seq <= %(upto)s"
-        params = {"run_id": run_id, "after": after, "upto": upto, "limit": limit}
-        head = (
-            f"SELECT seq, type, ts, data FROM events WHERE run_id = %(run_id)s AND seq > %(after)s"
-            f"{bound} ORDER BY seq LIMIT %(limit)s"
-        )
-        if max_bytes is None:
-            return self._execute(head, params).fetchall()
-        # Sizes from the rows' headers (octet_length reads no text), summed over
-        # the page only: the rows before the one that reaches max_bytes, and it.
-        params["max_bytes"] = max_bytes
-        return self._execute(
-            "SELECT seq, type, ts, data FROM ("
-            "  SELECT seq, type, ts, data,"
-            "         sum(octet_length(data)) OVER (ORDER BY seq) - octet_length(data) AS before"
-            f"  FROM ({head}) AS page"
-            ") AS sized WHERE before < %(max_bytes)s ORDER BY seq",
-            params,
-        ).fetchall()
-
-    def get_tombstone(self, run_id: str) -> dict[str, Any] | None:
-        rows = self._dicts("SELECT * FROM tombstones WHERE run_id = %s", [run_id])
-        return rows[0] if rows else None
-
-    def compaction_candidates(
-        self, finished_before: float, max_events: int, limit: int = 100
-    ) -> list[str]:
-        rows = self._execute(
-            "SELECT run_id FROM runs WHERE (status = ANY(%s) AND finished_ts < %s "
-            "AND first_seq < last_seq) OR last_seq - first_seq + 1 > %s LIMIT %s",
-            [list(TERMINAL_STATUSES), finished_before, max_events, limit],
-        ).fetchall()
-        return [row[0] for row in rows]
-
-    def snapshot_seq(self, run_id: str) -> int:
-        row = self._execute("SELECT seq FROM snapshots WHERE run_id = %s", [run_id]).fetchone()
-        return row[0] if row else 0
-
-    def expired_runs(self, finished_before: float, limit: int = 1000) -> list[tuple[str, str]]:
-        rows = self._execute(
-            "SELECT run_id, owner FROM runs WHERE status = ANY(%s) AND finished_ts < %s LIMIT %s",
-            [list(TERMINAL_STATUSES), finished_before, limit],
-        ).fetchall()
-        return [tuple(row) for row in rows]
-
-    def find_key(self, owner: str, key: str, not_before: float) -> dict[str, Any] | None:
-        rows = self._dicts(
-            "SELECT * FROM idempotency_keys WHERE owner = %s AND key = %s "
-            "AND (created_ts >= %s OR with_run = 1)",
-            [owner, key, not_before],
-        )
-        return rows[0] if rows else None
-
-    def count_active(self, owner: str) -> int:
-        return self._execute(
-            "SELECT count(*) FROM runs WHERE owner = %s AND status = ANY(%s)",
-            [owner, list(ACTIVE_STATUSES)],
-        ).fetchone()[0]
-
-    def count_runs(self, owner: str) -> int:
-        return self._execute("SELECT count(*) FROM runs WHERE owner = %s", [owner]).fetchone()[0]
-
-    def count_runs_by_status(self) -> dict[str, int]:
-        return dict(self._execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
-
-    def diagnostics(self) -> dict[str, Any]:
-        server_version = self._execute("SHOW server_version").fetchone()[0]
-        return {
-            "schema_version": self._execute("SELECT max(version) FROM schema_version").fetchone()[0]
-            or 0,
-            "schema_versions_known": len(_MIGRATIONS),
-            "runs_by_status": self.count_runs_by_status(),
-            "versions": {"postgresql": server_version, "psycopg": psycopg.__version__},
-        }
-
-    def expired_active_runs(self, now: float) -> list[dict[str, Any]]:
-        # Locked until the sweep's transaction ends; rows another server is
-        # ending right now are left to it.
-        rows = self._dicts(
-            f"{RUN_SELECT} WHERE status = ANY(%s) AND (lease_expires IS NULL OR lease_expires < %s) "
-            f"AND NOT ({UNCLAIMED}) FOR UPDATE OF runs SKIP LOCKED",
-            [list(ACTIVE_STATUSES), now],
-        )
-        return [self._decode(row) for row in rows]
-
-    def active_in_session(self, owner: str, session: str) -> list[dict[str, Any]]:
-        rows = self._execute(
-            "SELECT run_id, status, executor_id, cancel_request FROM runs "
-            "WHERE owner = %s AND session = %s AND status = ANY(%s) ORDER BY position",
-            [owner, session, list(ACTIVE_STATUSES)],
-        ).fetchall()
-        return [
-            {
-                "run_id": run_id,
-                "status": status,
-                "executor_id": executor_id,
-                "cancel_request": json.loads(request) if request else None,
-            }
-            for run_id, status, executor_id, request in rows
-        ]
-
-    def queued_behind(self, run_id: str) -> str | None:
-        row = self._execute(
-            """
-            SELECT earlier.run_id FROM runs AS queued JOIN runs AS earlier
-              ON earlier.owner = queued.owner AND earlier.session = queued.session
-             AND earlier.position < queued.position AND earlier.status = ANY(%s)
-            WHERE queued.run_id = %s AND queued.status = 'queued' AND queued.executor_id IS NULL
-            ORDER BY earlier.position LIMIT 1
-            """,
-            [list(ACTIVE_STATUSES), run_id],
-        ).fetchone()
-        return row[0] if row else None
-
-    def startable_queued_runs(
-        self, owners: list[str] | None, agents: list[str], limit: int = 100
-    ) -> list[dict[str, Any]]:
-        served = "" if owners is None else "AND queued.owner = ANY(%s)"
-        rows = self._dicts(
-            f"""
-            {RUN_SELECT} WHERE runs.run_id IN (
-                SELECT queued.run_id FROM runs AS queued
-                WHERE queued.executor_id IS NULL AND queued.status = 'queued'
-                  AND queued.agent = ANY(%s) {served}
-                  AND NOT EXISTS (
-                    SELECT 1 FROM runs AS earlier
-                    WHERE earlier.owner = queued.owner AND earlier.session = queued.session
-                      AND earlier.position < queued.position AND earlier.status = ANY(%s)
-                  )
-                ORDER BY queued.position LIMIT %s
-            )
-            ORDER BY runs.position
-            """,
-            [
-                list(agents),
-                *([] if owners is None else [list(owners)]),
-                list(ACTIVE_STATUSES),
-                limit,
-            ],
-        )
-        return [self._decode(row) for row in rows]
-
-    def usage_since(self, owner: str, since: str) -> list[tuple[str, str, int, int]]:
-        rows = self._execute(
-            "SELECT run_id, created_at, input_tokens, output_tokens FROM runs "
-            "WHERE owner = %s AND created_at >= %s ORDER BY created_at, run_id",
-            [owner, since],
-        ).fetchall()
-        return [tuple(row) for row in rows]
-
-    def _decode(self, row: dict[str, Any]) -> dict[str, Any]:
-        row.pop("position", None)
-        return decode_run(row, self._later_parts)
-
-    # Writes (inside transaction()) ---------------------------------------------
-
-    def insert_run(self, run: dict[str, Any]) -> None:
-        columns = encode_columns(run)
-        names = ", ".join(columns)
-        values = ", ".join("%s" for _ in columns)
-        self._execute(f"INSERT INTO runs ({names}) VALUES ({values})", list(columns.values()))
-
-    def insert_key(
-        self,
-        owner: str,
-        key: str,
-        fingerprint: str,
-        run_id: str,
-        now: float,
-        with_run: bool = False,
-    ) -> None:
-        self._execute(
-            "INSERT INTO idempotency_keys (owner, key, fingerprint, run_id, created_ts, with_run) "
-            "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (owner, key) DO UPDATE SET "
-            "fingerprint = excluded.fingerprint, run_id = excluded.run_id, "
-            "created_ts = excluded.created_ts, with_run = excluded.with_run",
-            [owner, key, fingerprint, run_id, now, int(with_run)],
-        )
+    # Writes that other servers are told of ----------------------------------------
 
     def update_run(self, run_id: str, fields: dict[str, Any]) -> None:
-        columns = encode_columns(fields)
-        snapshot, seq = columns.pop("snapshot", None), columns.pop("snapshot_seq", None)
-        if snapshot is not None:
-            self.write_snapshot(run_id, seq, snapshot)
-        if columns:
-            assignments = ", ".join(f"{name} = %s" for name in columns)
-            self._execute(
-                f"UPDATE runs SET {assignments} WHERE run_id = %s", [*columns.values(), run_id]
-            )
-        if "last_seq" in columns:
-            self._touched[run_id] = columns["last_seq"]
+        super().update_run(run_id, fields)
+        if "last_seq" in fields:
+            self._touched[run_id] = fields["last_seq"]
 
-    def write_snapshot(
-        self, run_id: str, seq: int, snapshot: dict[str, Any] | reducer.Snapshot
-    ) -> None:
-        builder = (
-            snapshot if isinstance(snapshot, reducer.Snapshot) else reducer.Snapshot.wrap(snapshot)
-        )
-        self._execute("DELETE FROM snapshot_parts WHERE run_id = %s", [run_id])
-        first, count = "", 0
-        for data in split_parts(builder.json_chunks(), SNAPSHOT_PART_CHARS):
-            if count == 0:
-                first = data
-            else:
-                self._execute(
-                    "INSERT INTO snapshot_parts (run_id, part, data) VALUES (%s, %s, %s)",
-                    [run_id, count, data],
-                )
-            count += 1
-        self._execute(
-            "INSERT INTO snapshots (run_id, seq, snapshot, parts) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (run_id) DO UPDATE SET seq = excluded.seq, "
-            "snapshot = excluded.snapshot, parts = excluded.parts",
-            [run_id, seq, first, count],
-        )
+    def delete_run(self, run_id: str) -> bool:
+        deleted = super().delete_run(run_id)
+        self._touched[run_id] = 0  # its subscribers on other servers learn it is gone
+        return deleted
+
+    # The append path -----------------------------------------------------------
 
     def append_events(self, rows: Iterable[tuple[str, int, str, str, str]]) -> None:
         rows = list(rows)
@@ -801,7 +530,7 @@ class PostgresConnection(StoreConnection):
         """Whether every one of these events is stored exactly so (the commit did happen)."""
         stored = self._execute(
             "SELECT e.run_id, e.seq, e.type, e.ts, e.data FROM events AS e "
-            "JOIN unnest(%s::text[], %s::bigint[]) AS k(run_id, seq) "
+            "JOIN unnest(?::text[], ?::bigint[]) AS k(run_id, seq) "
             "ON e.run_id = k.run_id AND e.seq = k.seq",
             [[row[0] for row in rows], [row[1] for row in rows]],
         ).fetchall()
@@ -811,114 +540,19 @@ class PostgresConnection(StoreConnection):
         if not pairs:
             return
         self._execute(
-            "UPDATE runs SET last_seq = v.seq FROM unnest(%s::bigint[], %s::text[]) AS v(seq, run_id) "
+            "UPDATE runs SET last_seq = v.seq FROM unnest(?::bigint[], ?::text[]) AS v(seq, run_id) "
             "WHERE runs.run_id = v.run_id",
             [[seq for seq, _ in pairs], [run_id for _, run_id in pairs]],
         )
 
-    def delete_events_before(self, run_id: str, seq: int, limit: int) -> int:
-        return self._execute(
-            "DELETE FROM events WHERE run_id = %s AND seq IN "
-            "(SELECT seq FROM events WHERE run_id = %s AND seq < %s ORDER BY seq LIMIT %s)",
-            [run_id, run_id, seq, limit],
-        ).rowcount
 
-    def bury(self, run_id: str, owner: str, now: float) -> bool:
-        deleted = self.delete_run(run_id)
-        self._execute(
-            "INSERT INTO tombstones (run_id, owner, deleted_ts) VALUES (%s, %s, %s) "
-            "ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, deleted_ts = excluded.deleted_ts",
-            [run_id, owner, now],
-        )
-        return deleted
+@functools.lru_cache(maxsize=512)
+def _pyformat(sql: str) -> str:
+    """A statement written with ``?`` placeholders as psycopg takes it: ``%s``, and ``%`` doubled.
 
-    def delete_run(self, run_id: str) -> bool:
-        for table in (
-            "events",
-            "idempotency_keys",
-            "snapshots",
-            "snapshot_parts",
-            "input_answers",
-            "runs",
-        ):
-            deleted = self._execute(f"DELETE FROM {table} WHERE run_id = %s", [run_id]).rowcount
-        self._touched[run_id] = 0  # its subscribers on other servers learn it is gone
-        return deleted > 0
-
-    def renew_leases(self, executor_id: str, run_ids: list[str], expires: float) -> None:
-        self._execute(
-            "UPDATE runs SET lease_expires = %s WHERE executor_id = %s AND run_id = ANY(%s)",
-            [expires, executor_id, run_ids],
-        )
-
-    def release_claims(self, run_ids: list[str], executor_id: str) -> None:
-        self._execute(
-            "UPDATE runs SET executor_id = NULL, lease_expires = NULL "
-            "WHERE run_id = ANY(%s) AND executor_id = %s AND status = 'queued' AND last_seq = 0",
-            [run_ids, executor_id],
-        )
-
-    def record_input_answer(
-        self, run_id: str, request_id: str, answer: dict[str, Any], now: float
-    ) -> dict[str, Any]:
-        self._execute(
-            'INSERT INTO input_answers (run_id, request_id, choice, note, "by", answered_ts) '
-            "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-            [run_id, request_id, answer["choice"], answer.get("note"), answer.get("by"), now],
-        )
-        choice, note, by = self._execute(
-            'SELECT choice, note, "by" FROM input_answers WHERE run_id = %s AND request_id = %s',
-            [run_id, request_id],
-        ).fetchone()
-        return {"choice": choice, "note": note, "by": by}
-
-    def take_input_answers(self, executor_id: str) -> list[tuple[str, str, dict[str, Any]]]:
-        rows = self._execute(
-            "DELETE FROM input_answers AS a USING runs WHERE runs.run_id = a.run_id "
-            'AND runs.executor_id = %s RETURNING a.run_id, a.request_id, a.choice, a.note, a."by", '
-            "a.answered_ts",
-            [executor_id],
-        ).fetchall()
-        rows.sort(key=lambda row: row[5])
-        return [
-            (run_id, request_id, {"choice": choice, "note": note, "by": by})
-            for run_id, request_id, choice, note, by, _ in rows
-        ]
-
-    def release_run(self, run_id: str, executor_id: str) -> None:
-        self._execute(
-            "UPDATE runs SET executor_id = NULL, lease_expires = NULL "
-            "WHERE run_id = %s AND executor_id = %s",
-            [run_id, executor_id],
-        )
-
-    def claim_run(self, run_id: str, executor_id: str, lease_expires: float) -> bool:
-        cursor = self._execute(
-            f"UPDATE runs SET executor_id = %s, lease_expires = %s WHERE run_id = %s AND {UNCLAIMED}",
-            [executor_id, lease_expires, run_id],
-        )
-        return cursor.rowcount == 1
-
-    def record_cancel_request(self, run_id: str, request: dict[str, Any]) -> None:
-        self._execute(
-            "UPDATE runs SET cancel_request = %s WHERE run_id = %s AND status = ANY(%s)",
-            [jsonio.dumps(request), run_id, list(CANCELLABLE)],
-        )
-
-    def take_cancel_requests(self, executor_id: str) -> list[tuple[str, dict[str, Any]]]:
-        rows = self._execute(
-            "WITH taken AS (SELECT run_id, cancel_request FROM runs WHERE executor_id = %s "
-            "AND cancel_request IS NOT NULL FOR UPDATE) "
-            "UPDATE runs SET cancel_request = NULL FROM taken WHERE runs.run_id = taken.run_id "
-            "RETURNING taken.run_id, taken.cancel_request",
-            [executor_id],
-        ).fetchall()
-        return [(run_id, json.loads(request)) for run_id, request in rows]
-
-    def purge_keys(self, older_than: float) -> None:
-        self._execute(
-            "DELETE FROM idempotency_keys WHERE created_ts < %s AND with_run = 0", [older_than]
-        )
+    No statement of the store has a ``?`` of its own (in a string or an operator).
+    """
+    return sql.replace("%", "%%").replace("?", "%s")
 
 
 def _migrate(conn: psycopg.Connection, schema: str) -> None:

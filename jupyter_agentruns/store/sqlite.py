@@ -1,10 +1,17 @@
-"""The store on one SQLite file, through sqlite-utils: the embedded default.
+"""The store on one SQLite file: the embedded default.
 
 Tables: ``runs`` (one row per run, its authoritative state), ``events`` (the
 per-run log, keyed by ``(run_id, seq)``), ``snapshots`` and ``snapshot_parts``
-(a run's events folded up to a seq), ``idempotency_keys`` and ``tombstones``.
-WAL lets readers on their own connections go on while the writer commits;
-several servers on one machine may share the file. WAL needs a local disk.
+(a run's events folded up to a seq), ``idempotency_keys``, ``tombstones`` and
+``input_answers``. WAL lets readers on their own connections go on while the
+writer commits; several servers on one machine may share the file. WAL needs
+a local disk.
+
+The queries are ``sql.py``'s. SQLite's own: its first eight migrations
+(through sqlite-utils), write transactions one at a time on the file (``BEGIN
+IMMEDIATE``: no other lock is needed), a batch of events in a few multi-row
+INSERTs, runs in ``rowid`` order, and the file's change counter as the change
+token.
 """
 
 from __future__ import annotations
@@ -15,33 +22,19 @@ import itertools
 import json
 import re
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from sqlite_utils import Database
 
-from .. import budgets, jsonio, reducer
-from ..lifecycle import ACTIVE_STATUSES, CANCELLABLE, TERMINAL_STATUSES
-from . import (
-    HEAD_COLUMNS,
-    RUN_SELECT,
-    UNCLAIMED,
-    SeqTaken,
-    Store,
-    StoreBusy,
-    StoreConnection,
-    decode_run,
-    encode_columns,
-    split_parts,
-)
+from .. import budgets, jsonio
+from . import SeqTaken, Store, StoreBusy
+from .sql import SHARED_MIGRATIONS, SQLConnection
 
 # How long a connection waits for another process's write lock before the
 # writer backs off and retries (it never gives up on a batch).
 BUSY_TIMEOUT_MS = 10000
-
-# A snapshot's JSON is stored in parts of at least this many characters (the last one shorter).
-SNAPSHOT_PART_CHARS = 1 << 20
 
 
 def _migration_1(db: Database) -> None:
@@ -232,25 +225,22 @@ def _migration_8(db: Database) -> None:
     )
 
 
-def _migration_9(db: Database) -> None:
-    # Resumable runs: which attempt executes the run (one more at each
-    # takeover), and the value its agent saved for the next one.
-    db["runs"].add_column("attempt", int, not_null_default=1)
-    db["runs"].add_column("checkpoint", str)
+def _shared(statements: tuple[str, ...]) -> Callable[[Database], None]:
+    """A step of ``SHARED_MIGRATIONS`` as SQLite takes it."""
+
+    def migration(db: Database) -> None:
+        for statement in statements:
+            db.execute(statement.format(text="TEXT"))
+
+    return migration
 
 
-def _migration_10(db: Database) -> None:
-    # Whether the run's agent resumes after its server died (1) or not (0;
-    # NULL: not recorded, older runs): a server that does not serve the run's
-    # owner may end a run that would never be resumed, and leaves the others.
-    db["runs"].add_column("resumable", int)
-
-
-# Append only: a database written by a newer version is refused, an older one
-# is brought forward one step at a time.
+# Append only, through SHARED_MIGRATIONS (see the package's docstring): a
+# database written by a newer version is refused, an older one is brought
+# forward one step at a time.
 MIGRATIONS = [
     _migration_1, _migration_2, _migration_3, _migration_4, _migration_5, _migration_6,
-    _migration_7, _migration_8, _migration_9, _migration_10,
+    _migration_7, _migration_8, *(_shared(step) for step in SHARED_MIGRATIONS),
 ]  # fmt: skip
 
 
@@ -346,11 +336,48 @@ def migrate(db: Database) -> None:
         raise
 
 
-class SQLiteConnection(StoreConnection):
+class SQLiteConnection(SQLConnection):
+    """A connection to the file; its write transactions run one at a time (``BEGIN IMMEDIATE``)."""
+
+    SUBMIT_ORDER = "rowid"
+    LOCK_ROWS = ""  # the file's write lock: nothing changes beneath a write transaction
+    SKIP_LOCKED = ""
+    MOST_LISTED = 500  # within even an old SQLite's 999 parameters
+    schema_versions_known = len(MIGRATIONS)
+
     def __init__(self, db: Database):
+        super().__init__()
         self.db = db
         self.conn = db.conn
-        self._savepoints = 0
+
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        return self.conn.execute(sql, params)
+
+    def _dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        cursor = self.conn.execute(sql, params)
+        names = [column[0] for column in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor]
+
+    def _in(self, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        return f"IN ({', '.join('?' for _ in values)})", list(values)
+
+    def _read_within(self, sql: str, params: list[Any], max_bytes: int) -> list[tuple]:
+        # Stepped through, not fetched at once: stop once the data read reaches max_bytes.
+        cursor = self.conn.execute(sql, params)
+        rows, size = [], 0
+        for row in cursor:
+            rows.append(row)
+            size += len(row[3])
+            if size >= max_bytes:
+                break
+        cursor.close()
+        return rows
+
+    def _schema_version(self) -> int:
+        return self.conn.execute("PRAGMA user_version").fetchone()[0]
+
+    def _versions(self) -> dict[str, str]:
+        return {"sqlite": sqlite3.sqlite_version}
 
     # Transactions ------------------------------------------------------------
 
@@ -370,22 +397,6 @@ class SQLiteConnection(StoreConnection):
                 raise StoreBusy(str(exc)) from exc
             raise
 
-    @contextlib.contextmanager
-    def savepoint(self) -> Iterator[None]:
-        self._savepoints += 1
-        name = f"s{self._savepoints}"
-        self.conn.execute(f"SAVEPOINT {name}")
-        try:
-            yield
-        except BaseException:
-            self.conn.execute(f"ROLLBACK TO {name}")
-            self.conn.execute(f"RELEASE {name}")
-            raise
-        else:
-            self.conn.execute(f"RELEASE {name}")
-        finally:
-            self._savepoints -= 1
-
     def close(self) -> None:
         self.conn.close()
 
@@ -398,277 +409,7 @@ class SQLiteConnection(StoreConnection):
     def lock_run(self, run_id: str) -> None:
         pass  # the same
 
-    # Reads -------------------------------------------------------------------
-
-    def get_run(self, run_id: str, *, snapshot: bool = True) -> dict[str, Any] | None:
-        select = RUN_SELECT if snapshot else RUN_SELECT.replace("snapshots.snapshot AS", "NULL AS")
-        rows = list(self.db.query(f"{select} WHERE runs.run_id = ?", [run_id]))
-        return self._decode(rows[0]) if rows else None
-
-    def snapshot_layout(self, run_id: str) -> tuple[int, int] | None:
-        row = self.conn.execute(
-            "SELECT seq, parts FROM snapshots WHERE run_id = ?", [run_id]
-        ).fetchone()
-        return None if row is None else (row[0], row[1])
-
-    def snapshot_part(self, run_id: str, part: int, seq: int) -> str | None:
-        if part == 0:
-            row = self.conn.execute(
-                "SELECT snapshot FROM snapshots WHERE run_id = ? AND seq = ?", [run_id, seq]
-            ).fetchone()
-        else:
-            row = self.conn.execute(
-                "SELECT p.data FROM snapshot_parts AS p JOIN snapshots AS s ON s.run_id = p.run_id "
-                "WHERE p.run_id = ? AND p.part = ? AND s.seq = ?",
-                [run_id, part, seq],
-            ).fetchone()
-        return None if row is None else row[0]
-
-    def _later_parts(self, run_id: str) -> list[str]:
-        rows = self.conn.execute(
-            "SELECT data FROM snapshot_parts WHERE run_id = ? ORDER BY part", [run_id]
-        ).fetchall()
-        return [data for (data,) in rows]
-
-    def get_run_head(self, run_id: str) -> dict[str, Any] | None:
-        cursor = self.conn.execute(f"SELECT {HEAD_COLUMNS} FROM runs WHERE run_id = ?", [run_id])
-        row = cursor.fetchone()
-        if row is None:
-            return None
-        return dict(zip([c[0] for c in cursor.description], row, strict=True))
-
-    def list_runs(
-        self,
-        owner: str,
-        *,
-        status: str | None,
-        session: str | None,
-        limit: int,
-        before: tuple[str, str] | None,
-        retry_of: str | None = None,
-    ) -> list[dict[str, Any]]:
-        where = ["owner = ?"]
-        params: list[Any] = [owner]
-        for column, value in (("status", status), ("session", session), ("retry_of", retry_of)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        if before is not None:
-            where.append("(created_at < ? OR (created_at = ? AND runs.run_id < ?))")
-            params.extend([before[0], before[0], before[1]])
-        params.append(limit)
-        sql = (
-            f"SELECT runs.* FROM runs WHERE {' AND '.join(where)} "
-            "ORDER BY created_at DESC, runs.run_id DESC LIMIT ?"
-        )
-        return [self._decode(row) for row in self.db.query(sql, params)]
-
-    def read_events(
-        self,
-        run_id: str,
-        after: int,
-        limit: int,
-        upto: int | None = None,
-        max_bytes: int | None = None,
-    ) -> list[tuple[int, str, str, str]]:
-        if upto is None:
-            sql = "SELECT seq, type, ts, data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
-            params: list[Any] = [run_id, after, limit]
-        else:
-            sql = (
-                "SELECT seq, type, ts, data FROM events WHERE run_id = ? AND seq > ? AND seq <= ? "
-                "ORDER BY seq LIMIT ?"
-            )
-            params = [run_id, after, upto, limit]
-        cursor = self.conn.execute(sql, params)
-        if max_bytes is None:
-            return cursor.fetchall()
-        # Stepped through, not fetched at once: stop once the data read reaches max_bytes.
-        rows, size = [], 0
-        for row in cursor:
-            rows.append(row)
-            size += len(row[3])
-            if size >= max_bytes:
-                break
-        cursor.close()
-        return rows
-
-    def get_tombstone(self, run_id: str) -> dict[str, Any] | None:
-        rows = list(self.db.query("SELECT * FROM tombstones WHERE run_id = ?", [run_id]))
-        return rows[0] if rows else None
-
-    def compaction_candidates(
-        self, finished_before: float, max_events: int, limit: int = 100
-    ) -> list[str]:
-        placeholders = ",".join("?" for _ in TERMINAL_STATUSES)
-        rows = self.conn.execute(
-            f"SELECT run_id FROM runs WHERE (status IN ({placeholders}) AND finished_ts < ? AND first_seq < last_seq) "
-            "OR last_seq - first_seq + 1 > ? LIMIT ?",
-            [*TERMINAL_STATUSES, finished_before, max_events, limit],
-        ).fetchall()
-        return [row[0] for row in rows]
-
-    def snapshot_seq(self, run_id: str) -> int:
-        row = self.conn.execute("SELECT seq FROM snapshots WHERE run_id = ?", [run_id]).fetchone()
-        return row[0] if row else 0
-
-    def expired_runs(self, finished_before: float, limit: int = 1000) -> list[tuple[str, str]]:
-        placeholders = ",".join("?" for _ in TERMINAL_STATUSES)
-        return self.conn.execute(
-            f"SELECT run_id, owner FROM runs WHERE status IN ({placeholders}) AND finished_ts < ? LIMIT ?",
-            [*TERMINAL_STATUSES, finished_before, limit],
-        ).fetchall()
-
-    def find_key(self, owner: str, key: str, not_before: float) -> dict[str, Any] | None:
-        rows = list(
-            self.db.query(
-                "SELECT * FROM idempotency_keys WHERE owner = ? AND key = ? AND (created_ts >= ? OR with_run = 1)",
-                [owner, key, not_before],
-            )
-        )
-        return rows[0] if rows else None
-
-    def count_active(self, owner: str) -> int:
-        placeholders = ",".join("?" for _ in ACTIVE_STATUSES)
-        return self.conn.execute(
-            f"SELECT count(*) FROM runs WHERE owner = ? AND status IN ({placeholders})",
-            [owner, *ACTIVE_STATUSES],
-        ).fetchone()[0]
-
-    def count_runs(self, owner: str) -> int:
-        return self.conn.execute("SELECT count(*) FROM runs WHERE owner = ?", [owner]).fetchone()[0]
-
-    def count_runs_by_status(self) -> dict[str, int]:
-        return dict(self.conn.execute("SELECT status, count(*) FROM runs GROUP BY status"))
-
-    def diagnostics(self) -> dict[str, Any]:
-        return {
-            "schema_version": self.conn.execute("PRAGMA user_version").fetchone()[0],
-            "schema_versions_known": len(MIGRATIONS),
-            "runs_by_status": self.count_runs_by_status(),
-            "versions": {"sqlite": sqlite3.sqlite_version},
-        }
-
-    def expired_active_runs(self, now: float) -> list[dict[str, Any]]:
-        placeholders = ",".join("?" for _ in ACTIVE_STATUSES)
-        rows = self.db.query(
-            f"{RUN_SELECT} WHERE status IN ({placeholders}) AND (lease_expires IS NULL OR lease_expires < ?) "
-            f"AND NOT ({UNCLAIMED})",
-            [*ACTIVE_STATUSES, now],
-        )
-        return [self._decode(row) for row in rows]
-
-    def active_in_session(self, owner: str, session: str) -> list[dict[str, Any]]:
-        placeholders = ",".join("?" for _ in ACTIVE_STATUSES)
-        rows = self.conn.execute(
-            f"SELECT run_id, status, executor_id, cancel_request FROM runs "
-            f"WHERE owner = ? AND session = ? AND status IN ({placeholders}) ORDER BY rowid",
-            [owner, session, *ACTIVE_STATUSES],
-        ).fetchall()
-        return [
-            {
-                "run_id": run_id,
-                "status": status,
-                "executor_id": executor_id,
-                "cancel_request": json.loads(request) if request else None,
-            }
-            for run_id, status, executor_id, request in rows
-        ]
-
-    def queued_behind(self, run_id: str) -> str | None:
-        placeholders = ",".join("?" for _ in ACTIVE_STATUSES)
-        row = self.conn.execute(
-            f"""
-            SELECT earlier.run_id FROM runs AS queued JOIN runs AS earlier
-              ON earlier.owner = queued.owner AND earlier.session = queued.session
-             AND earlier.rowid < queued.rowid AND earlier.status IN ({placeholders})
-            WHERE queued.run_id = ? AND queued.status = 'queued' AND queued.executor_id IS NULL
-            ORDER BY earlier.rowid LIMIT 1
-            """,
-            [*ACTIVE_STATUSES, run_id],
-        ).fetchone()
-        return row[0] if row else None
-
-    def startable_queued_runs(
-        self, owners: list[str] | None, agents: list[str], limit: int = 100
-    ) -> list[dict[str, Any]]:
-        placeholders = ",".join("?" for _ in ACTIVE_STATUSES)
-        served = "" if owners is None else f"AND queued.owner IN ({','.join('?' for _ in owners)})"
-        rows = self.db.query(
-            f"""
-            {RUN_SELECT} WHERE runs.run_id IN (
-                SELECT queued.run_id FROM runs AS queued
-                WHERE queued.executor_id IS NULL AND queued.status = 'queued'
-                  AND queued.agent IN ({",".join("?" for _ in agents)}) {served}
-                  AND NOT EXISTS (
-                    SELECT 1 FROM runs AS earlier
-                    WHERE earlier.owner = queued.owner AND earlier.session = queued.session
-                      AND earlier.rowid < queued.rowid AND earlier.status IN ({placeholders})
-                  )
-                ORDER BY queued.rowid LIMIT ?
-            )
-            ORDER BY runs.rowid
-            """,
-            [*agents, *(owners or []), *ACTIVE_STATUSES, limit],
-        )
-        return [self._decode(row) for row in rows]
-
-    def _decode(self, row: dict[str, Any]) -> dict[str, Any]:
-        return decode_run(row, self._later_parts)
-
-    # Writes (inside transaction()) ---------------------------------------------
-
-    def insert_run(self, run: dict[str, Any]) -> None:
-        self.db["runs"].insert(encode_columns(run))
-
-    def insert_key(
-        self,
-        owner: str,
-        key: str,
-        fingerprint: str,
-        run_id: str,
-        now: float,
-        with_run: bool = False,
-    ) -> None:
-        self.conn.execute(
-            "INSERT OR REPLACE INTO idempotency_keys (owner, key, fingerprint, run_id, created_ts, with_run) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            [owner, key, fingerprint, run_id, now, int(with_run)],
-        )
-
-    def update_run(self, run_id: str, fields: dict[str, Any]) -> None:
-        columns = encode_columns(fields)
-        snapshot, seq = columns.pop("snapshot", None), columns.pop("snapshot_seq", None)
-        if snapshot is not None:
-            self.write_snapshot(run_id, seq, snapshot)
-        if columns:
-            # Raw SQL: ``Table.update`` reads the row first, and this is on the append path.
-            assignments = ", ".join(f"{name} = ?" for name in columns)
-            self.conn.execute(
-                f"UPDATE runs SET {assignments} WHERE run_id = ?", [*columns.values(), run_id]
-            )
-
-    def write_snapshot(
-        self, run_id: str, seq: int, snapshot: dict[str, Any] | reducer.Snapshot
-    ) -> None:
-        builder = (
-            snapshot if isinstance(snapshot, reducer.Snapshot) else reducer.Snapshot.wrap(snapshot)
-        )
-        self.conn.execute("DELETE FROM snapshot_parts WHERE run_id = ?", [run_id])
-        first, count = "", 0
-        for data in split_parts(builder.json_chunks(), SNAPSHOT_PART_CHARS):
-            if count == 0:
-                first = data  # kept for the snapshots row; the others are written as they fill
-            else:
-                self.conn.execute(
-                    "INSERT INTO snapshot_parts (run_id, part, data) VALUES (?, ?, ?)",
-                    [run_id, count, data],
-                )
-            count += 1
-        self.conn.execute(
-            "INSERT OR REPLACE INTO snapshots (run_id, seq, snapshot, parts) VALUES (?, ?, ?, ?)",
-            [run_id, seq, first, count],
-        )
+    # The append path -----------------------------------------------------------
 
     def append_events(self, rows: Iterable[tuple[str, int, str, str, str]]) -> None:
         # As few statements as can be, not ``executemany``: Python's sqlite3
@@ -706,117 +447,3 @@ class SQLiteConnection(StoreConnection):
             )
             start += count
             left -= count
-
-    def delete_events_before(self, run_id: str, seq: int, limit: int) -> int:
-        return self.conn.execute(
-            "DELETE FROM events WHERE run_id = ? AND seq IN "
-            "(SELECT seq FROM events WHERE run_id = ? AND seq < ? ORDER BY seq LIMIT ?)",
-            [run_id, run_id, seq, limit],
-        ).rowcount
-
-    def bury(self, run_id: str, owner: str, now: float) -> bool:
-        deleted = self.delete_run(run_id)
-        self.conn.execute(
-            "INSERT OR REPLACE INTO tombstones (run_id, owner, deleted_ts) VALUES (?, ?, ?)",
-            [run_id, owner, now],
-        )
-        return deleted
-
-    def delete_run(self, run_id: str) -> bool:
-        tables = (
-            "events",
-            "idempotency_keys",
-            "snapshots",
-            "snapshot_parts",
-            "input_answers",
-            "runs",
-        )
-        for table in tables:
-            deleted = self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id]).rowcount
-        return deleted > 0
-
-    def renew_leases(self, executor_id: str, run_ids: list[str], expires: float) -> None:
-        self.conn.executemany(
-            "UPDATE runs SET lease_expires = ? WHERE run_id = ? AND executor_id = ?",
-            [(expires, run_id, executor_id) for run_id in run_ids],
-        )
-
-    def usage_since(self, owner: str, since: str) -> list[tuple[str, str, int, int]]:
-        rows = self.conn.execute(
-            "SELECT run_id, created_at, input_tokens, output_tokens FROM runs "
-            "WHERE owner = ? AND created_at >= ? ORDER BY created_at, run_id",
-            [owner, since],
-        ).fetchall()
-        return [tuple(row) for row in rows]
-
-    def release_claims(self, run_ids: list[str], executor_id: str) -> None:
-        self.conn.executemany(
-            "UPDATE runs SET executor_id = NULL, lease_expires = NULL "
-            "WHERE run_id = ? AND executor_id = ? AND status = 'queued' AND last_seq = 0",
-            [(run_id, executor_id) for run_id in run_ids],
-        )
-
-    def record_input_answer(
-        self, run_id: str, request_id: str, answer: dict[str, Any], now: float
-    ) -> dict[str, Any]:
-        self.conn.execute(
-            "INSERT OR IGNORE INTO input_answers (run_id, request_id, choice, note, by, answered_ts) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            [run_id, request_id, answer["choice"], answer.get("note"), answer.get("by"), now],
-        )
-        choice, note, by = self.conn.execute(
-            "SELECT choice, note, by FROM input_answers WHERE run_id = ? AND request_id = ?",
-            [run_id, request_id],
-        ).fetchone()
-        return {"choice": choice, "note": note, "by": by}
-
-    def take_input_answers(self, executor_id: str) -> list[tuple[str, str, dict[str, Any]]]:
-        rows = self.conn.execute(
-            "SELECT a.run_id, a.request_id, a.choice, a.note, a.by FROM input_answers AS a "
-            "JOIN runs ON runs.run_id = a.run_id WHERE runs.executor_id = ? ORDER BY a.answered_ts",
-            [executor_id],
-        ).fetchall()
-        self.conn.executemany(
-            "DELETE FROM input_answers WHERE run_id = ? AND request_id = ?",
-            [(run_id, request_id) for run_id, request_id, *_ in rows],
-        )
-        return [
-            (run_id, request_id, {"choice": choice, "note": note, "by": by})
-            for run_id, request_id, choice, note, by in rows
-        ]
-
-    def release_run(self, run_id: str, executor_id: str) -> None:
-        self.conn.execute(
-            "UPDATE runs SET executor_id = NULL, lease_expires = NULL "
-            "WHERE run_id = ? AND executor_id = ?",
-            [run_id, executor_id],
-        )
-
-    def claim_run(self, run_id: str, executor_id: str, lease_expires: float) -> bool:
-        cursor = self.conn.execute(
-            f"UPDATE runs SET executor_id = ?, lease_expires = ? WHERE run_id = ? AND {UNCLAIMED}",
-            [executor_id, lease_expires, run_id],
-        )
-        return cursor.rowcount == 1
-
-    def record_cancel_request(self, run_id: str, request: dict[str, Any]) -> None:
-        placeholders = ",".join("?" for _ in CANCELLABLE)
-        self.conn.execute(
-            f"UPDATE runs SET cancel_request = ? WHERE run_id = ? AND status IN ({placeholders})",
-            [jsonio.dumps(request), run_id, *CANCELLABLE],
-        )
-
-    def take_cancel_requests(self, executor_id: str) -> list[tuple[str, dict[str, Any]]]:
-        rows = self.conn.execute(
-            "SELECT run_id, cancel_request FROM runs WHERE executor_id = ? AND cancel_request IS NOT NULL",
-            [executor_id],
-        ).fetchall()
-        self.conn.executemany(
-            "UPDATE runs SET cancel_request = NULL WHERE run_id = ?", [(r[0],) for r in rows]
-        )
-        return [(run_id, json.loads(request)) for run_id, request in rows]
-
-    def purge_keys(self, older_than: float) -> None:
-        self.conn.execute(
-            "DELETE FROM idempotency_keys WHERE created_ts < ? AND with_run = 0", [older_than]
-        )
