@@ -10,6 +10,8 @@ from jupyter_agentruns import agent
 
 finally_ran: list[str] = []
 thread_emits: dict[str, int] = {}
+# run_id -> what a paced_writer run waits for between its batches of words (set by the test).
+gates: dict[str, asyncio.Event] = {}
 
 
 @agent(input_schema={"type": "object", "properties": {"n": {"type": "integer"}}})
@@ -106,6 +108,19 @@ async def big_text(run, input):
     for _ in range(input["n"]):
         await run.text(piece)
     return {}
+
+
+async def paced_writer(run, input):
+    """Numbered words ("0 1 2 ..."), ``batches`` of them, waiting for its gate after each batch."""
+    gate = gates.setdefault(run.run_id, asyncio.Event())
+    words = 0
+    for batch in input["batches"]:
+        for _ in range(batch):
+            await run.text(f"{words} ")
+            words += 1
+        await gate.wait()
+        gate.clear()
+    return {"words": words}
 
 
 def sleepy(run, input):
@@ -275,6 +290,7 @@ TEST_AGENTS = {
         "slow_to_stop",
         "sleepy",
         "big_text",
+        "paced_writer",
         "nan_output",
         "markdown_writer",
         "hostile_writer",

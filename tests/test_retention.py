@@ -1,6 +1,8 @@
 """Compaction, retention and expired cursors: the server says when it can no longer replay."""
 
 import asyncio
+import threading
+import time
 
 import pytest
 import rawdb
@@ -8,7 +10,9 @@ import rawdb
 from jupyter_agentruns.compaction import compaction_target
 from jupyter_agentruns.reducer import apply, reduce
 
-from conftest import demo_input, parse_sse, sse_frames, submit, wait_run
+import agents_for_tests
+from agents_for_tests import TEST_AGENTS
+from conftest import demo_input, parse_sse, sse_frames, submit, wait_for, wait_run
 
 PER_USER = {"identity_provider_class": "identity.HeaderIdentityProvider"}
 
@@ -121,6 +125,68 @@ async def test_a_live_run_over_its_event_budget_is_compacted_while_a_slow_client
     assert run["first_seq"] > 1
     assert state["messages"][0]["text"] == run["output"]["text"]
     assert run["last_seq"] - run["first_seq"] + 1 <= 40 + 4 + 1
+
+
+def words(count: int) -> str:
+    """The text of a paced_writer run after ``count`` words."""
+    return "".join(f"{index} " for index in range(count))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS, "max_retained_events": 10}])
+async def test_a_live_run_compacted_while_it_is_read_is_answered_at_its_last_seq(
+    api, engine, monkeypatch
+):
+    """The run's row is read, then a compaction deletes the events after its snapshot, then those events are read."""
+    run_id = (await submit(api, agent="paced_writer", input={"batches": [30, 30]})).json()["run_id"]
+    gate = agents_for_tests.gates.setdefault(run_id, asyncio.Event())
+    # run.started, message.started, then word i at seq i + 3: 30 words end at seq 32.
+    channel = engine.broadcaster.get(run_id)
+    await wait_for(
+        lambda: channel.committed_seq == 32 and not channel.compaction_due,
+        what="the first words, compacted",
+    )
+    loop = asyncio.get_running_loop()
+    probe = engine.store.connect()
+    connection_class = type(probe)
+    probe.close()
+    read_events = connection_class.read_events
+    armed, deleted = threading.Event(), threading.Event()
+    armed.set()
+
+    def read_events_after_a_compaction(conn, run, after, limit, upto=None, max_bytes=None):
+        # The first read of events up to a last_seq on a reader thread is the
+        # answer's: nothing else reads the run until its gate opens.
+        reader = threading.current_thread().name.startswith("agentruns-reader")
+        if reader and upto is not None and armed.is_set():
+            armed.clear()
+            loop.call_soon_threadsafe(gate.set)  # 30 more words, compacted as they come
+            db = rawdb.connect(rawdb.target(engine))
+            try:
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline and not deleted.is_set():
+                    left = db.execute(
+                        "SELECT count(*) FROM events WHERE run_id = ? AND seq <= ?", [run, upto]
+                    ).fetchone()[0]
+                    if left == 0:
+                        deleted.set()
+                    time.sleep(0.01)
+            finally:
+                db.close()
+        return read_events(conn, run, after, limit, upto, max_bytes)
+
+    monkeypatch.setattr(connection_class, "read_events", read_events_after_a_compaction)
+    run = (await api.get(f"runs/{run_id}")).json()
+    assert deleted.is_set(), "the compaction did not overtake the read"
+    assert run["last_seq"] == 32 and run["first_seq"] <= 23
+    assert run["snapshot"]["messages"][0]["text"] == words(30)
+
+    await wait_for(lambda: channel.committed_seq == 62 and not channel.compaction_due)
+    run = (await api.get(f"runs/{run_id}")).json()
+    assert run["last_seq"] == 62 and run["snapshot"]["messages"][0]["text"] == words(60)
+    gate.set()
+    run = await wait_run(api, run_id)
+    assert run["snapshot"]["messages"][0]["text"] == words(60)
 
 
 @pytest.mark.parametrize("agentruns_config", [{"event_retention_seconds": 0.2}])

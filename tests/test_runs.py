@@ -1,13 +1,18 @@
 """Reading, listing and deleting runs; the JSON error shape everywhere."""
 
+import asyncio
 import json
+import threading
 
 import httpx
 import pytest
 
+from jupyter_agentruns.engine import reads as engine_module
 from jupyter_agentruns.reducer import reduce
 
-from conftest import LoopTurns, all_events, demo_input, submit, wait_run, wait_seq
+import agents_for_tests
+from agents_for_tests import TEST_AGENTS
+from conftest import LoopTurns, all_events, demo_input, submit, wait_for, wait_run, wait_seq
 
 
 async def finished(api, **input):
@@ -314,3 +319,75 @@ async def test_a_run_deleted_before_any_of_its_answer_went_out_is_not_found(
     monkeypatch.setattr(engine, "run_answer", deleted_after_the_head)
     response = await api.get(f"runs/{run['run_id']}")
     assert response.status_code == 404, response.text
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS}])
+async def test_reads_of_a_live_run_overtaking_each_other_leave_it_cached_for_the_next_read(
+    api, engine, monkeypatch
+):
+    """Two readers each bring the run's snapshot up to date and leave it for the next read.
+
+    The one that finishes last replaces the other's: what the replaced one
+    held must leave the snapshot cache's count of bytes too. Counted twice,
+    the count grew until the cache evicted every snapshot as soon as it was
+    put, and each read of a live run read all its events again.
+    """
+    monkeypatch.setattr(engine_module, "SNAPSHOT_CACHE_BYTES", 4096)
+    rounds = 10
+    run_id = (
+        await submit(api, agent="paced_writer", input={"batches": [30] + [1] * (rounds + 1)})
+    ).json()["run_id"]
+    gate = agents_for_tests.gates.setdefault(run_id, asyncio.Event())
+    channel = engine.broadcaster.get(run_id)
+    probe = engine.store.connect()
+    connection_class = type(probe)
+    probe.close()
+    read_events = connection_class.read_events
+    hold, held, release = threading.Event(), threading.Event(), threading.Event()
+    reads_after: list[int] = []  # where each read of events up to a last_seq began
+
+    def read_events_held(conn, run, after, limit, upto=None, max_bytes=None):
+        if upto is not None:
+            reads_after.append(after)
+            if hold.is_set():
+                hold.clear()
+                held.set()
+                release.wait(10)
+        return read_events(conn, run, after, limit, upto, max_bytes)
+
+    async def next_word(seq: int) -> None:
+        gate.set()
+        await wait_for(lambda: channel.committed_seq == seq, what=f"seq {seq}")
+
+    def text(seq: int) -> str:
+        # run.started, message.started, then word i at seq i + 3
+        return "".join(f"{index} " for index in range(seq - 2))
+
+    monkeypatch.setattr(connection_class, "read_events", read_events_held)
+    await wait_for(lambda: channel.committed_seq == 32, what="the first words")
+    for seq in range(32, 32 + rounds):
+        if seq > 32:
+            await next_word(seq)
+        hold.set()
+        held.clear()
+        release.clear()
+        first = asyncio.ensure_future(api.get(f"runs/{run_id}"))
+        await wait_for(held.is_set, what="the first read, under way")
+        # The other reader thread answers meanwhile; then the first one ends.
+        second = await api.get(f"runs/{run_id}")
+        release.set()
+        for response in (await first, second):
+            assert response.status_code == 200, response.text
+            run = response.json()
+            assert run["last_seq"] == seq and run["snapshot"]["messages"][0]["text"] == text(seq)
+    # A read on its own now takes up where the last one left the run's snapshot.
+    seq = 32 + rounds
+    await next_word(seq)
+    reads_after.clear()
+    run = (await api.get(f"runs/{run_id}")).json()
+    assert run["last_seq"] == seq and run["snapshot"]["messages"][0]["text"] == text(seq)
+    assert reads_after == [seq - 1]
+    await next_word(seq + 1)
+    gate.set()
+    await wait_run(api, run_id)

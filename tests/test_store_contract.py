@@ -257,6 +257,29 @@ def test_a_buried_run_leaves_a_tombstone_and_nothing_else(conn):
         assert conn.bury("run_a", "me", 6.0) is False
 
 
+def test_a_read_transaction_sees_one_state_while_a_compaction_commits(store):
+    """A run's row, its snapshot's parts and its events, read apart, still fit together."""
+    writer, reader = store.connect(), store.connect()
+    with writer.transaction():
+        writer.insert_run(run_row("run_a", status="running"))
+    add_events(writer, "run_a", 1, 10)
+    with reader.read_transaction():
+        row = reader.get_run("run_a")
+        # Another server compacts the run now: a snapshot at 8, the events before 9 deleted.
+        with writer.transaction():
+            writer.update_run(
+                "run_a", {"first_seq": 9, "snapshot": reducer.empty_snapshot(), "snapshot_seq": 8}
+            )
+            writer.delete_events_before("run_a", 9, 100)
+        events = reader.read_events("run_a", row["snapshot_seq"], 100, row["last_seq"])
+    assert row["snapshot_seq"] == 0 and [seq for seq, *_ in events] == list(range(1, 11))
+    # Outside it, the next read sees the compacted run.
+    assert reader.get_run("run_a")["snapshot_seq"] == 8
+    assert [seq for seq, *_ in reader.read_events("run_a", 0, 100)] == [9, 10]
+    writer.close()
+    reader.close()
+
+
 def test_a_serialized_scope_makes_a_second_transaction_wait_for_the_first(store, store_kind):
     first, second = store.connect(), store.connect()
     order = []

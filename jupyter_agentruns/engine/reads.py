@@ -13,7 +13,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from .. import budgets, jsonio, lifecycle, reducer
@@ -73,7 +73,9 @@ class Reads:
     async def get_run(self, owner: str, run_id: str) -> dict[str, Any]:
         """The caller's run object, read (and its snapshot brought up to date) off the event loop."""
         return await self.reader.run(
-            lambda conn: self.run_object(conn, self.owned(conn, owner, run_id, full=True))
+            in_one_read(
+                lambda conn: self.run_object(conn, self.owned(conn, owner, run_id, full=True))
+            )
         )
 
     async def run_answer(
@@ -113,7 +115,7 @@ class Reads:
             run = self.run_object(conn, self.owned(conn, owner, run_id, full=True))
             return (run_markdown(run) if markdown else jsonio.dumps(run)).encode("utf-8")
 
-        return _pieces(await self.reader.run(whole))
+        return _pieces(await self.reader.run(in_one_read(whole)))
 
     async def _spliced(
         self, run_id: str, before: bytes, after: bytes, layout: tuple[int, int]
@@ -161,8 +163,6 @@ class Reads:
             last: dict[str, Any] | None = None
             for row in rows[:limit]:
                 full = conn.get_run(row["run_id"])
-                if full is None:
-                    continue  # deleted since the list was read
                 text = jsonio.dumps(self.run_object(conn, full))
                 # A page ends before the run that would take it over its
                 # bound (its next page begins there); a page holds at least one run.
@@ -177,7 +177,7 @@ class Reads:
                 '{"runs":[' + ",".join(encoded) + '],"next":' + jsonio.dumps(next_page) + "}"
             ).encode("utf-8")
 
-        return await self.reader.run(page)
+        return await self.reader.run(in_one_read(page))
 
     async def history(self, run_id: str) -> list[dict[str, Any]]:
         """A run's kept events, decoded (for a resumed agent's ``run.history()``)."""
@@ -247,11 +247,26 @@ class Reads:
             # strings, shared, never changed in place: the copy costs no text.)
             snapshot = detached(snapshot)
             with self._snapshots_lock:
+                # Another reader of the run may have put its own back meanwhile:
+                # replaced, it must leave the count too.
+                other = self._snapshots.pop(run_id, None)
+                if other is not None:
+                    self._snapshot_bytes -= other[2]
                 self._snapshots[run_id] = (last_seq, builder, size)
                 self._snapshot_bytes += size
                 while self._snapshot_bytes > SNAPSHOT_CACHE_BYTES:
                     self._snapshot_bytes -= self._snapshots.popitem(last=False)[1][2]
         return snapshot
+
+
+def in_one_read(fn: Callable[[StoreConnection], Any]) -> Callable[[StoreConnection], Any]:
+    """``fn(conn)`` in one read transaction: a run's row, snapshot and events from one state of the store."""
+
+    def read(conn: StoreConnection) -> Any:
+        with conn.read_transaction():
+            return fn(conn)
+
+    return read
 
 
 def detached(snapshot: dict[str, Any]) -> dict[str, Any]:

@@ -203,7 +203,8 @@ class Submissions:
         replayed = run is None
         self._budgets.file(owner, day_rows)
         if replayed:
-            run = await self._reads.reader.run(lambda conn: self._reads.run_object(conn, row))
+            # Read again, row and events at once: a compaction since may have moved its snapshot on.
+            run = await self._reads.get_run(owner, row["run_id"])
         else:
             if row["executor_id"] == self._executor_id:
                 # Started after the last await: the caller gets the run before its task ran.

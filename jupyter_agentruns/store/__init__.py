@@ -65,6 +65,16 @@ class StoreConnection(abc.ABC):
         """A nested part of the transaction that an exception rolls back alone."""
 
     @abc.abstractmethod
+    def read_transaction(self) -> contextlib.AbstractContextManager[None]:
+        """Reads that see one state of the store, whatever other connections commit meanwhile.
+
+        A run is read in several statements (its row, the parts of its
+        persisted snapshot, the events after that snapshot): a compaction
+        committed between two of them replaces the snapshot and deletes the
+        events the row still counts on.
+        """
+
+    @abc.abstractmethod
     def close(self) -> None: ...
 
     @abc.abstractmethod

@@ -467,6 +467,24 @@ class PostgresConnection(SQLConnection):
             self._in_transaction = False
             self._touched = {}
 
+    @contextlib.contextmanager
+    def read_transaction(self) -> Iterator[None]:
+        self._execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        # A connection lost inside is unavailable, not silently replaced by one
+        # that sees another state.
+        self._in_transaction = True
+        try:
+            yield
+        except BaseException:
+            if self._connected():
+                with contextlib.suppress(psycopg.Error):
+                    self._conn.execute("ROLLBACK")
+            raise
+        else:
+            self._execute("COMMIT")
+        finally:
+            self._in_transaction = False
+
     def _notify(self) -> None:
         if not self._touched:
             return

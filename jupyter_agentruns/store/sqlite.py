@@ -397,6 +397,16 @@ class SQLiteConnection(SQLConnection):
                 raise StoreBusy(str(exc)) from exc
             raise
 
+    @contextlib.contextmanager
+    def read_transaction(self) -> Iterator[None]:
+        # In WAL mode a transaction reads the state of its first read until it ends.
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")  # it wrote nothing
+
     def close(self) -> None:
         self.conn.close()
 
