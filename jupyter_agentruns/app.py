@@ -113,8 +113,10 @@ class AgentRuns(ExtensionApp, SettingsTraits):
 
     def _record_activity(self) -> None:
         # Any ServerApp setting ending in _last_activity feeds last_activity(),
-        # which idle culling reads: a live run keeps the server busy.
-        self.serverapp.web_app.settings["agentruns_last_activity"] = utcnow()
+        # which idle culling reads: a live run keeps the server busy (but a
+        # resumable one waiting past waiting_activity_seconds: see Engine.busy).
+        if self.current_activity():
+            self.serverapp.web_app.settings["agentruns_last_activity"] = utcnow()
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(default_handlers)
@@ -131,8 +133,8 @@ class AgentRuns(ExtensionApp, SettingsTraits):
     def current_activity(self):
         """Live runs, so that shutdown_no_activity_timeout never stops a server mid-run."""
         engine = getattr(self, "engine", None)
-        live = sorted(engine.live) if engine is not None else []
-        return live or None
+        busy = engine.busy() if engine is not None else []
+        return busy or None
 
     def _stop_on_sigint(self) -> None:
         """Make SIGINT stop the server as SIGTERM does: extensions stopped, resumable runs handed over.

@@ -20,6 +20,7 @@ import math
 import re
 import secrets
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,6 +48,8 @@ AGENT_EVENT_TYPES = {
     "plan.updated",
 }
 PLAN_STATUSES = ("pending", "in_progress", "completed")
+# The events after which a run may have begun or stopped waiting for an answer.
+WAITING_CHANGES = frozenset({"input.requested", "input.resolved"})
 CUSTOM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 # A tight-looping agent yields to the event loop this often, so commits are
 # published and streams served while it runs.
@@ -127,6 +130,8 @@ class Execution:
         self.resumed_from: dict[str, Any] | None = None
         self.resumable = False
         self.history: Callable[[], Any] | None = None
+        # Since when (monotonic) a question of the run has been open, while one is.
+        self.waiting_since: float | None = None
 
     @property
     def ending(self) -> bool:
@@ -242,6 +247,8 @@ class Execution:
             else:
                 self.snapshot.apply({"type": type, "data": data})
             self.last_type = type
+        if type in WAITING_CHANGES:
+            self.track_waiting()
         if type == "usage" and self._check_usage is not None:
             # The usage event that crosses a budget is kept; the run fails at it.
             problem = self._check_usage(self)
@@ -251,6 +258,13 @@ class Execution:
                     self.task.cancel()
                 raise self.fatal
         return seq
+
+    def track_waiting(self) -> None:
+        """Note when the run began waiting for an answer (or that it no longer waits)."""
+        if not reducer.open_inputs(self.snapshot.structure()):
+            self.waiting_since = None
+        elif self.waiting_since is None:
+            self.waiting_since = time.monotonic()
 
     async def durable(self) -> None:
         """Wait until every event queued so far is committed."""
@@ -677,6 +691,7 @@ class Executor:
         execution = self._execution(row, spec)
         execution.snapshot = snapshot
         execution.resumed_from = json.loads(json.dumps(snapshot.to_dict()))
+        execution.track_waiting()  # a question still open: it waits from now
         execution.started = True
         self._spawn(self._execute(execution, spec, resumed=True))
 

@@ -114,6 +114,13 @@ class SettingsTraits(HasTraits):
     max_run_seconds = Float(
         86400, help="A run still going after this fails with deadline_exceeded."
     ).tag(config=True)
+    waiting_activity_seconds = Float(
+        3600,
+        help="How long a resumable run waiting for a person's answer keeps its server from "
+        "being culled as idle. After it, the server may be culled (its waiting runs are "
+        "handed over, their questions kept, and the next server takes them over); a run of an "
+        "agent that cannot resume keeps its server busy as long as it waits.",
+    ).tag(config=True)
     max_resume_attempts = Int(
         3,
         help="Takeovers of a resumable agent's run (after its server died or stopped) before "
@@ -192,6 +199,16 @@ class SettingsTraits(HasTraits):
             raise TraitError(
                 "c.AgentRuns.gil_switch_interval must be 0 (leave Python's) or a number of "
                 f"seconds up to 1, not {value!r}"
+            )
+        return value
+
+    @validate("waiting_activity_seconds")
+    def _waiting_seconds(self, proposal):
+        value = proposal["value"]
+        if not math.isfinite(value) or value < 0:
+            raise TraitError(
+                "c.AgentRuns.waiting_activity_seconds must be 0 or a positive number of "
+                f"seconds, not {value!r}"
             )
         return value
 
@@ -284,6 +301,7 @@ class Settings:
     max_body_bytes: int
     max_event_bytes: int
     max_run_seconds: float
+    waiting_activity_seconds: float
     max_resume_attempts: int
     max_tokens_per_run: int
     tokens_per_user_per_day: int

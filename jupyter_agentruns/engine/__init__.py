@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import contextmanager
@@ -114,6 +115,25 @@ class Engine(LoggingConfigurable):
     def live(self) -> dict[str, Execution]:
         """The runs this server is executing now."""
         return self.executor.live if self.executor is not None else {}
+
+    def busy(self) -> list[str]:
+        """The live runs that keep this server from being culled as idle.
+
+        All but the resumable runs that have waited for an answer longer than
+        ``waiting_activity_seconds``: culled, the server hands them over with
+        their questions, and the next server takes them over.
+        """
+        patience = self.settings.waiting_activity_seconds
+        now = time.monotonic()
+        return sorted(
+            run_id
+            for run_id, execution in self.live.items()
+            if not (
+                execution.resumable
+                and execution.waiting_since is not None
+                and now - execution.waiting_since >= patience
+            )
+        )
 
     # Life cycle ------------------------------------------------------------
 
