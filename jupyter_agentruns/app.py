@@ -14,9 +14,9 @@ from tornado.ioloop import IOLoop
 from .agents import load_agents
 from .engine import Engine
 from .handlers import default_handlers
-from .handlers.base import SHARED_OWNER
+from .handlers.base import SHARED_OWNER, say_once
 from .settings import Settings, SettingsTraits
-from .store import Store, StoreUnavailable, UnsafeStore, factory
+from .store import Store, StoreRefused, StoreUnavailable, UnsafeStore, factory
 
 
 class AgentRuns(ExtensionApp, SettingsTraits):
@@ -124,6 +124,8 @@ class AgentRuns(ExtensionApp, SettingsTraits):
     async def _start_engine(self) -> None:
         try:
             await self.engine.start()
+        except StoreRefused as exc:
+            say_once(self.log, exc)
         except StoreUnavailable as exc:
             self.log.warning("agentruns: %s; the next request tries again", exc)
         except Exception:

@@ -153,7 +153,7 @@ class Writer:
         future = self._loop.create_future()
         unavailable = self.unavailable
         if unavailable is not None:
-            future.set_exception(StoreUnavailable(str(unavailable)))
+            future.set_exception(type(unavailable)(str(unavailable)))
             return future
         self._put(Op(fn, future))
         return future
@@ -221,7 +221,7 @@ class Writer:
                 op.abandoned = True
         for op in ops:
             if not op.future.done():
-                op.future.set_exception(StoreUnavailable(str(unavailable)))
+                op.future.set_exception(type(unavailable)(str(unavailable)))
 
     def close(self, timeout: float = CLOSE_TIMEOUT_SECONDS) -> None:
         """Commit what is queued, then stop the thread and close its connection.
@@ -288,7 +288,7 @@ class Writer:
                     ops = [item for item in batch if isinstance(item, Op)]
                     if ops:
                         batch = [item for item in batch if not isinstance(item, Op)]
-                        failures = [(op.future, False, StoreUnavailable(str(exc))) for op in ops]
+                        failures = [(op.future, False, type(exc)(str(exc))) for op in ops]
                         if not batch:
                             # Nothing is left to retry, so the writer is free:
                             # the next request tries the store itself. Left

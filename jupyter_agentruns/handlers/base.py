@@ -13,10 +13,12 @@ from .. import jsonio
 from ..broadcaster import Waiter
 from ..engine import Engine, Requests
 from ..errors import Problem, invalid_request
-from ..store import StoreUnavailable
+from ..store import StoreRefused, StoreUnavailable
 from .errors import status_of
 
 AUTH_RESOURCE = "agentruns"
+# The store refusals already in the log (each is said once).
+_REFUSALS_SAID: set[str] = set()
 SHARED_OWNER = "~shared"
 
 _GENERIC_CODES = {
@@ -136,6 +138,9 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
                     "agentruns: %s %s: %s", self.request.method, self.request.path, value
                 )
             return
+        if isinstance(value, StoreRefused):
+            say_once(self.log, value)
+            return
         if isinstance(value, StoreUnavailable):
             # A database that went away is news for the log, not a traceback per request.
             self.log.warning("agentruns: %s %s: %s", self.request.method, self.request.path, value)
@@ -229,7 +234,16 @@ def shutting_down() -> Problem:
     )
 
 
+def say_once(log: Any, refusal: StoreRefused) -> None:
+    """Log a store's refusal: permanent until an administrator acts, so once, not per request."""
+    if str(refusal) not in _REFUSALS_SAID:
+        _REFUSALS_SAID.add(str(refusal))
+        log.error("agentruns: %s", refusal)
+
+
 def store_unavailable(reason: StoreUnavailable) -> Problem:
+    if isinstance(reason, StoreRefused):
+        return Problem("store_unavailable", f"{str(reason)[0].upper()}{str(reason)[1:]}.")
     return Problem(
         "store_unavailable",
         f"The agentruns database cannot be reached just now ({reason}). Try again in a few "

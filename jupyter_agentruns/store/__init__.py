@@ -47,6 +47,11 @@ class StoreUnavailable(StoreBusy):
     """The database cannot be reached (restarting, a network cut): the API answers 503 meanwhile."""
 
 
+class StoreRefused(StoreUnavailable):
+    """The database answers, but refuses this server what it needs (a privilege): the message
+    says what is missing and what an administrator does about it. Not a passing failure."""
+
+
 class SeqTaken(Exception):
     """Events were refused because their ``(run_id, seq)`` is taken: another server ended the run."""
 

@@ -43,8 +43,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 from urllib.parse import unquote
 
-from . import Listener, SeqTaken, Store, StoreBusy, StoreUnavailable
-from .sql import SHARED_MIGRATIONS, SQLConnection
+from . import Listener, SeqTaken, Store, StoreBusy, StoreRefused, StoreUnavailable
+from .sql import SHARED_MIGRATIONS, TABLES, SQLConnection
 
 try:
     import psycopg
@@ -298,14 +298,30 @@ class PostgresStore(Store):
                 if not self._migrated:
                     try:
                         _migrate(conn, self.schema)
+                        missing = _missing_privileges(conn, self.schema)
+                    except psycopg.errors.InsufficientPrivilege as exc:
+                        conn.close()
+                        raise self._refused(str(exc)) from None
                     except Exception as exc:
                         conn.close()
                         raise StoreUnavailable(
                             f"{self.describe()} cannot hold the agentruns schema: "
                             f"{self.url.scrub(str(exc))}"
                         ) from None
+                    if missing:
+                        conn.close()
+                        raise self._refused("the role lacks " + "; ".join(missing))
                     self._migrated = True
         return conn
+
+    def _refused(self, why: str) -> StoreRefused:
+        return StoreRefused(
+            f"{self.describe()} refuses this server what it needs: {self.url.scrub(why)}. "
+            "A database administrator grants it: on a schema that does not exist yet, CREATE "
+            "on the database; once it exists, USAGE on the schema and "
+            f"{TABLE_PRIVILEGES} on its tables, USAGE on its sequences (the README's "
+            "JupyterHub section has the statements)"
+        )
 
     def _open(self) -> psycopg.Connection:
         """A connection as ``open`` makes it, without migrating the schema."""
@@ -574,13 +590,24 @@ def _pyformat(sql: str) -> str:
 
 
 def _migrate(conn: psycopg.Connection, schema: str) -> None:
-    """Bring the schema forward, one step at a time; two servers starting at once take turns."""
+    """Bring the schema forward, one step at a time; two servers starting at once take turns.
+
+    A schema already at this version is left as it is, and nothing is
+    created: a role needs CREATE (on the database, for the schema; on the
+    schema, for its tables) only when there is something to create.
+    """
+    if _stored_version(conn, schema) == len(_MIGRATIONS):
+        return
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
         # Quoted: a lower-case name may still be a keyword (user, order, cross).
-        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL)")
-        version = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] or 0
+        exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema]).fetchone()
+        if not exists:
+            conn.execute(f'CREATE SCHEMA "{schema}"')
+        version = _stored_version(conn, schema)
+        if version is None:
+            conn.execute("CREATE TABLE schema_version (version integer NOT NULL)")
+            version = 0
         if version > len(_MIGRATIONS):
             raise RuntimeError(
                 f"the agentruns database has schema version {version}, newer than this "
@@ -589,6 +616,39 @@ def _migrate(conn: psycopg.Connection, schema: str) -> None:
         for number, sql in enumerate(_MIGRATIONS[version:], start=version + 1):
             conn.execute(sql)
             conn.execute("INSERT INTO schema_version (version) VALUES (%s)", [number])
+
+
+def _stored_version(conn: psycopg.Connection, schema: str) -> int | None:
+    """The schema's version, or None where it has no version table (yet)."""
+    if conn.execute("SELECT to_regclass(%s)", [f'"{schema}".schema_version']).fetchone()[0] is None:
+        return None
+    return conn.execute(f'SELECT max(version) FROM "{schema}".schema_version').fetchone()[0] or 0
+
+
+# What a server does to each table (the copy and the schema's owner need more).
+TABLE_PRIVILEGES = "SELECT, INSERT, UPDATE, DELETE"
+
+
+def _missing_privileges(conn: psycopg.Connection, schema: str) -> list[str]:
+    """What the connected role lacks of what a server needs in the schema, in GRANT's words."""
+    missing = []
+    if not conn.execute("SELECT has_schema_privilege(%s, 'USAGE')", [schema]).fetchone()[0]:
+        return [f'USAGE ON SCHEMA "{schema}"']
+    for table in TABLES:
+        # has_table_privilege is true when any one of several privileges is held: one at a time.
+        lacking = [
+            privilege
+            for privilege in TABLE_PRIVILEGES.split(", ")
+            if not conn.execute(
+                "SELECT has_table_privilege(%s, %s)", [f'"{schema}".{table}', privilege]
+            ).fetchone()[0]
+        ]
+        if lacking:
+            missing.append(f'{", ".join(lacking)} ON "{schema}".{table}')
+    sequence = f'"{schema}".runs_position_seq'
+    if not conn.execute("SELECT has_sequence_privilege(%s, 'USAGE')", [sequence]).fetchone()[0]:
+        missing.append(f"USAGE ON SEQUENCE {sequence}")
+    return missing
 
 
 class _Listener(Listener):
@@ -612,7 +672,8 @@ class _Listener(Listener):
         delay, warned = 0.1, False
         while not self._stop.is_set():
             try:
-                conn = self._conn = self._store.open()
+                # A connection to listen on: it needs no table, and leaves the schema to the writer.
+                conn = self._conn = self._store._open()
                 conn.execute(f'LISTEN "{self._store.channel}"')
                 self.connected.set()
                 if warned:
