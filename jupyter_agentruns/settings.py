@@ -71,6 +71,12 @@ class SettingsTraits(HasTraits):
             "serves them; only a run nobody would resume is ended by any server."
         ),
     ).tag(config=True)
+    store_wide_metrics = Bool(
+        False,
+        help="agentruns_runs counts every run of the store, not only those of the owners this "
+        "server serves (served_owners): for a scraper of a server that every user's runs may "
+        "show to. Off, a user's server on a hub's shared store shows that user's runs only.",
+    ).tag(config=True)
     max_stored_runs_per_user = Int(
         10000,
         help="Runs kept per owner: at the limit a new submit answers 429 storage_quota_exceeded "
@@ -287,6 +293,7 @@ class Settings:
     store_url_source: str
     owner_mode: str
     served_owners: str | tuple[str, ...]
+    store_wide_metrics: bool
     max_stored_runs_per_user: int
     agents: dict[str, str]
     idempotency_ttl_seconds: float

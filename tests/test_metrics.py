@@ -334,3 +334,32 @@ def test_a_labelled_sampled_gauge_combines_per_label_value():
 @pytest.mark.timeout(10)
 def test_the_outcome_label_takes_exactly_the_terminal_statuses():
     assert metrics.OUTCOMES == lifecycle.TERMINAL_STATUSES
+
+
+PER_USER = {"identity_provider_class": "identity.HeaderIdentityProvider"}
+
+
+@pytest.mark.parametrize("server_config", [PER_USER])
+@pytest.mark.parametrize("agentruns_config", [{"served_owners": ["alice"]}])
+async def test_runs_by_status_count_only_the_runs_of_the_owners_the_server_serves(api, scrape):
+    """On a hub's shared store, a user's /metrics showed every user's run counts."""
+    for user, count in (("alice", 2), ("bob", 3)):
+        for _ in range(count):
+            run = await submit(api, input=demo_input(chunks=1), headers={"X-Test-User": user})
+            await wait_run(api, run.json()["run_id"], headers={"X-Test-User": user})
+    await scrape_until(
+        scrape, lambda s: s("agentruns_runs", status="succeeded") == 2, "alice's 2 runs alone"
+    )
+
+
+@pytest.mark.parametrize("server_config", [PER_USER])
+@pytest.mark.parametrize(
+    "agentruns_config", [{"served_owners": ["alice"], "store_wide_metrics": True}]
+)
+async def test_store_wide_metrics_count_every_run_of_the_store(api, scrape):
+    for user in ("alice", "bob"):
+        run = await submit(api, input=demo_input(chunks=1), headers={"X-Test-User": user})
+        await wait_run(api, run.json()["run_id"], headers={"X-Test-User": user})
+    await scrape_until(
+        scrape, lambda s: s("agentruns_runs", status="succeeded") == 2, "both users' runs"
+    )

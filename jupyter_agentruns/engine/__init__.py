@@ -87,7 +87,9 @@ class Engine(LoggingConfigurable):
         self.broadcaster = Broadcaster(self.reader, store)
         self.reads = Reads(self.reader)
         self.budgets = TokenBudgets(settings, self.reader, lambda: self.live)
-        self.counts = RunCounts(self.reader, self.log)
+        self.counts = RunCounts(
+            self.reader, self.log, None if settings.store_wide_metrics else served_owners
+        )
         self.tuning = InterpreterTuning(settings)
         self.requests = Requests()
         self.open_streams: Counter[str] = Counter()

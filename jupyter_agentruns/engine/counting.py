@@ -1,4 +1,9 @@
-"""The store's runs by status, for the metrics: counted off the event loop, only when scraped."""
+"""Runs by status, for the metrics: counted off the event loop, only when scraped.
+
+The runs of the owners this server serves, unless ``store_wide_metrics``
+asks for every run of the store: on a store shared by a hub's users, each
+user's server would otherwise show everyone's counts.
+"""
 
 from __future__ import annotations
 
@@ -19,8 +24,10 @@ class RunCounts:
     is counted. Every status is a series from the start.
     """
 
-    def __init__(self, reader: Reader, log: logging.Logger):
+    def __init__(self, reader: Reader, log: logging.Logger, owners: frozenset[str] | None):
         self._reader = reader
+        # Whose runs are counted: None, every run of the store.
+        self._owners = None if owners is None else sorted(owners)
         self._log = log
         self.counts: dict[str, int] = dict.fromkeys(lifecycle.ALL_STATUSES, 0)
         self._counted_at = -math.inf
@@ -49,7 +56,8 @@ class RunCounts:
 
     async def _count(self) -> None:
         try:
-            counts = await self._reader.run(lambda conn: conn.count_runs_by_status())
+            owners = self._owners
+            counts = await self._reader.run(lambda conn: conn.count_runs_by_status(owners))
         except Exception as exc:  # the store is away: the last count stands
             self._log.debug("agentruns: counting runs for the metrics failed: %s", exc)
         else:

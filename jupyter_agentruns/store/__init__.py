@@ -190,8 +190,8 @@ class StoreConnection(abc.ABC):
         """How many runs the owner has stored, whatever their status."""
 
     @abc.abstractmethod
-    def count_runs_by_status(self) -> dict[str, int]:
-        """Every run of the store, counted by status (statuses with none are absent)."""
+    def count_runs_by_status(self, owners: list[str] | None = None) -> dict[str, int]:
+        """The runs of ``owners`` (None: every run of the store), counted by status (statuses with none are absent)."""
 
     @abc.abstractmethod
     def diagnostics(self) -> dict[str, Any]:

@@ -275,8 +275,17 @@ class SQLConnection(StoreConnection):
     def count_runs(self, owner: str) -> int:
         return self._execute("SELECT count(*) FROM runs WHERE owner = ?", [owner]).fetchone()[0]
 
-    def count_runs_by_status(self) -> dict[str, int]:
-        return dict(self._execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
+    def count_runs_by_status(self, owners: list[str] | None = None) -> dict[str, int]:
+        if owners is None:
+            return dict(
+                self._execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall()
+            )
+        owners_in, params = self._in(owners)
+        return dict(
+            self._execute(
+                f"SELECT status, count(*) FROM runs WHERE owner {owners_in} GROUP BY status", params
+            ).fetchall()
+        )
 
     def diagnostics(self) -> dict[str, Any]:
         return {
