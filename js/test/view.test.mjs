@@ -1,5 +1,6 @@
 // The run view, with a fake server, a fake hub and a fake host.
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { afterEach, beforeEach, test } from "node:test";
 
 import { installPage, sleep } from "./dom.mjs";
@@ -435,6 +436,21 @@ test("a permission question's buttons are the agent's option names; a click post
   hub.listeners.get(RUN).onEvent(event("input.resolved", { request_id: "in_p", choice: "always-1", note: null, by: "alice" }));
   await sleep(40);
   assert.equal(text(".agentruns-input-answer"), "Always allow by alice");
+});
+
+test("the snapshots of the shared vectors of a coding agent's turn and of a permission render whole", async () => {
+  const vector = (name) => JSON.parse(readFileSync(new URL(`../../tests/vectors/${name}`, import.meta.url), "utf8")).snapshot;
+  await shown(fakeHost(), runObject({ status: "succeeded", snapshot: vector("acp_turn.json") }));
+  assert.equal(el.querySelector(".agentruns-thinking").hidden, false);
+  assert.equal(text(".agentruns-plan-count"), "2 of 2 done");
+  assert.deepEqual([...el.querySelectorAll(".agentruns-tool-title")].map((node) => node.textContent), ["Read data.csv", "Edit plot.py"]);
+  assert.equal(text(".agentruns-tool-text"), "a,b\n1,2");
+  assert.equal(text(".agentruns-diff-path"), "plot.py");
+  view.dispose();
+  el.replaceChildren();
+  await shown(fakeHost(), runObject({ status: "succeeded", snapshot: vector("permission.json") }));
+  assert.equal(text(".agentruns-input-answer"), "Allow by alice");
+  assert.equal(text(".agentruns-input-tool-title"), "Edit plot.py");
 });
 
 test("usage shows tokens, and a cost when the agent's prices give one", async () => {
