@@ -45,7 +45,9 @@ def test_a_name_two_options_share_asks_for_the_id():
     twins = [{"optionId": "a", "name": "Allow"}, {"optionId": "b", "name": "allow"}]
     question = {**QUESTION, "details": {"options": twins}, "choices": ["a", "b"]}
     assert choice_for(question, "Allow") == "a"  # the exact name is one option
-    with pytest.raises(ValueError, match="2 options are named 'ALLOW' \\(a, b\\): answer with an id"):
+    with pytest.raises(
+        ValueError, match="2 options are named 'ALLOW' \\(a, b\\): answer with an id"
+    ):
         choice_for(question, "ALLOW")
 
 
