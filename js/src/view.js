@@ -1018,6 +1018,7 @@ function toolCard(tool) {
   if (kind !== null) head.appendChild(kind);
   if (typeof tool.title === "string" && tool.title) {
     const title = element("span", "agentruns-tool-title", tool.title);
+    // What the title stands for, on hover: the call as the agent made it.
     title.title = `${tool.name} ${compactJson(tool.args, 200)}`;
     head.appendChild(title);
   } else {
