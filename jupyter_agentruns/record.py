@@ -13,6 +13,7 @@ Markdown, can neither bring markup nor make the reader's browser load a URL.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
@@ -20,26 +21,38 @@ from datetime import datetime
 from typing import Any
 
 from .lifecycle import is_terminal
+from .questions import choice_name
 
 ANSWER_LIMIT = 20_000
 TOOL_ARGS_LIMIT = 80
 TOOLS_SHOWN = 20
 MESSAGE_LIMIT = 300
+THINKING_LIMIT = 300
+PLAN_SHOWN = 20
+DIFF_LINES = 80
+DIFF_LINE_LIMIT = 300
+DIFF_LIMIT = 20_000
 
 
 def run_markdown(run: dict[str, Any]) -> str:
     """The Markdown record of ``run`` (a run object of the API)."""
     lines = [_headline(run), ""]
-    tools = run["snapshot"].get("tools") or []
+    snapshot = run["snapshot"]
+    reasoning = snapshot.get("reasoning")
+    if isinstance(reasoning, str) and reasoning.strip():
+        # The answer is what a reader came for: of the thinking, its beginning.
+        lines += [f"> *Thinking*: {_text(reasoning, THINKING_LIMIT)}", ""]
+    lines += _plan(snapshot.get("plan"))
+    tools = snapshot.get("tools") or []
+    diff_budget = [DIFF_LIMIT]
     for tool in tools[:TOOLS_SHOWN]:
-        lines.append(
-            f"- tool {_code(tool.get('name'))} {_args(tool.get('args'))} → {_tool_outcome(tool)}"
-        )
+        lines.append(f"- {_tool_step(tool)} → {_tool_outcome(tool)}")
+        lines += _diffs(tool.get("content"), diff_budget)
     if len(tools) > TOOLS_SHOWN:
         lines.append(f"- … and {len(tools) - TOOLS_SHOWN} more tool calls")
     if tools:
         lines.append("")
-    inputs = run["snapshot"].get("inputs") or []
+    inputs = snapshot.get("inputs") or []
     for request in inputs[:TOOLS_SHOWN]:
         lines.append(f"- asked: {_text(request.get('title') or '')} → {_answer(request)}")
     if inputs:
@@ -125,6 +138,76 @@ def _footer(run: dict[str, Any]) -> str:
     return f"*run {_code(run['run_id'])}{when}{again}{resumed}*"
 
 
+def _plan(plan: Any) -> list[str]:
+    """The agent's plan as a checklist; an entry in progress says so.
+
+    Its items are ``*`` items: with the ``-`` of the tool steps after it, they would make one list.
+    """
+    if not isinstance(plan, list) or not plan:
+        return []
+    entries = [entry if isinstance(entry, dict) else {} for entry in plan]
+    done = sum(entry.get("status") == "completed" for entry in entries)
+    lines = [f"**Plan** ({done} of {len(entries)} done)", ""]
+    for entry in entries[:PLAN_SHOWN]:
+        notes = ["in progress"] if entry.get("status") == "in_progress" else []
+        if entry.get("priority"):
+            notes.append(f"{entry['priority']} priority")
+        note = f" *({_text(', '.join(map(str, notes)))})*" if notes else ""
+        box = "x" if entry.get("status") == "completed" else " "
+        lines.append(f"* [{box}] {_text(entry.get('content') or '…')}{note}")
+    if len(entries) > PLAN_SHOWN:
+        lines.append(f"* … and {len(entries) - PLAN_SHOWN} more")
+    return [*lines, ""]
+
+
+def _tool_step(tool: dict[str, Any]) -> str:
+    """A tool step in words: its kind and title where the agent gave them, else its name and arguments."""
+    kind, title = tool.get("kind"), tool.get("title")
+    if title:
+        return f"{_text(kind, 20)}: {_text(title)}" if kind else _text(title)
+    kind = f" ({_text(kind, 20)})" if kind else ""
+    return f"tool {_code(tool.get('name'))} {_args(tool.get('args'))}{kind}"
+
+
+def _diffs(content: Any, budget: list[int]) -> list[str]:
+    """The diffs a tool step showed, as fenced ``diff`` blocks, within what is left of ``budget``."""
+    blocks: list[str] = []
+    for item in content if isinstance(content, list) else []:
+        if not (
+            isinstance(item, dict)
+            and item.get("type") == "diff"
+            and isinstance(item.get("path"), str)
+            and isinstance(item.get("new_text"), str)
+            and (item.get("old_text") is None or isinstance(item.get("old_text"), str))
+        ):
+            continue
+        if budget[0] <= 0:
+            blocks.append(f"  *the diff of {_code(item['path'])} is in the run*")
+            continue
+        path = " ".join(item["path"].splitlines())
+        old = item.get("old_text")
+        diff = list(
+            difflib.unified_diff(
+                (old or "").splitlines(),
+                item["new_text"].splitlines(),
+                "/dev/null" if old is None else path,
+                path,
+                lineterm="",
+            )
+        )
+        shown = []
+        for line in diff[:DIFF_LINES]:
+            if budget[0] <= 0:
+                break
+            line = line if len(line) <= DIFF_LINE_LIMIT else line[: DIFF_LINE_LIMIT - 1] + "…"
+            shown.append(line)
+            budget[0] -= len(line) + 1
+        if len(shown) < len(diff):
+            shown.append(f"… {len(diff) - len(shown):,} more lines")
+        blocks += _fenced(shown, "diff")
+    return blocks
+
+
 def _tool_outcome(tool: dict[str, Any]) -> str:
     if tool.get("status") == "failed":
         error = tool.get("error") or {}
@@ -164,13 +247,16 @@ def _seconds(seconds: float) -> str:
 
 
 def _answer(request: dict[str, Any]) -> str:
+    """A question's answer, a permission's by the name of the option chosen."""
     if request.get("status") == "open":
-        choices = " / ".join(str(choice) for choice in request.get("choices") or [])
+        choices = " / ".join(
+            choice_name(request, choice) for choice in request.get("choices") or []
+        )
         return f"*waiting for an answer* ({_text(choices)})"
     if request.get("choice") is None:
         return "no answer in time" if request.get("reason") == "timeout" else "not answered"
     by = f" by {_text(request['by'])}" if request.get("by") else ""
-    return f"**{_text(request['choice'])}**{by}"
+    return f"**{_text(choice_name(request, request['choice']))}**{by}"
 
 
 def _reason(reason: Any) -> str:

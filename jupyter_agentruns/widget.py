@@ -31,6 +31,7 @@ from .client import (
     find_server,
 )
 from .lifecycle import TERMINAL_STATUSES
+from .questions import choice_for
 from .record import run_markdown
 from .runtable import RunList
 
@@ -189,15 +190,26 @@ class Run(anywidget.AnyWidget):
         return [request for request in inputs if request["status"] == "open"]
 
     def answer(self, choice: str, *, request_id: str | None = None, note: str | None = None) -> Run:
-        """Answer the run's open question with one of its choices (the only one, or ``request_id``)."""
+        """Answer the run's open question with one of its choices (the only one, or ``request_id``).
+
+        A permission question (``kind == "permission"``, an ACP agent's) offers the agent's
+        option ids as its choices; ``choice`` may also be an option's name as the view shows
+        it (``"Allow once"``, ignoring case), and that option's id is sent.
+        """
         if request_id is None:
             open_ones = self.questions
             if len(open_ones) != 1:
                 raise ValueError(
                     f"the run has {len(open_ones)} open questions: name one with request_id="
                 )
-            request_id = open_ones[0]["request_id"]
-        self._update(self._client.answer(self.run_id, request_id, choice, note))
+            request = open_ones[0]
+            request_id = request["request_id"]
+        else:
+            inputs = self.refresh()["snapshot"].get("inputs", [])
+            request = next((item for item in inputs if item["request_id"] == request_id), {})
+        self._update(
+            self._client.answer(self.run_id, request_id, choice_for(request, choice), note)
+        )
         return self
 
     def _ipython_display_(self) -> None:

@@ -272,6 +272,54 @@ async def stepper(run, input):
     return {"changed": "a.py"}
 
 
+PERMISSION_OPTIONS = [
+    {"optionId": "proceed_once", "name": "Allow", "kind": "allow_once"},
+    {"optionId": "proceed_always", "name": "Always allow edits", "kind": "allow_always"},
+    {"optionId": "cancel", "name": "Reject", "kind": "reject_once"},
+]
+PLOT_BEFORE = 'import pandas as pd\n\ndata = pd.read_csv("data.csv")\nprint(data.mean())\n'
+PLOT_AFTER = (
+    "import matplotlib.pyplot as plt\nimport pandas as pd\n\n"
+    'data = pd.read_csv("data.csv")\ndata.mean().plot.bar()\nplt.savefig("mean.png")\n'
+)
+
+
+async def permission_asker(run, input):
+    """Asks before an edit as an ACP agent asks for permission: the agent's option ids as the
+    choices, their names (``options``, else PERMISSION_OPTIONS) and the tool step in
+    ``details``; edits only if allowed."""
+    options = input.get("options", PERMISSION_OPTIONS)
+    await run.reasoning("The user wants a chart of the means. plot.py only prints them; ")
+    await run.reasoning("it should draw them as a bar chart.")
+    plan = [
+        {"content": "Read plot.py", "status": "completed"},
+        {"content": "Draw the means as a bar chart", "status": "in_progress", "priority": "high"},
+        {"content": "Run plot.py", "status": "pending", "priority": "low"},
+    ]
+    await run.plan(plan)
+    diff = {"type": "diff", "path": "plot.py", "old_text": PLOT_BEFORE, "new_text": PLOT_AFTER}
+    call = await run.tool_started("edit", {"path": "plot.py"}, kind="edit", title="Edit plot.py")
+    choice = await run.ask(
+        "Allow editing plot.py?",
+        details={
+            "options": options,
+            "tool": {"title": "Edit plot.py", "kind": "edit", "content": [diff]},
+        },
+        choices=[option["optionId"] for option in options],
+        kind="permission",
+    )
+    if choice == "cancel":
+        await run.tool_completed(
+            call, ok=False, error={"type": "rejected", "message": "not allowed"}
+        )
+        await run.text("I left plot.py as it was.")
+        return {"choice": choice}
+    await run.tool_completed(call, content=[diff])
+    await run.plan([plan[0], {**plan[1], "status": "completed"}, plan[2]])
+    await run.text("`plot.py` now draws the means as a bar chart.")
+    return {"choice": choice}
+
+
 TEST_AGENTS = {
     name: f"agents_for_tests:{name}"
     for name in (
@@ -296,6 +344,7 @@ TEST_AGENTS = {
         "hostile_writer",
         "echo",
         "stepper",
+        "permission_asker",
         "writer",
     )
 }

@@ -5,6 +5,7 @@ The widget survives refreshes and restarts.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -415,3 +416,140 @@ def test_a_models_images_and_html_fetch_nothing_and_show_as_a_link_and_text(lab,
     assert answer.locator("img").count() == 0
     assert f"<img src=http://127.0.0.1:{port}/x2> and <img src=x onerror=" in answer.inner_text()
     assert answer.locator("a", has_text="the chart").get_attribute("href") == exfil
+
+
+# The colours of an element as the page paints them, through a canvas that
+# takes any CSS colour: its text, and its background laid over its ancestors'.
+PAINTED = """(el) => {
+    const canvas = document.createElement("canvas");
+    canvas.width = canvas.height = 1;
+    const ctx = canvas.getContext("2d", { willReadFrequently: true });
+    const layers = [];
+    for (let node = el; node; node = node.parentElement) layers.unshift(getComputedStyle(node).backgroundColor);
+    ctx.fillStyle = "#ffffff";
+    ctx.fillRect(0, 0, 1, 1);
+    for (const color of layers) {
+        ctx.fillStyle = color;
+        ctx.fillRect(0, 0, 1, 1);
+    }
+    const background = [...ctx.getImageData(0, 0, 1, 1).data].slice(0, 3);
+    ctx.fillStyle = getComputedStyle(el).color;
+    ctx.fillRect(0, 0, 1, 1);
+    return { background, text: [...ctx.getImageData(0, 0, 1, 1).data].slice(0, 3) };
+}"""
+
+
+def contrast(colours: dict) -> float:
+    """The WCAG contrast ratio of a text colour on its background."""
+
+    def luminance(rgb):
+        linear = [c / 255 / 12.92 if c <= 10 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in rgb]
+        return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+    high, low = sorted((luminance(colours["text"]), luminance(colours["background"])), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def set_theme(lab: ServerProcess, theme: str) -> None:
+    with lab.client() as client:
+        response = client.put(
+            lab.url + "lab/api/settings/@jupyterlab/apputils-extension:themes",
+            json={"raw": json.dumps({"theme": theme})},
+        )
+        assert response.status_code == 204, response.text
+
+
+def test_a_coding_agents_thinking_plan_diffs_and_permission_read_in_light_and_dark(lab, page):
+    write_notebook(
+        lab.home / "coding.ipynb",
+        [
+            "from jupyter_agentruns import submit\nrun = submit('stepper', {})",
+            "asked = submit('permission_asker', {})",
+        ],
+    )
+    page.set_viewport_size({"width": 1000, "height": 1400})
+    shots = Path(os.environ.get("AGENTRUNS_SCREENSHOTS") or ARTIFACTS)
+    shots.mkdir(exist_ok=True)
+    try:
+        open_notebook(page, lab, "coding.ipynb")
+        run_cell(page, 0)
+        run_cell(page, 1)
+        run_id = wait_attr(page, 1, "data-run-id", "v && v.startsWith('run_')")
+        for theme, name in (
+            ("JupyterLab Light", "acp-light.png"),
+            ("JupyterLab Dark", "acp-dark.png"),
+        ):
+            if theme != "JupyterLab Light":
+                save(page)
+                set_theme(lab, theme)
+                page.reload()
+                wait_idle(page)
+            wait_attr(page, 0, "data-status", "v === 'succeeded'")
+            wait_attr(page, 1, "data-status", "v === 'waiting'")
+            stepper, asker = widget(page, 0), widget(page, 1)
+
+            # Thinking: folded, and open on a click.
+            thinking = stepper.locator(".agentruns-thinking")
+            assert thinking.get_attribute("open") is None
+            thinking.locator("summary").click()
+            wait_text(page, 0, "Look at the file, then change it.")
+            assert stepper.locator(".agentruns-plan-entry").inner_text().split() == [
+                "✓",
+                "Read",
+                "a.py",
+                "high",
+            ]
+            assert stepper.locator(".agentruns-tool-kind").all_inner_texts() == ["READ", "EDIT"]
+            assert stepper.locator(".agentruns-tool-title").all_inner_texts() == [
+                "Read a.py",
+                "Edit a.py",
+            ]
+            assert stepper.locator(".agentruns-tool-text").inner_text() == "x = 1"
+            assert stepper.locator(".agentruns-diff-line").all_inner_texts() == [
+                "@@ -1 +1 @@",
+                "-x = 1",
+                "+x = 2",
+            ]
+
+            # The permission: the agent's option names, the step it is about with its diff.
+            card = asker.locator(".agentruns-input--open")
+            assert card.locator(".agentruns-choice").all_inner_texts() == [
+                "Allow",
+                "Always allow edits",
+                "Reject",
+            ]
+            assert card.locator(".agentruns-input-tool-title").inner_text() == "Edit plot.py"
+            assert "data.mean().plot.bar()" in card.locator(".agentruns-diff").inner_text()
+            assert asker.locator(".agentruns-plan-count").inner_text() == "1 of 3 done"
+
+            # Readable: text on the added and removed lines, and the plan, against what they are painted on.
+            for element in (
+                card.locator('.agentruns-diff-line[data-op="added"]').first,
+                card.locator('.agentruns-diff-line[data-op="removed"]').first,
+                asker.locator(".agentruns-plan-content").first,
+                asker.locator(
+                    '.agentruns-plan-entry[data-status="in_progress"] .agentruns-plan-content'
+                ),
+            ):
+                colours = element.evaluate(PAINTED)
+                assert contrast(colours) >= 4.5, (theme, colours)
+            first = page.locator(".jp-Notebook .jp-Cell").nth(0).bounding_box()
+            last = page.locator(".jp-Notebook .jp-Cell").nth(1).bounding_box()
+            page.screenshot(
+                path=str(shots / name),
+                clip={
+                    "x": first["x"], "y": first["y"], "width": first["width"],
+                    "height": last["y"] + last["height"] - first["y"],
+                },
+            )  # fmt: skip
+
+        card.get_by_role("button", name="Allow", exact=True).click()
+        wait_attr(page, 1, "data-status", "v === 'succeeded'")
+        answer = asker.locator(".agentruns-input--resolved .agentruns-input-answer")
+        assert answer.inner_text().startswith("Allow by ")
+        with lab.client() as client:
+            run = client.get(f"runs/{run_id}").json()
+        assert run["snapshot"]["inputs"][0]["choice"] == "proceed_once"
+        assert run["snapshot"]["tools"][0]["status"] == "completed"
+    finally:
+        set_theme(lab, "JupyterLab Light")

@@ -1,7 +1,9 @@
 """The static record a notebook keeps of a run: Markdown, bounded, safe wherever it is shown."""
 
 import copy
+import json
 from html.parser import HTMLParser
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import nbformat
@@ -12,7 +14,13 @@ from nbconvert import HTMLExporter
 from nbconvert.filters.markdown import markdown2html
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from jupyter_agentruns.record import ANSWER_LIMIT, run_markdown
+from jupyter_agentruns.record import (
+    ANSWER_LIMIT,
+    DIFF_LIMIT,
+    DIFF_LINES,
+    THINKING_LIMIT,
+    run_markdown,
+)
 
 from conftest import demo_input, submit, wait_run
 
@@ -187,11 +195,28 @@ def hostile_run(text, **changes):
             "inputs": [
                 {"request_id": "r1", "title": text, "status": "resolved", "choice": text, "by": text},
                 {"request_id": "r2", "title": text, "status": "open", "choices": [text, "no"]},
+                {"request_id": "r3", "kind": "permission", "title": text, "status": "open",
+                 "choices": ["a1", text], "details": {"options": [
+                     {"optionId": "a1", "name": text, "kind": "allow_once"},
+                     {"optionId": text, "name": text, "kind": text}]}},
+                {"request_id": "r4", "kind": "permission", "title": text, "status": "resolved",
+                 "choices": ["a1"], "choice": "a1", "by": text,
+                 "details": {"options": [{"optionId": "a1", "name": text}]}},
             ],
+            "reasoning": text,
+            "plan": [{"content": text, "status": "completed", "priority": text},
+                     {"content": text, "status": "in_progress"}],
             "progress": None,
             "usage": {"input_tokens": text, "output_tokens": [text], "cost": text},
         },
     )  # fmt: skip
+    run["snapshot"]["tools"] += [
+        {"call_id": "c3", "name": text, "args": {}, "status": "completed", "result": None,
+         "kind": text, "title": text,
+         "content": [{"type": "text", "text": text},
+                     {"type": "diff", "path": text, "old_text": text, "new_text": f"{text}\n{text}"},
+                     {"type": "diff", "path": text, "old_text": None, "new_text": text}]},
+    ]  # fmt: skip
     run.update(changes)
     return run
 
@@ -272,6 +297,86 @@ def test_nbconverts_html_export_of_a_notebook_shows_a_hostile_run_as_text():
     shown = html[start : html.index("</div>\n</div>", start)]
     assert unsafe(shown) == [] and "&lt;img src=x onerror=" in shown
     assert 'href="http://127.0.0.1:9/exfil?secret=x"' in shown
+
+
+def acp_run(**snapshot):
+    """A coding agent's run: the snapshot of the ``acp_turn`` test vector, with ``snapshot``'s fields."""
+    vector = json.loads((Path(__file__).parent / "vectors" / "acp_turn.json").read_text())
+    return run_object(snapshot={**vector["snapshot"], **snapshot})
+
+
+def test_thinking_the_plan_tool_steps_and_diffs_read_in_nbconverts_html():
+    record = run_markdown(acp_run())
+    assert "> *Thinking*: The user wants the mean. Read the file first." in record
+    assert "**Plan** (2 of 2 done)" in record
+    assert "* [x] Read data.csv *(high priority)*" in record
+    assert "- read: Read data.csv → completed" in record
+    assert "- edit: Edit plot.py → completed" in record
+    assert "```diff\n--- plot.py\n+++ plot.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n```" in record
+    html = markdown2html(record)
+    assert unsafe(html) == []
+    page = parsed(html)
+    boxes = [dict(attrs) for tag, attrs in page.elements if tag == "input"]
+    assert [box.get("type") for box in boxes] == ["checkbox", "checkbox"]  # the plan, ticked
+    assert all("checked" in box and "disabled" in box for box in boxes)
+    shown = text_of(html)
+    assert "Thinking: The user wants the mean." in shown
+    assert "--- plot.py\n+++ plot.py\n@@ -1 +1 @@\n-x = 1\n+x = 2" in shown
+    assert "read: Read data.csv → completed" in shown
+
+
+def test_a_plan_in_progress_says_so_and_a_new_file_is_a_diff_from_nothing():
+    plan = [
+        {"content": "Read data.csv", "status": "completed"},
+        {"content": "Plot the mean", "status": "in_progress", "priority": "medium"},
+        {"content": "Write it up", "status": "pending"},
+    ]
+    tool = {
+        "call_id": "c1", "name": "write", "args": {}, "status": "completed", "result": None,
+        "kind": "edit", "title": "Write notes.md",
+        "content": [{"type": "diff", "path": "notes.md", "old_text": None, "new_text": "# Notes\n"}],
+    }  # fmt: skip
+    record = run_markdown(acp_run(plan=plan, tools=[tool]))
+    assert "**Plan** (1 of 3 done)" in record
+    assert "* [ ] Plot the mean *(in progress, medium priority)*" in record
+    assert "* [ ] Write it up\n" in record
+    assert "--- /dev/null\n+++ notes.md\n@@ -0,0 +1 @@\n+# Notes" in record
+
+
+def test_a_permission_is_asked_and_answered_by_the_names_of_the_agents_options():
+    options = [
+        {"optionId": "allow-1", "name": "Allow once", "kind": "allow_once"},
+        {"optionId": "reject-1", "name": "Reject", "kind": "reject_once"},
+    ]
+    question = {
+        "request_id": "in_1", "kind": "permission", "title": "Edit plot.py?",
+        "details": {"options": options, "tool": {"title": "Edit plot.py", "kind": "edit"}},
+        "choices": ["allow-1", "reject-1"],
+    }  # fmt: skip
+    answered = {**question, "status": "resolved", "choice": "allow-1", "by": "alice"}
+    record = run_markdown(
+        acp_run(inputs=[answered, {**question, "request_id": "in_2", "status": "open"}])
+    )
+    assert "- asked: Edit plot.py? → **Allow once** by alice" in record
+    assert "- asked: Edit plot.py? → *waiting for an answer* (Allow once / Reject)" in record
+
+
+def test_the_thinking_and_the_diffs_are_bounded_whatever_the_run():
+    lines = ("z" * 250 + "\n") * 1000
+    tools = [
+        {"call_id": f"c{i}", "name": "edit", "args": {}, "status": "completed", "result": None,
+         "kind": "edit", "title": f"Edit file {i}",
+         "content": [{"type": "diff", "path": f"big{i}.py", "old_text": None, "new_text": lines}]}
+        for i in range(20)
+    ]  # fmt: skip
+    record = run_markdown(acp_run(reasoning="word " * 10_000, tools=tools))
+    thinking = next(line for line in record.splitlines() if line.startswith("> *Thinking*"))
+    assert len(thinking) < THINKING_LIMIT + 30 and thinking.endswith("…")
+    # 1,003 lines: the file's two, the hunk's, then the file's 1,000.
+    assert f"… {1003 - DIFF_LINES:,} more lines\n```" in record
+    assert "- edit: Edit file 19 → completed\n  *the diff of `big19.py` is in the run*" in record
+    assert len(record) < DIFF_LIMIT + 10_000
+    assert unsafe(markdown2html(record)) == []
 
 
 def test_an_agent_that_streams_no_text_shows_its_output():

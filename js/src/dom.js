@@ -1,11 +1,22 @@
 // What the run view and the runs panel both build pages from: elements, and
-// times, costs and questions put in words.
+// times, costs, questions, tool steps and the diffs of changed files put in words.
 
-import { compactJson } from "./json.js";
+import { hunkHeader, unifiedDiff } from "./diff.js";
+import { compactJson, isPlainObject } from "./json.js";
 
 /**
  * @typedef {import("./reducer.js").Input} Input
+ * @typedef {{optionId: string, name: string, kind: string}} PermissionOption
  */
+
+/** Text a tool step showed, beyond this many characters, is cut (the run keeps all of it). */
+export const MAX_TOOL_TEXT_CHARS = 20_000;
+/** Content items shown per tool step. */
+export const MAX_CONTENT_ITEMS = 20;
+/** A diff of more lines than this starts folded. */
+export const DIFF_OPEN_LINES = 40;
+/** Lines of one diff shown at most. */
+export const MAX_DIFF_LINES = 2000;
 
 /**
  * "1.4 s", "12 s", "3 min 5 s", "2 h 4 min": a duration for a person.
@@ -76,6 +87,10 @@ export function button(text, className) {
 
 /**
  * A question the agent asked a person: a button per choice while open, the answer once resolved.
+ *
+ * A permission question (kind "permission") names its choices in
+ * `details.options` and says in `details.tool` which tool step it is about:
+ * the buttons say the options' names, and the card shows that step.
  * @param {Input} input
  * @param {(choice: string, card: HTMLElement) => void} answer
  * @returns {HTMLElement}
@@ -90,23 +105,88 @@ export function inputCard(input, answer) {
     element("span", "agentruns-input-title", String(input.title || ""))
   );
   card.appendChild(head);
-  if (input.details !== null && input.details !== undefined) {
+  const options = permissionOptions(input);
+  if (options !== null) {
+    const tool = input.details.tool;
+    if (isPlainObject(tool)) card.appendChild(aboutTool(tool));
+  } else if (input.details !== null && input.details !== undefined) {
     const text = typeof input.details === "string" ? input.details : compactJson(input.details, 400);
     card.appendChild(element("div", "agentruns-input-details", text));
   }
   if (input.status === "open") {
     const choices = element("div", "agentruns-input-choices");
     for (const choice of Array.isArray(input.choices) ? input.choices : []) {
-      const node = button(String(choice), "agentruns-choice");
+      const option = options && options.get(String(choice));
+      const node = button(option ? option.name : String(choice), `agentruns-choice${option ? optionClass(option.kind) : ""}`);
       node.dataset.choice = String(choice);
+      if (option && option.kind) node.title = option.kind.replace(/_/g, " ");
       node.addEventListener("click", () => answer(String(choice), card));
       choices.appendChild(node);
     }
     card.appendChild(choices);
   } else {
-    card.appendChild(element("div", "agentruns-input-answer", describeAnswer(input)));
+    const said = element("div", "agentruns-input-answer", describeAnswer(input));
+    if (input.choice !== null && input.choice !== undefined) said.dataset.choice = String(input.choice);
+    card.appendChild(said);
   }
   return card;
+}
+
+/**
+ * A permission question's options by id, or null for any other question.
+ * @param {Input} input
+ * @returns {Map<string, PermissionOption> | null}
+ */
+export function permissionOptions(input) {
+  if (input.kind !== "permission" || !isPlainObject(input.details)) return null;
+  /** @type {Map<string, PermissionOption>} */
+  const options = new Map();
+  const listed = input.details.options;
+  for (const option of Array.isArray(listed) ? listed : []) {
+    if (!isPlainObject(option) || typeof option.optionId !== "string") continue;
+    const name = typeof option.name === "string" && option.name.trim() ? option.name : option.optionId;
+    options.set(option.optionId, { optionId: option.optionId, name, kind: typeof option.kind === "string" ? option.kind : "" });
+  }
+  return options;
+}
+
+/**
+ * Allowing is the primary action, rejecting the secondary one.
+ * @param {string} kind
+ */
+function optionClass(kind) {
+  if (kind.startsWith("allow")) return " agentruns-choice--allow";
+  if (kind.startsWith("reject")) return " agentruns-choice--reject";
+  return "";
+}
+
+/**
+ * What a choice is called: a permission option's name, else the choice itself.
+ * @param {Input} input
+ * @param {string} choice
+ * @returns {string}
+ */
+export function choiceName(input, choice) {
+  const option = permissionOptions(input)?.get(choice);
+  return option ? option.name : choice;
+}
+
+/**
+ * The tool step a permission question is about: its kind, its title, and what it would change.
+ * @param {Record<string, any>} tool
+ * @returns {HTMLElement}
+ */
+function aboutTool(tool) {
+  const about = element("div", "agentruns-input-tool");
+  const head = element("div", "agentruns-input-tool-head");
+  const kind = kindLabel(tool.kind);
+  if (kind !== null) head.appendChild(kind);
+  const title = tool.title ?? tool.name;
+  head.appendChild(element("span", "agentruns-input-tool-title", typeof title === "string" ? title : compactJson(title ?? "", 200)));
+  about.appendChild(head);
+  const content = toolContent(tool.content);
+  if (content !== null) about.appendChild(content);
+  return about;
 }
 
 /**
@@ -117,9 +197,116 @@ export function describeAnswer(input) {
   if (input.choice === null || input.choice === undefined) {
     return input.reason === "timeout" ? "no answer in time" : "not answered: the run went on without it";
   }
-  let text = `${input.choice}${input.by ? ` by ${input.by}` : ""}`;
+  let text = `${choiceName(input, String(input.choice))}${input.by ? ` by ${input.by}` : ""}`;
   if (input.note) text += `: ${input.note}`;
   return text;
+}
+
+/**
+ * A tool step's kind (read, edit, execute, ...) as a small label; null when it has none.
+ * @param {unknown} kind
+ * @returns {HTMLElement | null}
+ */
+export function kindLabel(kind) {
+  if (typeof kind !== "string" || kind === "") return null;
+  const label = element("span", "agentruns-tool-kind", kind.length > 20 ? `${kind.slice(0, 19)}…` : kind);
+  label.dataset.kind = kind;
+  return label;
+}
+
+/**
+ * What a tool step showed: its text, preformatted, and the diffs of the files it changed.
+ * Null when there is nothing to show.
+ * @param {unknown} content
+ * @returns {HTMLElement | null}
+ */
+export function toolContent(content) {
+  const items = Array.isArray(content) ? content : [];
+  const box = element("div", "agentruns-tool-content");
+  for (const item of items.slice(0, MAX_CONTENT_ITEMS)) {
+    const shown = contentItem(item);
+    if (shown !== null) box.appendChild(shown);
+  }
+  if (items.length > MAX_CONTENT_ITEMS) {
+    box.appendChild(element("div", "agentruns-tool-more", `… and ${items.length - MAX_CONTENT_ITEMS} more`));
+  }
+  return box.childElementCount > 0 ? box : null;
+}
+
+/**
+ * One item of a tool's content. A permission's tool comes as the agent's
+ * adapter passed it, so ACP's own names (oldText, newText, a text inside
+ * {type: "content"}) are read too.
+ * @param {unknown} item
+ * @returns {HTMLElement | null}
+ */
+function contentItem(item) {
+  if (!isPlainObject(item)) return null;
+  if (item.type === "diff" && typeof item.path === "string") {
+    const newText = item.new_text ?? item.newText;
+    const oldText = item.old_text ?? item.oldText ?? null;
+    if (typeof newText === "string" && (oldText === null || typeof oldText === "string")) {
+      return diffBlock(item.path, oldText, newText);
+    }
+  }
+  const text = item.type === "content" && isPlainObject(item.content) ? item.content.text : item.type === "text" ? item.text : null;
+  return typeof text === "string" ? textBlock(text) : null;
+}
+
+/**
+ * @param {string} text
+ * @returns {HTMLElement}
+ */
+export function textBlock(text) {
+  const more = text.length - MAX_TOOL_TEXT_CHARS;
+  const shown = more > 0 ? `${text.slice(0, MAX_TOOL_TEXT_CHARS)}\n… ${more.toLocaleString("en-US")} more characters` : text;
+  return element("pre", "agentruns-tool-text", shown);
+}
+
+/**
+ * A file's change as a unified diff: the file's name with the lines added and
+ * removed, then each hunk with a few lines of context. A long one starts folded.
+ * @param {string} path
+ * @param {string | null} oldText null for a new file
+ * @param {string} newText
+ * @returns {HTMLElement}
+ */
+export function diffBlock(path, oldText, newText) {
+  const { hunks, added, removed } = unifiedDiff(oldText, newText);
+  const block = /** @type {HTMLDetailsElement} */ (element("details", "agentruns-diff"));
+  block.dataset.path = path;
+  const head = element("summary", "agentruns-diff-head");
+  head.appendChild(element("span", "agentruns-diff-path", path));
+  if (oldText === null) head.appendChild(element("span", "agentruns-diff-new", "new file"));
+  head.append(element("span", "agentruns-diff-added", `+${added}`), element("span", "agentruns-diff-removed", `−${removed}`));
+  const lines = element("div", "agentruns-diff-lines");
+  let count = 0;
+  let total = 0;
+  for (const hunk of hunks) {
+    total += hunk.lines.length + 1;
+    if (count >= MAX_DIFF_LINES) continue;
+    lines.appendChild(diffLine("@", hunkHeader(hunk)));
+    count += 1;
+    for (const line of hunk.lines.slice(0, MAX_DIFF_LINES - count)) lines.appendChild(diffLine(line.op, line.op + line.text));
+    count += Math.min(hunk.lines.length, MAX_DIFF_LINES - count);
+  }
+  if (hunks.length === 0) lines.appendChild(diffLine("@", "no change"));
+  if (total > count) lines.appendChild(diffLine("@", `… ${(total - count).toLocaleString("en-US")} more lines`));
+  const body = element("div", "agentruns-diff-body");
+  body.appendChild(lines);
+  block.append(head, body);
+  block.open = total <= DIFF_OPEN_LINES;
+  return block;
+}
+
+/**
+ * @param {string} op " ", "-", "+", or "@" for a hunk's header
+ * @param {string} text
+ */
+function diffLine(op, text) {
+  const line = element("div", "agentruns-diff-line", text);
+  line.dataset.op = op === " " ? "context" : op === "-" ? "removed" : op === "+" ? "added" : "hunk";
+  return line;
 }
 
 /**

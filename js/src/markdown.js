@@ -28,6 +28,11 @@ const parser = new Marked({
       const label = tokens && tokens.length ? tokens : [{ type: "text", raw: text || href, text: text || href }];
       return this.link({ type: "link", raw, href, title, text: text || href, tokens: label });
     },
+    // A task list's box as a character: no form element (a plan's checklist keeps its ticks).
+    /** @param {import("marked").Tokens.Checkbox} token */
+    checkbox({ checked }) {
+      return checked ? "☑ " : "☐ ";
+    },
   },
 });
 

@@ -21,9 +21,9 @@ import { TERMINAL_TYPES, isTerminal } from "./status.js";
  * @typedef {"applied" | "duplicate" | "gap" | "protocol_error"} ApplyResult
  */
 
-/** One text.delta larger than this is a protocol error, not text to render. */
+/** One text.delta (or reasoning.delta) larger than this is a protocol error, not text to render. */
 export const MAX_DELTA_BYTES = 64 * 1024;
-/** A run whose text grows beyond this is a protocol error. */
+/** A run whose text (or whose thinking) grows beyond this is a protocol error. */
 export const MAX_TEXT_BYTES = 8 * 1024 * 1024;
 /** How many unknown events a view keeps to show generically. */
 export const MAX_UNKNOWN_EVENTS = 20;
@@ -42,6 +42,8 @@ const KNOWN_TYPES = new Set([
   "usage",
   "input.requested",
   "input.resolved",
+  "reasoning.delta",
+  "plan.updated",
   ...Object.keys(TERMINAL_TYPES),
 ]);
 
@@ -53,6 +55,7 @@ const REQUIRED_TEXT_FIELDS = {
   "message.completed": ["message_id"],
   "tool.started": ["call_id", "name"],
   "tool.completed": ["call_id"],
+  "reasoning.delta": ["delta"],
 };
 
 /**
@@ -159,6 +162,7 @@ export class RunState {
     /** @type {string | null} */
     this.problem = null;
     this.textBytes = 0;
+    this.reasoningBytes = 0;
   }
 
   get terminal() {
@@ -176,6 +180,9 @@ export class RunState {
     const loaded = /** @type {Run} */ (run);
     const textBytes = loaded.snapshot.messages.reduce((sum, message) => sum + utf8Length(message.text), 0);
     if (textBytes > MAX_TEXT_BYTES) return this._refuse(`the run's text is over ${MAX_TEXT_BYTES} bytes`);
+    const reasoning = loaded.snapshot.reasoning;
+    const reasoningBytes = typeof reasoning === "string" ? utf8Length(reasoning) : 0;
+    if (reasoningBytes > MAX_TEXT_BYTES) return this._refuse(`the run's thinking is over ${MAX_TEXT_BYTES} bytes`);
     this.run = loaded;
     this.snapshot = structuredClone(loaded.snapshot);
     this.lastSeq = loaded.last_seq;
@@ -190,6 +197,7 @@ export class RunState {
     this.unknown = [];
     this.problem = null;
     this.textBytes = textBytes;
+    this.reasoningBytes = reasoningBytes;
     return "loaded";
   }
 
@@ -207,17 +215,19 @@ export class RunState {
     // A hole means events were lost: only rereading the run can repair it.
     if (event.seq > this.lastSeq + 1) return "gap";
     let deltaBytes = 0;
-    if (event.type === "text.delta") {
+    if (event.type === "text.delta" || event.type === "reasoning.delta") {
       deltaBytes = utf8Length(event.data.delta);
       if (deltaBytes > MAX_DELTA_BYTES) {
-        return this._refuse(`event ${event.seq} carries a text.delta of ${deltaBytes} bytes (limit ${MAX_DELTA_BYTES})`);
+        return this._refuse(`event ${event.seq} carries a ${event.type} of ${deltaBytes} bytes (limit ${MAX_DELTA_BYTES})`);
       }
-      if (this.textBytes + deltaBytes > MAX_TEXT_BYTES) {
-        return this._refuse(`the run's text grew over ${MAX_TEXT_BYTES} bytes`);
+      const [grown, what] = event.type === "text.delta" ? [this.textBytes, "text"] : [this.reasoningBytes, "thinking"];
+      if (grown + deltaBytes > MAX_TEXT_BYTES) {
+        return this._refuse(`the run's ${what} grew over ${MAX_TEXT_BYTES} bytes`);
       }
     }
     applyEvent(this.snapshot, event);
-    this.textBytes += deltaBytes;
+    if (event.type === "text.delta") this.textBytes += deltaBytes;
+    else if (event.type === "reasoning.delta") this.reasoningBytes += deltaBytes;
     this.lastSeq = event.seq;
     this._record(event);
     return "applied";

@@ -6,8 +6,10 @@
 
 import { apiBase, apiFetch, errorMessage, newIdempotencyKey, runsUrl } from "./api.js";
 import { getHub } from "./hub.js";
-import { button, element, formatAgo, formatCost, formatDuration, formatTokens, inputCard, isCost, parseTime } from "./dom.js";
-import { compactJson, isPlainObject } from "./json.js";
+import {
+  button, element, formatAgo, formatCost, formatDuration, formatTokens, inputCard, isCost, kindLabel, parseTime, toolContent,
+} from "./dom.js";
+import { compactJson, hasOwn, isPlainObject } from "./json.js";
 import { MAX_MARKDOWN_CHARS, renderMarkdown } from "./markdown.js";
 import { RunState } from "./runstate.js";
 import { ACTIVE_STATUSES, isTerminal } from "./status.js";
@@ -20,6 +22,7 @@ import { ACTIVE_STATUSES, isTerminal } from "./status.js";
  * @typedef {import("./reducer.js").Progress} Progress
  * @typedef {import("./reducer.js").Usage} Usage
  * @typedef {import("./reducer.js").Input} Input
+ * @typedef {import("./reducer.js").PlanEntry} PlanEntry
  * @typedef {import("./runstate.js").UnknownEvent} UnknownEvent
  */
 
@@ -46,6 +49,10 @@ const LOAD_RETRY_FLOOR_MS = 1000;
 const CLOCK_TICK_MS = 1000;
 /** How long the header says a run was resumed (taken over by another executor). */
 export const RESUMED_NOTE_MS = 10000;
+/** Entries of a plan shown at most. */
+export const MAX_PLAN_ENTRIES = 100;
+/** How much of the thinking its folded line shows while it goes on. */
+export const THINKING_PREVIEW_CHARS = 120;
 
 /**
  * Writes `last_seq` and `status` back to the kernel for one model: at most
@@ -184,7 +191,7 @@ const CONNECTION_CHIPS = { reconnecting: "reconnecting", signed_out: "signed out
 
 /**
  * @typedef {{
- *   node: HTMLElement, body: HTMLElement, length: number, done: boolean,
+ *   node: HTMLElement, body: HTMLElement, scroller: HTMLElement, length: number, done: boolean,
  *   plain: Text | null, renderedAt: number, timer: any,
  * }} MessageEntry
  * @typedef {{
@@ -192,6 +199,7 @@ const CONNECTION_CHIPS = { reconnecting: "reconnecting", signed_out: "signed out
  *   inputs: {input: Input, status: string, node: HTMLElement}[],
  *   messages: MessageEntry[], progress: Progress | null | undefined, progressKey: string,
  *   usage: Usage | null | undefined, unknown: UnknownEvent | null | undefined,
+ *   thinking: MessageEntry, reasoning: Message, plan: PlanEntry[] | null | undefined,
  * }} Rendered
  */
 
@@ -228,6 +236,17 @@ export class RunView {
     this.meta.append(this.runIdText, this.copyButton, this.note);
     this.notice = element("div", "agentruns-notice");
 
+    // The model's thinking, folded: not drawn until opened, then drawn as it grows.
+    this.thinking = /** @type {HTMLDetailsElement} */ (element("details", "agentruns-thinking"));
+    const thinkingHead = element("summary", "agentruns-thinking-head");
+    this.thinkingPreview = element("span", "agentruns-thinking-preview");
+    thinkingHead.append(element("span", "agentruns-thinking-label", "Thinking"), this.thinkingPreview);
+    this.thinkingBody = element("div", "agentruns-thinking-body");
+    this.thinking.append(thinkingHead, this.thinkingBody);
+    this.thinking.addEventListener("toggle", () => {
+      if (this.thinking.open) this._changed();
+    });
+    this.plan = element("div", "agentruns-plan");
     this.tools = element("div", "agentruns-tools");
     this.progress = element("div", "agentruns-progress");
     this.progressBar = element("div", "agentruns-progress-bar");
@@ -299,7 +318,7 @@ export class RunView {
     if (this.frame !== null) cancelFrame(this.frame);
     this.frame = null;
     this._stopClock();
-    if (this.rendered !== null) for (const entry of this.rendered.messages) clearTimeout(entry.timer);
+    if (this.rendered !== null) for (const entry of [...this.rendered.messages, this.rendered.thinking]) clearTimeout(entry.timer);
   }
 
   _hostChanged() {
@@ -565,6 +584,8 @@ export class RunView {
     }
     if (this.rendered === null || this.rendered.snapshot !== state.snapshot) this._resetBody(state);
     const rendered = /** @type {Rendered} */ (this.rendered);
+    this._renderThinking(rendered, state);
+    this._renderPlan(rendered, state.snapshot.plan);
     this._renderTools(rendered, state.snapshot.tools);
     this._renderInputs(rendered, state.snapshot.inputs || []);
     this._renderProgress(rendered, state);
@@ -684,16 +705,58 @@ export class RunView {
 
   /** @param {RunState} state */
   _resetBody(state) {
-    if (this.rendered !== null) for (const entry of this.rendered.messages) clearTimeout(entry.timer);
+    if (this.rendered !== null) for (const entry of [...this.rendered.messages, this.rendered.thinking]) clearTimeout(entry.timer);
     this.tools.replaceChildren();
     this.inputs.replaceChildren();
     this.messages.replaceChildren();
     this.unknown.replaceChildren();
-    this.body.replaceChildren(this.tools, this.inputs, this.progress, this.messages, this.usage, this.output, this.unknown);
+    // Rendered as messages are, under a class of its own: the thinking is not the answer.
+    const text = element("div", "agentruns-reasoning");
+    this.thinkingBody.replaceChildren(text);
+    /** @type {MessageEntry} */
+    const thinking = { node: text, body: text, scroller: this.thinkingBody, length: 0, done: false, plain: null, renderedAt: 0, timer: null };
+    this.body.replaceChildren(
+      this.thinking, this.plan, this.tools, this.inputs, this.progress, this.messages, this.usage, this.output, this.unknown
+    );
     this.rendered = {
       snapshot: state.snapshot, tools: [], inputs: [], messages: [], progress: undefined, progressKey: "", usage: undefined,
-      unknown: undefined,
+      unknown: undefined, thinking, reasoning: { id: "", role: "assistant", text: "", done: false }, plan: undefined,
     };
+  }
+
+  /**
+   * The thinking so far, folded; while it goes on, its folded line shows the newest of it.
+   * @param {Rendered} rendered
+   * @param {RunState} state
+   */
+  _renderThinking(rendered, state) {
+    const reasoning = state.snapshot.reasoning;
+    const text = typeof reasoning === "string" ? reasoning : "";
+    const box = this.thinking;
+    box.hidden = text === "";
+    // It goes on until the answer starts or the run ends.
+    const live = text !== "" && !state.terminal && state.textBytes === 0;
+    box.classList.toggle("agentruns-thinking--live", live);
+    this.thinkingPreview.textContent = live ? thinkingPreview(text) : "";
+    const entry = rendered.thinking;
+    if (!box.open || (text.length === entry.length && !live === entry.done)) return;
+    // One object that the scheduled render reads when it comes: it takes the newest text.
+    rendered.reasoning.text = text;
+    rendered.reasoning.done = !live;
+    this._renderMessageText(entry, rendered.reasoning);
+  }
+
+  /**
+   * The agent's plan as a checklist (each update replaces the last).
+   * @param {Rendered} rendered
+   * @param {PlanEntry[] | undefined} plan
+   */
+  _renderPlan(rendered, plan) {
+    if (rendered.plan === plan) return;
+    rendered.plan = plan;
+    const entries = Array.isArray(plan) ? plan : [];
+    this.plan.hidden = entries.length === 0;
+    this.plan.replaceChildren(...planElements(entries));
   }
 
   /**
@@ -779,7 +842,7 @@ export class RunView {
     messages.forEach((message, index) => {
       let entry = shown[index];
       if (!entry) {
-        entry = messageEntry(message);
+        entry = messageEntry(message, box);
         box.appendChild(entry.node);
         shown[index] = entry;
       }
@@ -826,7 +889,7 @@ export class RunView {
    * @param {Message} message
    */
   _drawMarkdown(entry, message) {
-    const box = this.messages;
+    const box = entry.scroller;
     // Follow the text only while the reader is at the bottom; never yank them back down.
     const atBottom = box.scrollTop + box.clientHeight >= box.scrollHeight - 8;
     renderMarkdown(entry.body, message.text);
@@ -891,17 +954,77 @@ function eventLine(event) {
 }
 
 /**
+ * The newest of the thinking, on one line.
+ * @param {string} text
+ * @returns {string}
+ */
+export function thinkingPreview(text) {
+  const tail = text.slice(-4 * THINKING_PREVIEW_CHARS).replace(/\s+/g, " ").trim();
+  return tail.length > THINKING_PREVIEW_CHARS ? `…${tail.slice(-THINKING_PREVIEW_CHARS)}` : tail;
+}
+
+/** @type {Record<string, {mark: string, words: string}>} */
+const PLAN_STATUSES = {
+  completed: { mark: "✓", words: "done" },
+  in_progress: { mark: "◐", words: "in progress" },
+  pending: { mark: "○", words: "to do" },
+};
+
+/**
+ * A plan as a checklist: how much is done, then each entry with its status and priority.
+ * @param {PlanEntry[]} entries
+ * @returns {HTMLElement[]}
+ */
+export function planElements(entries) {
+  if (entries.length === 0) return [];
+  const done = entries.filter((entry) => isPlainObject(entry) && entry.status === "completed").length;
+  const head = element("div", "agentruns-plan-head");
+  head.append(element("span", "agentruns-plan-title", "Plan"), element("span", "agentruns-plan-count", `${done} of ${entries.length} done`));
+  const list = element("ul", "agentruns-plan-entries");
+  for (const entry of entries.slice(0, MAX_PLAN_ENTRIES)) {
+    /** @type {Record<string, any>} */
+    const fields = isPlainObject(entry) ? entry : {};
+    const status = typeof fields.status === "string" && hasOwn(PLAN_STATUSES, fields.status) ? fields.status : "pending";
+    const item = element("li", "agentruns-plan-entry");
+    item.dataset.status = status;
+    const mark = element("span", "agentruns-plan-mark", PLAN_STATUSES[status].mark);
+    mark.title = PLAN_STATUSES[status].words;
+    mark.setAttribute("role", "img");
+    mark.setAttribute("aria-label", PLAN_STATUSES[status].words);
+    const content = typeof fields.content === "string" ? fields.content : compactJson(fields.content ?? "", 200);
+    item.append(mark, element("span", "agentruns-plan-content", content.length > 500 ? `${content.slice(0, 499)}…` : content));
+    if (typeof fields.priority === "string" && fields.priority) {
+      const priority = element("span", "agentruns-plan-priority", fields.priority.slice(0, 20));
+      priority.dataset.priority = fields.priority;
+      item.appendChild(priority);
+    }
+    list.appendChild(item);
+  }
+  if (entries.length > MAX_PLAN_ENTRIES) {
+    list.appendChild(element("li", "agentruns-plan-more", `… and ${entries.length - MAX_PLAN_ENTRIES} more`));
+  }
+  return [head, list];
+}
+
+/**
+ * A tool step: its kind, its title (else its name and arguments), its status, and what it showed.
  * @param {Tool} tool
  * @returns {HTMLElement}
  */
 function toolCard(tool) {
   const card = element("div", `agentruns-tool agentruns-tool--${tool.status}`);
   const head = element("div", "agentruns-tool-head");
-  head.append(
-    element("span", "agentruns-tool-name", String(tool.name)),
-    element("span", "agentruns-tool-args", compactJson(tool.args, 80)),
-    element("span", "agentruns-tool-status", tool.status)
-  );
+  const kind = kindLabel(tool.kind);
+  if (kind !== null) head.appendChild(kind);
+  if (typeof tool.title === "string" && tool.title) {
+    const title = element("span", "agentruns-tool-title", tool.title);
+    // What the title stands for, on hover: the call as the agent made it.
+    title.title = `${tool.name} ${compactJson(tool.args, 200)}`;
+    head.appendChild(title);
+  } else {
+    head.append(element("span", "agentruns-tool-name", String(tool.name)), element("span", "agentruns-tool-args", compactJson(tool.args, 80)));
+  }
+  head.appendChild(element("span", "agentruns-tool-status", tool.status));
   card.appendChild(head);
   if (tool.status === "failed") {
     const error = tool.error;
@@ -910,20 +1033,23 @@ function toolCard(tool) {
   } else if (tool.status === "completed" && tool.result !== null && tool.result !== undefined) {
     card.appendChild(element("div", "agentruns-tool-result", compactJson(tool.result, 160)));
   }
+  const content = toolContent(tool.content);
+  if (content !== null) card.appendChild(content);
   return card;
 }
 
 /**
  * @param {Message} message
+ * @param {HTMLElement} scroller the box that scrolls with the text
  * @returns {MessageEntry}
  */
-function messageEntry(message) {
+function messageEntry(message, scroller) {
   const node = element("div", "agentruns-message");
   node.dataset.role = message.role || "assistant";
   if (message.role && message.role !== "assistant") node.appendChild(element("div", "agentruns-role", message.role));
   const body = element("div", "agentruns-markdown");
   node.appendChild(body);
-  return { node, body, length: 0, done: false, plain: null, renderedAt: 0, timer: null };
+  return { node, body, scroller, length: 0, done: false, plain: null, renderedAt: 0, timer: null };
 }
 
 /** @param {() => void} callback */

@@ -24,6 +24,12 @@ test("headings, lists, tables and code blocks become HTML", () => {
   assert.match(html, /<pre><code>print\(1\)\n<\/code><\/pre>/);
 });
 
+test("a task list keeps its ticks as characters, with no form element", () => {
+  const target = rendered("- [x] Read a.py\n- [ ] Plot the mean\n");
+  assert.equal(target.querySelector("input"), null);
+  assert.deepEqual([...target.querySelectorAll("li")].map((item) => item.textContent), ["☑ Read a.py", "☐ Plot the mean"]);
+});
+
 test("raw HTML in model text is shown as text, not dropped and not parsed", () => {
   const target = rendered('See <img src=x onerror="globalThis.pwned = 1"> here\n\n<div class="jp-Notebook">\n<b>block</b>\n</div>');
   assert.equal(target.querySelector("img, div, b"), null);

@@ -221,6 +221,30 @@ test("an open question shows its choices; a click answers it", async () => {
   assert.deepEqual(server.posted[0].body, { choice: "approve" });
 });
 
+test("a waiting permission shows the agent's option names and the step it is about; a click answers with the option's id", async () => {
+  const hostile = '<img src="http://127.0.0.1:9/x" onerror="globalThis.pwned=1">';
+  const inputs = [{
+    request_id: "req_p", kind: "permission", title: "Run the tests?", choices: ["yes-once", "no"], status: "open",
+    details: {
+      options: [{ optionId: "yes-once", name: "Allow once", kind: "allow_once" }, { optionId: "no", name: hostile, kind: "reject_once" }],
+      tool: { title: "pytest -q", kind: "execute", content: [{ type: "text", text: "pytest -q tests/" }] },
+    },
+  }];
+  const server = fakeServer([runObject("run_p", { status: "waiting", snapshot: { messages: [], tools: [], progress: null, usage: null, inputs } })]);
+  const { panel } = makePanel(fakeHub());
+  await panel.refresh();
+  const [row] = rows(panel);
+  const buttons = [...row.querySelectorAll(".agentruns-choice")];
+  assert.deepEqual(buttons.map((node) => [node.textContent, node.dataset.choice]), [["Allow once", "yes-once"], [hostile, "no"]]);
+  assert.equal(row.querySelector("img"), null);
+  assert.equal(text(row, ".agentruns-input-tool-title"), "pytest -q");
+  assert.equal(text(row, ".agentruns-tool-kind"), "execute");
+  assert.equal(text(row, ".agentruns-tool-text"), "pytest -q tests/");
+  buttons[0].click();
+  await sleep(10);
+  assert.deepEqual(server.posted[0].body, { choice: "yes-once" });
+});
+
 test("what an agent or a model wrote is shown as text in a row: no element, no fetch", async () => {
   const hostile = '<img src="http://127.0.0.1:9/x" onerror="globalThis.pwned=1"> ![i](http://127.0.0.1:9/y)';
   const inputs = [{ request_id: "req_1", kind: "choice", title: hostile, details: hostile, choices: [hostile, "no"], status: "open" }];

@@ -160,6 +160,36 @@ test("lifecycle events are not kept as unknown", () => {
   assert.deepEqual(state.unknown, []);
 });
 
+test("thinking and plans are the snapshot's, not unknown events to list", () => {
+  const state = started();
+  assert.equal(state.applyEnvelope(envelope(3, "reasoning.delta", { message_id: "m1", delta: "Look first." })), "applied");
+  assert.equal(state.applyEnvelope(envelope(4, "plan.updated", { entries: [{ content: "Read", status: "pending" }] })), "applied");
+  assert.deepEqual(state.unknown, []);
+  assert.equal(state.snapshot.reasoning, "Look first.");
+  assert.deepEqual(state.snapshot.plan, [{ content: "Read", status: "pending" }]);
+  assert.equal(state.textBytes, 0, "thinking is not the answer's text");
+});
+
+test("thinking is held to the limits of text: a delta over 64 KiB, a whole over 8 MB, a delta that is no text", () => {
+  let state = started();
+  assert.equal(state.applyEnvelope(envelope(3, "reasoning.delta", { message_id: "m1", delta: "x".repeat(MAX_DELTA_BYTES + 1) })), "protocol_error");
+  assert.match(state.problem, /reasoning\.delta/);
+  assert.equal(state.snapshot.reasoning, undefined);
+
+  state = new RunState(RUN);
+  const snapshot = { ...emptySnapshot(), reasoning: "x".repeat(MAX_TEXT_BYTES - 10) };
+  assert.equal(state.loadRun(runObject({ last_seq: 5, snapshot })), "loaded");
+  assert.equal(state.applyEnvelope(envelope(6, "reasoning.delta", { message_id: "m1", delta: "x".repeat(10) })), "applied");
+  assert.equal(state.applyEnvelope(envelope(7, "reasoning.delta", { message_id: "m1", delta: "x" })), "protocol_error");
+  assert.match(state.problem, /thinking grew over/);
+
+  snapshot.reasoning += "x".repeat(11);
+  assert.equal(new RunState(RUN).loadRun(runObject({ last_seq: 5, snapshot })), "protocol_error");
+
+  state = started();
+  assert.equal(state.applyEnvelope(envelope(3, "reasoning.delta", { message_id: "m1", delta: 5 })), "protocol_error");
+});
+
 test("a new run is queued, then running once started", () => {
   const state = new RunState(RUN);
   assert.equal(state.status, "queued");

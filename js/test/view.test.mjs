@@ -1,5 +1,6 @@
 // The run view, with a fake server, a fake hub and a fake host.
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { afterEach, beforeEach, test } from "node:test";
 
 import { installPage, sleep } from "./dom.mjs";
@@ -8,6 +9,7 @@ const { MIME_TYPE } = await import("../src/record.js");
 installPage();
 const { ModelSync, RunView, eventSummary, formatAgo, formatDuration, modelHost } = await import("../src/view.js");
 const { MAX_MARKDOWN_CHARS } = await import("../src/markdown.js");
+const { MAX_TOOL_TEXT_CHARS } = await import("../src/dom.js");
 
 const RUN = "run_view";
 const TS = "2026-01-01T00:00:00.000Z";
@@ -276,6 +278,179 @@ test("an open question shows a button per choice; a click posts the choice; the 
   assert.equal(el.querySelectorAll(".agentruns-choice").length, 0);
   assert.equal(text(".agentruns-input-answer"), "approve by alice");
   assert.equal(el.querySelector(".agentruns-input").dataset.status, "resolved");
+});
+
+const snapshotWith = (fields) => ({ messages: [], tools: [], progress: null, usage: null, ...fields });
+
+test("the model's thinking is folded under Thinking, its newest words on the folded line while it goes on", async () => {
+  await shown(fakeHost(), runObject({ snapshot: snapshotWith({ reasoning: "Look at **the file** first, " }) }));
+  const thinking = el.querySelector(".agentruns-thinking");
+  assert.equal(thinking.hidden, false);
+  assert.equal(thinking.open, false, "closed until the reader opens it");
+  assert.equal(text(".agentruns-thinking-label"), "Thinking");
+  assert.equal(text(".agentruns-thinking-preview"), "Look at **the file** first,");
+  assert.equal(el.querySelector(".agentruns-reasoning").childElementCount, 0, "not drawn while folded");
+
+  const listener = hub.listeners.get(RUN);
+  listener.onEvent(event("reasoning.delta", { message_id: "m1", delta: "then change it." }));
+  await sleep(30);
+  assert.match(text(".agentruns-thinking-preview"), /then change it\.$/);
+  el.querySelector(".agentruns-thinking > summary").click();
+  await sleep(30);
+  const body = el.querySelector(".agentruns-reasoning");
+  assert.equal(body.querySelector("strong").textContent, "the file", "Markdown, as messages are");
+  assert.match(body.textContent.trim(), /then change it\.$/);
+
+  // Open, it follows the thinking as it streams.
+  listener.onEvent(event("reasoning.delta", { message_id: "m1", delta: " And test it." }));
+  await sleep(150);
+  assert.match(body.textContent.trim(), /And test it\.$/);
+
+  // The answer has begun: the thinking is over, its folded line says no more.
+  listener.onEvent(event("message.started", { message_id: "m2" }));
+  listener.onEvent(event("text.delta", { message_id: "m2", delta: "Done." }));
+  await sleep(30);
+  assert.equal(text(".agentruns-thinking-preview"), "");
+  assert.equal(thinking.classList.contains("agentruns-thinking--live"), false);
+  assert.equal(el.querySelector(".agentruns-markdown").textContent.trim(), "Done.", "the answer is the message, not the thinking");
+});
+
+test("a run without thinking shows no Thinking; thinking's HTML is text, and a very long one plain text", async () => {
+  await shown(fakeHost());
+  assert.equal(el.querySelector(".agentruns-thinking").hidden, true);
+  view.dispose();
+  el.replaceChildren();
+  const hostile = '<img src="http://127.0.0.1:9/x" onerror="globalThis.pwned=1"> ![i](http://127.0.0.1:9/y)';
+  await shown(fakeHost(), runObject({ snapshot: snapshotWith({ reasoning: hostile }) }));
+  el.querySelector(".agentruns-thinking").open = true;
+  await sleep(30);
+  assert.equal(el.querySelector("img, script"), null);
+  assert.match(el.querySelector(".agentruns-reasoning").textContent, /<img src="http:\/\/127\.0\.0\.1:9\/x" onerror=/);
+  view.dispose();
+  el.replaceChildren();
+  const long = "x".repeat(MAX_MARKDOWN_CHARS + 1);
+  await shown(fakeHost(), runObject({ snapshot: snapshotWith({ reasoning: long }) }));
+  el.querySelector(".agentruns-thinking").open = true;
+  await sleep(30);
+  assert.equal(el.querySelector(".agentruns-reasoning pre.agentruns-plain").textContent.length, long.length);
+});
+
+test("the plan is a checklist that each update replaces: done, in progress, to do, with priorities", async () => {
+  const plan = [
+    { content: "Read data.csv", status: "in_progress", priority: "high" },
+    { content: "Plot the mean", status: "pending" },
+  ];
+  await shown(fakeHost(), runObject({ snapshot: snapshotWith({ plan }) }));
+  const entries = () =>
+    [...el.querySelectorAll(".agentruns-plan-entry")].map((entry) => [
+      entry.dataset.status,
+      entry.querySelector(".agentruns-plan-mark").getAttribute("aria-label"),
+      entry.querySelector(".agentruns-plan-content").textContent,
+      entry.querySelector(".agentruns-plan-priority")?.textContent ?? null,
+    ]);
+  assert.equal(text(".agentruns-plan-title"), "Plan");
+  assert.equal(text(".agentruns-plan-count"), "0 of 2 done");
+  assert.deepEqual(entries(), [
+    ["in_progress", "in progress", "Read data.csv", "high"],
+    ["pending", "to do", "Plot the mean", null],
+  ]);
+  hub.listeners.get(RUN).onEvent(event("plan.updated", {
+    entries: [{ content: "Read data.csv", status: "completed", priority: "high" }, { content: "Plot the mean", status: "in_progress" }],
+  }));
+  await sleep(30);
+  assert.equal(text(".agentruns-plan-count"), "1 of 2 done");
+  assert.deepEqual(entries().map(([status, words]) => [status, words]), [["completed", "done"], ["in_progress", "in progress"]]);
+  hub.listeners.get(RUN).onEvent(event("plan.updated", { entries: [] }));
+  await sleep(30);
+  assert.equal(el.querySelector(".agentruns-plan").hidden, true);
+});
+
+test("a tool step shows its kind and title, its text preformatted and its diff; without a title its name as before", async () => {
+  const tools = [
+    { call_id: "c1", name: "read", args: { path: "a.py" }, status: "completed", result: null, kind: "read", title: "Read a.py",
+      content: [{ type: "text", text: "x = 1\n  indented" }] },
+    { call_id: "c2", name: "edit", args: {}, status: "completed", result: null, kind: "edit", title: "Edit a.py",
+      content: [{ type: "diff", path: "a.py", old_text: "x = 1\n", new_text: "x = 2\n" }] },
+    { call_id: "c3", name: "get_weather", args: { city: "Shanghai" }, status: "running", result: null },
+  ];
+  await shown(fakeHost(), runObject({ snapshot: snapshotWith({ tools }) }));
+  const cards = [...el.querySelectorAll(".agentruns-tool")];
+  assert.deepEqual(cards.map((card) => card.querySelector(".agentruns-tool-kind")?.textContent ?? null), ["read", "edit", null]);
+  assert.deepEqual(cards.map((card) => card.querySelector(".agentruns-tool-title")?.textContent ?? null), ["Read a.py", "Edit a.py", null]);
+  assert.equal(cards[2].querySelector(".agentruns-tool-name").textContent, "get_weather");
+  assert.equal(cards[2].querySelector(".agentruns-tool-args").textContent, '{"city":"Shanghai"}');
+  assert.equal(cards[0].querySelector("pre.agentruns-tool-text").textContent, "x = 1\n  indented");
+  const diff = cards[1].querySelector(".agentruns-diff");
+  assert.equal(diff.querySelector(".agentruns-diff-path").textContent, "a.py");
+  assert.deepEqual([...diff.querySelectorAll(".agentruns-diff-line")].map((line) => line.textContent), ["@@ -1 +1 @@", "-x = 1", "+x = 2"]);
+});
+
+test("a tool step's content arrives with its completion; text beyond the bound is cut and says how much", async () => {
+  await shown(fakeHost());
+  const listener = hub.listeners.get(RUN);
+  listener.onEvent(event("tool.started", { call_id: "c1", name: "bash", args: { cmd: "ls" }, kind: "execute", title: "Run ls" }));
+  await sleep(30);
+  assert.equal(el.querySelector(".agentruns-tool-content"), null);
+  listener.onEvent(event("tool.completed", { call_id: "c1", ok: true, content: [{ type: "text", text: "y".repeat(MAX_TOOL_TEXT_CHARS + 7) }] }));
+  await sleep(30);
+  const shownText = el.querySelector(".agentruns-tool-text").textContent;
+  assert.ok(shownText.startsWith("y".repeat(MAX_TOOL_TEXT_CHARS)));
+  assert.ok(shownText.endsWith("\n… 7 more characters"));
+  assert.equal(el.querySelector(".agentruns-tool").classList.contains("agentruns-tool--completed"), true);
+});
+
+test("a permission question's buttons are the agent's option names; a click posts the option's id; the answer names it", async () => {
+  const question = {
+    request_id: "in_p", kind: "permission", title: "Edit a.py?", choices: ["allow-1", "always-1", "reject-1"], status: "open", choice: null,
+    details: {
+      options: [
+        { optionId: "allow-1", name: "Allow once", kind: "allow_once" },
+        { optionId: "always-1", name: "Always allow", kind: "allow_always" },
+        { optionId: "reject-1", name: "Reject", kind: "reject_once" },
+      ],
+      tool: { title: "Edit a.py", kind: "edit", content: [{ type: "diff", path: "a.py", old_text: "x = 1\n", new_text: "x = 2\n" }] },
+    },
+  };
+  const requests = fakeServer({
+    [`GET /api/agentruns/runs/${RUN}`]: () => Response.json(runObject({ status: "waiting", snapshot: snapshotWith({ inputs: [question] }) })),
+    [`POST /api/agentruns/runs/${RUN}/inputs/in_p`]: () => Response.json(runObject({ status: "running" })),
+  });
+  view = new RunView(fakeHost(), el);
+  view.attach(RUN);
+  await sleep(40);
+  const card = el.querySelector(".agentruns-input");
+  assert.equal(card.querySelector(".agentruns-input-details"), null, "no options as JSON");
+  assert.equal(card.querySelector(".agentruns-input-tool .agentruns-tool-kind").textContent, "edit");
+  assert.equal(card.querySelector(".agentruns-input-tool-title").textContent, "Edit a.py");
+  assert.deepEqual([...card.querySelectorAll(".agentruns-diff-line")].map((line) => line.textContent), ["@@ -1 +1 @@", "-x = 1", "+x = 2"]);
+  const buttons = [...card.querySelectorAll(".agentruns-choice")];
+  assert.deepEqual(buttons.map((node) => [node.textContent, node.dataset.choice, node.className.split(" ").at(-1)]), [
+    ["Allow once", "allow-1", "agentruns-choice--allow"],
+    ["Always allow", "always-1", "agentruns-choice--allow"],
+    ["Reject", "reject-1", "agentruns-choice--reject"],
+  ]);
+  buttons[1].click();
+  await sleep(20);
+  assert.deepEqual(requests.find((request) => request.method === "POST").body, { choice: "always-1" });
+  seq = 1;
+  hub.listeners.get(RUN).onEvent(event("input.resolved", { request_id: "in_p", choice: "always-1", note: null, by: "alice" }));
+  await sleep(40);
+  assert.equal(text(".agentruns-input-answer"), "Always allow by alice");
+});
+
+test("the snapshots of the shared vectors of a coding agent's turn and of a permission render whole", async () => {
+  const vector = (name) => JSON.parse(readFileSync(new URL(`../../tests/vectors/${name}`, import.meta.url), "utf8")).snapshot;
+  await shown(fakeHost(), runObject({ status: "succeeded", snapshot: vector("acp_turn.json") }));
+  assert.equal(el.querySelector(".agentruns-thinking").hidden, false);
+  assert.equal(text(".agentruns-plan-count"), "2 of 2 done");
+  assert.deepEqual([...el.querySelectorAll(".agentruns-tool-title")].map((node) => node.textContent), ["Read data.csv", "Edit plot.py"]);
+  assert.equal(text(".agentruns-tool-text"), "a,b\n1,2");
+  assert.equal(text(".agentruns-diff-path"), "plot.py");
+  view.dispose();
+  el.replaceChildren();
+  await shown(fakeHost(), runObject({ status: "succeeded", snapshot: vector("permission.json") }));
+  assert.equal(text(".agentruns-input-answer"), "Allow by alice");
+  assert.equal(text(".agentruns-input-tool-title"), "Edit plot.py");
 });
 
 test("usage shows tokens, and a cost when the agent's prices give one", async () => {

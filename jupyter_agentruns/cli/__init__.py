@@ -136,7 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     answer.add_argument("run", metavar="RUN")
     answer.add_argument("request", metavar="REQUEST", help="the question's request id")
-    answer.add_argument("choice", metavar="CHOICE", help="one of the choices it offers")
+    answer.add_argument(
+        "choice",
+        metavar="CHOICE",
+        help="one of the choices it offers (a permission's: an id or a name)",
+    )
     answer.add_argument("--note", help="a note recorded with the answer")
 
     export = commands.add_parser(

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from ..questions import option_names
 from ..runtable import token_count
 
 TEXT_PREVIEW = 300
@@ -165,8 +166,14 @@ def open_inputs(run: dict[str, Any]) -> list[dict[str, Any]]:
     return [request for request in inputs if request.get("status") == "open"]
 
 
-def choices(value: Any) -> str:
-    return " | ".join(short(choice, 40) for choice in items(value))
+def choices(request: dict[str, Any]) -> str:
+    """What a question offers: its choices, a permission's as ``name (id)``."""
+    names = option_names(request)
+    shown = []
+    for choice in items(request.get("choices")):
+        name = names.get(choice) if isinstance(choice, str) else None
+        shown.append(f"{short(name, 40)} ({short(choice, 40)})" if name else short(choice, 40))
+    return " | ".join(shown)
 
 
 def progress_text(progress: Any) -> str:
@@ -242,7 +249,7 @@ def run_details(run: dict[str, Any], now: datetime | None = None) -> str:
         field(
             "asks",
             f"{one_line(request.get('request_id'))}: {short(request.get('title') or '')} "
-            f"[{choices(request.get('choices'))}]",
+            f"[{choices(request)}]",
         )
     return "\n".join(lines)
 
@@ -261,7 +268,7 @@ def event_line(event: dict[str, Any]) -> str:
         ),
         "input.requested": lambda: (
             f"{one_line(data.get('request_id'))}: {short(data.get('title') or '')} "
-            f"[{choices(data.get('choices'))}]"
+            f"[{choices(data)}]"
         ),
         "input.resolved": lambda: (
             f"{one_line(data.get('request_id'))} → {short(data.get('choice'))}"

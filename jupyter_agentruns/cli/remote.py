@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 from ..client import AgentRunsError, Client, NotAgentRunsServer, ServerNotFound
 from ..lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES
+from ..questions import choice_for, choice_name
 from . import exits, output
 from .exits import CliError
 
@@ -320,12 +321,23 @@ def cmd_cancel(client: Client, args, out: TextIO) -> int:
 
 
 def cmd_answer(client: Client, args, out: TextIO) -> int:
-    run = client.answer(args.run, args.request, args.choice, args.note)
+    """Answer with one of the question's choices, or a permission option's name (its id is sent)."""
+    inputs = output.items(output.mapping(client.get_run(args.run).get("snapshot")).get("inputs"))
+    request = next(
+        (item for item in map(output.mapping, inputs) if item.get("request_id") == args.request), {}
+    )
+    try:
+        choice = choice_for(request, args.choice)
+    except ValueError as error:
+        raise CliError(str(error), exits.REFUSED) from None
+    run = client.answer(args.run, args.request, choice, args.note)
     if args.json:
         print_json(run, out)
     else:
+        name = choice_name(request, choice)
         out.write(
-            f"answered {output.one_line(args.request)} with {output.one_line(repr(args.choice))}; "
+            f"answered {output.one_line(args.request)} with {output.one_line(repr(choice))}"
+            f"{f' ({output.one_line(name)})' if name != choice else ''}; "
             f"{output.one_line(args.run)} is {output.one_line(run.get('status'))}\n"
         )
     return exits.OK
