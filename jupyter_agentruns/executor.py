@@ -127,6 +127,7 @@ class Execution:
         self.resumed_from: dict[str, Any] | None = None
         self.resumable = False
         self.history: Callable[[], Any] | None = None
+        self.conversation: Callable[[], Any] | None = None
 
     @property
     def ending(self) -> bool:
@@ -407,6 +408,7 @@ class RunContext:
         self.input = row["input"]
         self.owner: str = row["owner"]
         self.session: str | None = row["session"]
+        self.metadata: dict[str, Any] = row.get("metadata") or {}
         self.attempt: int = row.get("attempt") or 1
         self.checkpoint: Any = row.get("checkpoint")
         resumed = execution.resumed_from
@@ -586,6 +588,11 @@ class RunContext:
         await self._execution.save_checkpoint(value)
         self.checkpoint = value
 
+    async def conversation(self) -> Any:
+        """The last checkpoint an earlier run of this owner, session and agent saved, or None."""
+        read = self._execution.conversation
+        return None if read is None or self.session is None else await read()
+
     async def answer_to(self, request_id: str) -> str:
         """Wait for the answer to a question an earlier attempt asked."""
         return await self._execution.await_answer(request_id)
@@ -597,7 +604,7 @@ class SyncRun:
     _METHODS = {
         "emit", "custom", "message_started", "text", "message_completed",
         "tool_started", "tool_completed", "progress", "usage", "durable", "ask",
-        "history", "save_checkpoint", "answer_to", "reasoning", "plan",
+        "history", "save_checkpoint", "answer_to", "reasoning", "plan", "conversation",
     }  # fmt: skip
 
     def __init__(self, run: RunContext, execution: Execution, loop: asyncio.AbstractEventLoop):
@@ -606,6 +613,7 @@ class SyncRun:
         self._loop = loop
         self.run_id = run.run_id
         self.input = run.input
+        self.metadata = run.metadata
         self.attempt = run.attempt
         self.snapshot = run.snapshot
 
@@ -649,9 +657,11 @@ class Executor:
         on_finished: Callable[[Execution], None],
         check_usage: Callable[[Execution], str | None] | None = None,
         history: Callable[[str], Any] | None = None,
+        conversation: Callable[[dict[str, Any]], Any] | None = None,
         max_resume_attempts: int = 0,
     ):
         self._history = history
+        self._conversation = conversation
         self._max_resume_attempts = max_resume_attempts
         self._writer = writer
         self._broadcaster = broadcaster
@@ -687,6 +697,8 @@ class Executor:
         execution.resumable = spec.resumable
         if self._history is not None:
             execution.history = functools.partial(self._history, execution.run_id)
+        if self._conversation is not None:
+            execution.conversation = functools.partial(self._conversation, execution.row)
         self.live[execution.run_id] = execution
         self._broadcaster.open(execution.run_id, execution.seq)
         return execution
