@@ -11,6 +11,8 @@ the first word of each prompt:
 - ``slow N``: N pieces of text, one every 50 ms; stops on ``session/cancel``.
 - ``stubborn``: text every 50 ms forever, ``session/cancel`` or not.
 - ``flood N``: N pieces of text as fast as it can.
+- ``big``: more than an event holds: a 300 KB piece of text, a step with 2 MB
+  of output and content and a 3 MB diff, all in characters JSON escapes.
 - ``crash``: a line on stderr (with the value of ``$SECRET``), then exits 3.
 - ``refuse`` / ``max_tokens``: ends its turn with that stop reason.
 - ``write PATH TEXT`` / ``read PATH``: ``fs/write_text_file`` / ``fs/read_text_file``
@@ -282,6 +284,27 @@ class Scripted:
                     return None, "cancelled"
                 await self.say(session_id, f"tick {index} ")
                 await asyncio.sleep(0.05)
+            return None, "end_turn"
+        if word == "big":
+            wide = "\u00e9\u4e2d" * 150_000  # 300,000 characters, 1.8 MB as JSON escapes them
+            await conn.session_update(
+                session_id,
+                start_tool_call(
+                    "big-1", "Big step", kind="other", status="in_progress",
+                    raw_input={"blob": wide},
+                ),
+            )  # fmt: skip
+            await conn.session_update(
+                session_id,
+                update_tool_call(
+                    "big-1", status="completed", raw_output={"blob": wide},
+                    content=[
+                        tool_content(text_block(wide)),
+                        tool_diff_content(os.path.join(cwd, "big.txt"), wide + "x\n", wide),
+                    ],
+                ),
+            )  # fmt: skip
+            await self.say(session_id, wide)
             return None, "end_turn"
         if word == "flood":
             for index in range(int(rest)):

@@ -137,6 +137,23 @@ async def test_every_kind_of_update_becomes_its_event(api, root):
     assert snapshot["plan"][1]["content"] == "Plot it"
 
 
+async def test_whatever_an_agent_sends_fits_in_the_runs_events(api):
+    run = await run_prompt(api, "big")
+    assert run["status"] == "succeeded", run["error"]
+    events = await all_events(api, run["run_id"])
+    for event in events:
+        assert len(json.dumps(event["data"], separators=(",", ":"))) <= 262144, event["type"]
+    deltas = [e["data"]["delta"] for e in events if e["type"] == "text.delta"]
+    assert "".join(deltas) == "\u00e9\u4e2d" * 150_000
+    assert max(map(len, deltas)) < 64 * 1024
+    [step] = run["snapshot"]["tools"]
+    assert step["status"] == "completed" and step["args"]["truncated"] is True
+    assert step["result"]["output"]["truncated"] is True
+    assert step["content"][0]["text"].endswith("(300000 characters in all)")
+    assert step["content"][1]["text"].startswith("big.txt: changed (")
+    assert step["content"][1]["text"].endswith("too large to show)")
+
+
 async def test_a_permission_request_is_a_question_and_its_answer_goes_back(api):
     response = await submit(api, "scripted", {"prompt": "permission"})
     run_id = response.json()["run_id"]

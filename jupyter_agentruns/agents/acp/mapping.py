@@ -29,6 +29,7 @@ DIFF_CONTEXT_LINES = 20
 OUTPUT_TEXT_LIMIT = 64 * 1024
 MAX_TOKENS = 2**53
 PLAN_STATUSES = ("pending", "in_progress", "completed")
+MAX_PLAN_ENTRIES = 200
 
 
 def relative(path: str, root: str) -> str:
@@ -68,17 +69,38 @@ def pieces(text: str, size: int = TEXT_PIECE) -> list[str]:
 def bounded(value: Any, limit: int) -> Any:
     """``value`` if its JSON fits in ``limit`` characters, else a preview of it that does."""
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, default=str)
+        text = json.dumps(value, allow_nan=False, default=str)
     except ValueError:
         return None
     if len(text) <= limit:
         return value
-    return {"truncated": True, "characters": len(text), "preview": text[: limit // 2]}
+    return {"truncated": True, "characters": len(text), "preview": fit_text(text, limit // 2)}
+
+
+def encoded_size(value: Any) -> int:
+    """Characters of ``value`` in an event, as the run's encoder writes it (non-ASCII escaped)."""
+    return len(json.dumps(value, separators=(",", ":")))
+
+
+def fit_text(text: str, limit: int) -> str:
+    """``text``, or its beginning and how long it was, in at most ``limit`` characters of JSON."""
+    size = encoded_size(text)
+    if size <= limit:
+        return text
+    note = f"\n... ({len(text)} characters in all)"
+    keep = max(0, limit - len(note) - 2)
+    while keep > 0:
+        cut = text[:keep] + note
+        over = encoded_size(cut) - limit
+        if over <= 0:
+            return cut
+        keep -= max(over, 1)
+    return note.strip()[:limit]
 
 
 def shrink_diff(old: str | None, new: str, limit: int) -> tuple[str | None, str] | None:
     """A diff's texts cut to the lines that changed and some context, or None if even that is too large."""
-    if len(old or "") + len(new) <= limit:
+    if encoded_size(old or "") + encoded_size(new) <= limit:
         return old, new
     old_lines, new_lines = (old or "").splitlines(keepends=True), new.splitlines(keepends=True)
     start = 0
@@ -94,7 +116,7 @@ def shrink_diff(old: str | None, new: str, limit: int) -> tuple[str | None, str]
     keep = max(0, end - DIFF_CONTEXT_LINES)
     old_part = "".join(old_lines[first : len(old_lines) - keep])
     new_part = "".join(new_lines[first : len(new_lines) - keep])
-    if len(old_part) + len(new_part) > limit:
+    if encoded_size(old_part) + encoded_size(new_part) > limit:
         return None
     return (old_part if old is not None else None), new_part
 
@@ -114,9 +136,7 @@ def tool_content(items: Any, root: str, limit: int = CONTENT_BYTES) -> list[dict
             text = block_text(item.content)
             if not text:
                 continue
-            if len(text) > left:
-                text = text[: max(0, left - 40)] + f"\n… ({len(text)} characters in all)"
-            entry: dict[str, Any] = {"type": "text", "text": text}
+            entry: dict[str, Any] = {"type": "text", "text": fit_text(text, left - 30)}
         elif kind == "diff":
             path = relative(item.path, root)
             shrunk = shrink_diff(item.old_text, item.new_text, left)
@@ -130,7 +150,10 @@ def tool_content(items: Any, root: str, limit: int = CONTENT_BYTES) -> list[dict
                 entry = {"type": "diff", "path": path, "old_text": shrunk[0], "new_text": shrunk[1]}
         else:
             continue
-        size = len(json.dumps(entry, ensure_ascii=False))
+        size = encoded_size(entry)
+        if size > left and entry["type"] == "diff":
+            entry = {"type": "text", "text": f"{entry['path']}: changed (too large to show)"}
+            size = encoded_size(entry)
         if size > left:
             break
         content.append(entry)
@@ -150,7 +173,7 @@ def diff_content(name: str, old: str | None, new: str) -> list[dict[str, Any]]:
 def plan_entries(entries: Any) -> list[dict[str, Any]]:
     """An ACP plan's entries as ``plan.updated`` takes them."""
     plan = []
-    for entry in entries or ():
+    for entry in list(entries or ())[:MAX_PLAN_ENTRIES]:
         status = entry.status if entry.status in PLAN_STATUSES else "pending"
         item = {"content": entry.content[:2000], "status": status}
         if isinstance(entry.priority, str):
@@ -180,7 +203,7 @@ def permission_question(
         option_id = option.option_id
         if not option_id.strip() or any(o["optionId"] == option_id for o in chosen):
             continue
-        chosen.append({"optionId": option_id, "name": option.name, "kind": option.kind})
+        chosen.append({"optionId": option_id, "name": option.name[:200], "kind": option.kind})
         if len(chosen) == 20:
             break
     if not chosen:
@@ -319,10 +342,13 @@ class Translation:
         if step.raw_output is not None:
             result["output"] = bounded(step.raw_output, RESULT_BYTES)
         if step.locations:
-            result["locations"] = [
-                {"path": relative(location.path, self.root), "line": location.line}
-                for location in step.locations[:100]
-            ]
+            result["locations"] = bounded(
+                [
+                    {"path": relative(location.path, self.root), "line": location.line}
+                    for location in step.locations[:100]
+                ],
+                RESULT_BYTES // 4,
+            )
         if not ok and error is None:
             said = next((item["text"] for item in content if item["type"] == "text"), None)
             error = {"type": "failed", "message": (said or "the step failed")[:2000]}
