@@ -25,7 +25,10 @@ Its sessions are files under ``$ACP_TEST_STATE/sessions`` (so ``session/load``
 works in a new process, replaying the history as updates), and each process
 leaves its pid in ``$ACP_TEST_STATE/pids``. A prompt that says the last turn was
 interrupted repeats that turn's request. Options: ``--hang-initialize``,
-``--auth-required``, ``--no-load`` (no ``loadSession``), ``--exit-at-start``.
+``--auth-required``, ``--no-load`` (no ``loadSession``), ``--exit-at-start``,
+``--linger`` (it does not exit when its stdin closes), ``--helper`` (it starts
+a process of its own that would run for an hour; its pid is left in
+``$ACP_TEST_STATE/helpers``).
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -353,7 +358,14 @@ async def main() -> None:
     pids = STATE / "pids"
     pids.mkdir(parents=True, exist_ok=True)
     (pids / str(os.getpid())).write_text(json.dumps(sys.argv[1:]))
+    if "--helper" in OPTIONS:
+        helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        helpers = STATE / "helpers"
+        helpers.mkdir(exist_ok=True)
+        (helpers / str(helper.pid)).write_text("")
     await acp.run_agent(Scripted())
+    if "--linger" in OPTIONS:
+        time.sleep(3600)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,11 @@ def agent_pids(state: Path) -> list[int]:
     return sorted(int(p.name) for p in pids.iterdir()) if pids.exists() else []
 
 
+def helper_pids(state: Path) -> list[int]:
+    helpers = state / "helpers"
+    return sorted(int(p.name) for p in helpers.iterdir()) if helpers.exists() else []
+
+
 @pytest.fixture
 def state(tmp_path):
     path = tmp_path / "acp-state"
@@ -61,7 +66,9 @@ def servers(tmp_path, store_config, state):
             "lease_seconds": 1.5,
             "acp_agents": {
                 "scripted": {
-                    "command": SCRIPTED,
+                    # It outlives its stdin and starts a process of its own: only
+                    # its guard ends them.
+                    "command": [*SCRIPTED, "--linger", "--helper"],
                     "env": {"ACP_TEST_STATE": str(state)},
                     "resumable": True,
                     "initialize_timeout": 30,
@@ -97,11 +104,12 @@ def test_a_killed_servers_agent_processes_end_and_its_run_goes_on_in_the_next(
         ).json()
         [question] = wait_status(client, run["run_id"], {"waiting"})["snapshot"]["inputs"]
     [agent] = agent_pids(state)
+    [helper] = helper_pids(state)
     guards = children(first.process.pid)
-    assert guards and alive(agent)
+    assert guards and alive(agent) and alive(helper)
     os.kill(first.process.pid, signal.SIGKILL)  # the server alone: its guards see it die
     first.process.wait(10)
-    wait_gone([agent, *guards])
+    wait_gone([agent, helper, *guards])
 
     with servers("b").client() as client:
         deadline = time.monotonic() + 30
@@ -149,8 +157,8 @@ def test_a_stopping_server_ends_its_agent_processes(servers, state):
                 json={"agent": "scripted", "input": {"prompt": "echo hi"}, "session": session},
             ).json()
             assert wait_status(client, run["run_id"], TERMINAL)["status"] == "succeeded"
-    pids = agent_pids(state)
-    assert len(pids) == 2 and all(map(alive, pids))  # kept for the next runs of their sessions
+    pids = agent_pids(state) + helper_pids(state)
+    assert len(pids) == 4 and all(map(alive, pids))  # kept for the next runs of their sessions
     guards = children(server.process.pid)
     assert server.terminate(timeout=30) == 0
     wait_gone([*pids, *guards], timeout=5)
