@@ -10,7 +10,9 @@ the first word of each prompt:
   ``rejected``, or ends its turn cancelled when the request was.
 - ``slow N``: N pieces of text, one every 50 ms; stops on ``session/cancel``.
 - ``stubborn``: text every 50 ms forever, ``session/cancel`` or not.
-- ``flood N``: N pieces of text as fast as it can.
+- ``flood N [GO]``: N pieces of text as fast as it can (once the file GO exists).
+- ``stamped N RATE GO``: once the file GO exists, N pieces of 100 characters at
+  RATE a second, each beginning with the time it was sent (``time.time_ns()``).
 - ``big``: more than an event holds: a 300 KB piece of text, a step with 2 MB
   of output and content and a 3 MB diff, all in characters JSON escapes.
 - ``crash``: a line on stderr (with the value of ``$SECRET``), then exits 3.
@@ -80,6 +82,11 @@ from acp.schema import (
 STATE = Path(os.environ.get("ACP_TEST_STATE", "."))
 OPTIONS = set(sys.argv[1:])
 INTERRUPTED = "Your last turn was interrupted"
+
+
+async def wait_for_file(path: str) -> None:
+    while path and not os.path.exists(path):
+        await asyncio.sleep(0.002)
 
 
 def session_file(session_id: str) -> Path:
@@ -312,8 +319,21 @@ class Scripted:
             await self.say(session_id, wide)
             return None, "end_turn"
         if word == "flood":
-            for index in range(int(rest)):
+            count, _, go = rest.partition(" ")
+            await wait_for_file(go)
+            for index in range(int(count)):
                 await self.say(session_id, f"chunk {index} ")
+            return None, "end_turn"
+        if word == "stamped":
+            count, rate, go = rest.split(" ")
+            await wait_for_file(go)
+            start = time.perf_counter()
+            for index in range(int(count)):
+                pause = start + index / int(rate) - time.perf_counter()
+                if pause > 0:
+                    await asyncio.sleep(pause)
+                stamp = str(time.time_ns())
+                await self.say(session_id, stamp + "x" * (100 - len(stamp)))
             return None, "end_turn"
         if word == "crash":
             sys.stderr.write(f"something broke; the key was {os.environ.get('SECRET')}\n")
