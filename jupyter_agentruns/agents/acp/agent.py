@@ -171,7 +171,8 @@ class Turn:
                 mapping.token_count(usage.input_tokens),
                 mapping.token_count(usage.output_tokens),
             ]
-            if None not in counts:
+            # Agents that were told none by their model server say 0 and 0: not a count.
+            if None not in counts and any(counts):
                 await run.usage(*counts)
         await run.save_checkpoint(
             {
