@@ -53,6 +53,7 @@ def agentruns_config(state, acp_settings):
         "acp_agents": {
             "scripted": entry(state, description="The scripted test agent", resumable=True),
             "hanging": entry(state, "--hang-initialize", initialize_timeout=1),
+            "slowstart": entry(state, "--hang-initialize", initialize_timeout=30),
             "locked": entry(state, "--auth-required"),
             "forgetful": entry(state, "--no-load"),
             "broken": entry(state, "--exit-at-start"),
@@ -243,6 +244,17 @@ async def test_an_agent_that_hangs_in_initialize_fails_and_is_ended(api, state):
     assert "did not answer 'initialize' within 1 s" in run["error"]["message"]
     [pid] = agent_pids(state)
     await wait_for(lambda: not alive(pid), timeout=10, what="the hanging agent to end")
+
+
+async def test_a_run_cancelled_while_its_agent_starts_leaves_no_agent_behind(api, state):
+    response = await submit(api, "slowstart", {"prompt": "echo hi"}, session="s1")
+    run_id = response.json()["run_id"]
+    await wait_for(lambda: agent_pids(state), timeout=20, what="the agent to start")
+    assert (await api.post(f"runs/{run_id}/cancel")).status_code == 202
+    assert (await wait_run(api, run_id))["status"] == "cancelled"
+    [pid] = agent_pids(state)
+    # Never initialized, it cannot take the conversation's next turn: it is ended, not kept.
+    await wait_for(lambda: not alive(pid), timeout=15, what="the starting agent to end")
 
 
 async def test_an_agent_that_exits_at_start_says_why(api):

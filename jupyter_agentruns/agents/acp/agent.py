@@ -353,7 +353,8 @@ class Turn:
                 prompting.exception()  # retrieved: a failure was the run's to report
             conversation.drop()
         finally:
-            processes.release(conversation, keep=keep)
+            # One stopped before it was initialized cannot be taken up again.
+            processes.release(conversation, keep=keep and conversation.info is not None)
 
 
 class AgentCancelled(AgentError):

@@ -223,7 +223,8 @@ class Processes:
                 raise RuntimeError("the server is stopping")
             conversation = self.live.get(key)
             if conversation is not None and not conversation.alive:
-                self.forget(conversation)
+                self.forget(conversation)  # its agent exited while it waited
+                self._spawn(conversation.close())
                 conversation = None
             if conversation is not None:
                 if conversation.lock.locked():
