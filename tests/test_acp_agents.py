@@ -228,22 +228,33 @@ async def wait_for_text(api, run_id, text, timeout=20):
         await asyncio.sleep(0.05)
 
 
-async def test_a_crash_fails_the_run_with_the_end_of_its_stderr_without_its_secrets(api, state):
-    run = await run_prompt(api, "crash")
-    assert run["status"] == "failed" and run["error"]["type"] == "agent_exited"
-    message = run["error"]["message"]
-    assert "'scripted' exited (with code 3)" in message
-    assert "something broke; the key was [hidden]" in message and SECRET not in message
-    [pid] = agent_pids(state)
-    assert not alive(pid)
-
-
-async def test_an_agent_that_hangs_in_initialize_fails_and_is_ended(api, state):
-    run = await run_prompt(api, "echo hi", agent="hanging")
-    assert run["status"] == "failed" and run["error"]["type"] == "agent_exited"
-    assert "did not answer 'initialize' within 1 s" in run["error"]["message"]
-    [pid] = agent_pids(state)
-    await wait_for(lambda: not alive(pid), timeout=10, what="the hanging agent to end")
+async def test_an_agent_that_cannot_take_its_turn_fails_the_run_saying_why(api, state):
+    started = {}
+    for agent, prompt in (("scripted", "crash"), ("hanging", "echo hi"),
+                          ("broken", "echo hi"), ("locked", "echo hi")):  # fmt: skip
+        response = await submit(api, agent, {"prompt": prompt})
+        started[agent] = response.json()["run_id"]
+    runs = {agent: await wait_run(api, run_id) for agent, run_id in started.items()}
+    errors = {agent: run["error"] for agent, run in runs.items()}
+    assert {agent: run["status"] for agent, run in runs.items()} == dict.fromkeys(runs, "failed")
+    # It crashed: the end of its stderr says why, without the secrets of its env.
+    crash = errors["scripted"]
+    assert crash["type"] == "agent_exited"
+    assert "'scripted' exited (with code 3)" in crash["message"]
+    assert "something broke; the key was [hidden]" in crash["message"]
+    assert SECRET not in crash["message"]
+    # It never answered initialize.
+    assert errors["hanging"]["type"] == "agent_exited"
+    assert "did not answer 'initialize' within 1 s" in errors["hanging"]["message"]
+    # It exited at once.
+    assert errors["broken"]["type"] == "agent_exited"
+    assert "cannot start: no configuration" in errors["broken"]["message"]
+    # It needs a login: its own instructions.
+    assert errors["locked"]["type"] == "agent_auth_required"
+    assert "Log in: Run `scripted login` first" in errors["locked"]["message"]
+    assert "API key (set SCRIPTED_KEY in its 'env')" in errors["locked"]["message"]
+    # And none of them is left running.
+    await wait_for(lambda: not any(map(alive, agent_pids(state))), timeout=15, what="agents to end")
 
 
 async def test_a_run_cancelled_while_its_agent_starts_leaves_no_agent_behind(api, state):
@@ -255,20 +266,6 @@ async def test_a_run_cancelled_while_its_agent_starts_leaves_no_agent_behind(api
     [pid] = agent_pids(state)
     # Never initialized, it cannot take the conversation's next turn: it is ended, not kept.
     await wait_for(lambda: not alive(pid), timeout=15, what="the starting agent to end")
-
-
-async def test_an_agent_that_exits_at_start_says_why(api):
-    run = await run_prompt(api, "echo hi", agent="broken")
-    assert run["status"] == "failed" and run["error"]["type"] == "agent_exited"
-    assert "cannot start: no configuration" in run["error"]["message"]
-
-
-async def test_an_agent_that_needs_a_login_fails_with_its_own_instructions(api):
-    run = await run_prompt(api, "echo hi", agent="locked")
-    assert run["status"] == "failed" and run["error"]["type"] == "agent_auth_required"
-    message = run["error"]["message"]
-    assert "Log in: Run `scripted login` first" in message
-    assert "API key (set SCRIPTED_KEY in its 'env')" in message
 
 
 async def test_the_stop_reason_ends_the_run(api):
