@@ -12,6 +12,7 @@ from jupyter_server.utils import url_path_join
 from tornado.ioloop import IOLoop
 
 from .agents import load_agents
+from .agents.acp import acp_agents
 from .engine import Engine
 from .handlers import default_handlers
 from .handlers.base import SHARED_OWNER, say_once
@@ -56,6 +57,20 @@ class AgentRuns(ExtensionApp, SettingsTraits):
         self.startup_error: str | None = None
         settings = self.agentruns_settings
         agents, failures = load_agents(settings.agents, self.log, parent=self)
+        # ACP agents get what they need of the server from here: its root,
+        # and its contents manager for the files they write (JupyterLab sees them).
+        acp, acp_failures, self.agent_processes = acp_agents(
+            settings.acp_agents,
+            root_dir=self.serverapp.root_dir,
+            contents_manager=self.serverapp.contents_manager,
+            max_processes=settings.max_agent_processes,
+            idle_seconds=settings.acp_idle_seconds,
+            log=self.log,
+        )
+        for name in acp:
+            failures.pop(name, None)
+        agents.update(acp)
+        failures.update(acp_failures)
         try:
             self.engine = Engine(
                 parent=self,
@@ -167,3 +182,6 @@ class AgentRuns(ExtensionApp, SettingsTraits):
         engine = getattr(self, "engine", None)
         if engine is not None:
             await engine.stop()
+        processes = getattr(self, "agent_processes", None)
+        if processes is not None:
+            await processes.close()

@@ -132,6 +132,7 @@ class Execution:
         self.history: Callable[[], Any] | None = None
         # Since when (monotonic) a question of the run has been open, while one is.
         self.waiting_since: float | None = None
+        self.conversation: Callable[[], Any] | None = None
 
     @property
     def ending(self) -> bool:
@@ -421,6 +422,7 @@ class RunContext:
         self.input = row["input"]
         self.owner: str = row["owner"]
         self.session: str | None = row["session"]
+        self.metadata: dict[str, Any] = row.get("metadata") or {}
         self.attempt: int = row.get("attempt") or 1
         self.checkpoint: Any = row.get("checkpoint")
         resumed = execution.resumed_from
@@ -600,6 +602,11 @@ class RunContext:
         await self._execution.save_checkpoint(value)
         self.checkpoint = value
 
+    async def conversation(self) -> Any:
+        """The last checkpoint an earlier run of this owner, session and agent saved, or None."""
+        read = self._execution.conversation
+        return None if read is None or self.session is None else await read()
+
     async def answer_to(self, request_id: str) -> str:
         """Wait for the answer to a question an earlier attempt asked."""
         return await self._execution.await_answer(request_id)
@@ -611,7 +618,7 @@ class SyncRun:
     _METHODS = {
         "emit", "custom", "message_started", "text", "message_completed",
         "tool_started", "tool_completed", "progress", "usage", "durable", "ask",
-        "history", "save_checkpoint", "answer_to", "reasoning", "plan",
+        "history", "save_checkpoint", "answer_to", "reasoning", "plan", "conversation",
     }  # fmt: skip
 
     def __init__(self, run: RunContext, execution: Execution, loop: asyncio.AbstractEventLoop):
@@ -620,6 +627,7 @@ class SyncRun:
         self._loop = loop
         self.run_id = run.run_id
         self.input = run.input
+        self.metadata = run.metadata
         self.attempt = run.attempt
         self.snapshot = run.snapshot
 
@@ -663,9 +671,11 @@ class Executor:
         on_finished: Callable[[Execution], None],
         check_usage: Callable[[Execution], str | None] | None = None,
         history: Callable[[str], Any] | None = None,
+        conversation: Callable[[dict[str, Any]], Any] | None = None,
         max_resume_attempts: int = 0,
     ):
         self._history = history
+        self._conversation = conversation
         self._max_resume_attempts = max_resume_attempts
         self._writer = writer
         self._broadcaster = broadcaster
@@ -702,6 +712,8 @@ class Executor:
         execution.resumable = spec.resumable
         if self._history is not None:
             execution.history = functools.partial(self._history, execution.run_id)
+        if self._conversation is not None:
+            execution.conversation = functools.partial(self._conversation, execution.row)
         self.live[execution.run_id] = execution
         self._broadcaster.open(execution.run_id, execution.seq)
         return execution

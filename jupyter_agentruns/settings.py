@@ -164,6 +164,26 @@ class SettingsTraits(HasTraits):
         "while the event loop is busy: about as long as it spends writing. 0 "
         "leaves the interpreter's setting as it is.",
     ).tag(config=True)
+    acp_agents = Dict(
+        value_trait=Dict(),
+        help=(
+            "Programs speaking the Agent Client Protocol over stdio (opencode, Claude Code through "
+            "claude-code-acp, Codex through codex-acp, Gemini CLI, goose, ...), each an agent of "
+            "that name: {'opencode': {'command': ['opencode', 'acp'], 'env': {}, 'description': "
+            "'...', 'resumable': True}}. The program gets PATH, HOME and its 'env', nothing else "
+            "of the server's environment; 'initialize_timeout' (seconds, default 60) bounds its start."
+        ),
+    ).tag(config=True)
+    acp_idle_seconds = Float(
+        600,
+        help="How long an ACP agent's process is kept after its conversation's last turn, for "
+        "the next run of that conversation.",
+    ).tag(config=True)
+    max_agent_processes = Int(
+        8,
+        help="ACP agent processes this server runs at most. Beyond it the least recently used "
+        "idle one is closed; when every one is in a turn, a new run waits (its progress says so).",
+    ).tag(config=True)
     sqlite_synchronous = Enum(
         ["FULL", "NORMAL"],
         default_value="FULL",
@@ -173,6 +193,7 @@ class SettingsTraits(HasTraits):
     @validate(
         "idempotency_ttl_seconds", "event_retention_seconds", "run_retention_seconds",
         "heartbeat_interval", "write_timeout_seconds", "lease_seconds", "max_run_seconds",
+        "acp_idle_seconds",
     )  # fmt: skip
     def _positive_seconds(self, proposal):
         # NaN slips through every comparison; handed to a timer it corrupts the event loop.
@@ -189,6 +210,7 @@ class SettingsTraits(HasTraits):
         "max_streams_per_user",
         "max_body_bytes",
         "max_event_bytes",
+        "max_agent_processes",
     )
     def _positive_count(self, proposal):
         value = proposal["value"]
@@ -252,6 +274,14 @@ class SettingsTraits(HasTraits):
             )
         return value
 
+    @validate("acp_agents")
+    def _acp_agents(self, proposal):
+        for name, entry in proposal["value"].items():
+            problem = acp_entry_problem(name, entry)
+            if problem is not None:
+                raise TraitError(f"c.AgentRuns.acp_agents[{name!r}]: {problem}")
+        return proposal["value"]
+
     @default("db_path")
     def _default_db_path(self) -> str:
         return str(Path(jupyter_data_dir()) / "agentruns.sqlite3")
@@ -278,6 +308,7 @@ class SettingsTraits(HasTraits):
         }
         values["store_url_source"] = self._store_url_setting
         values["agents"] = dict(values["agents"])
+        values["acp_agents"] = {name: dict(entry) for name, entry in values["acp_agents"].items()}
         if isinstance(values["served_owners"], list):
             values["served_owners"] = tuple(values["served_owners"])
         return Settings(**values)
@@ -316,10 +347,53 @@ class Settings:
     freeze_gc_at_start: bool
     gil_switch_interval: float
     sqlite_synchronous: str
+    acp_agents: dict[str, dict[str, Any]]
+    acp_idle_seconds: float
+    max_agent_processes: int
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` (checked as the traits check them)."""
         return from_values({**self.__dict__, **changes})
+
+
+ACP_ENTRY_KEYS = {"command", "env", "description", "resumable", "initialize_timeout"}
+
+
+def acp_entry_problem(name: str, entry: Any) -> str | None:
+    """What is wrong with one ``acp_agents`` entry, or None."""
+    if not name.strip():
+        return "an agent's name is not empty"
+    if not isinstance(entry, dict):
+        return f"an entry is an object with a 'command', not {type(entry).__name__}"
+    unknown = sorted(set(entry) - ACP_ENTRY_KEYS)
+    if unknown:
+        return f"unknown keys {unknown}; an entry has {sorted(ACP_ENTRY_KEYS)}"
+    command = entry.get("command")
+    if (
+        not isinstance(command, list)
+        or not command
+        or not all(isinstance(part, str) and part for part in command)
+    ):
+        return "'command' is the program and its arguments, a non-empty list of strings"
+    env = entry.get("env", {})
+    if not isinstance(env, dict) or not all(
+        isinstance(key, str) and key and "=" not in key and isinstance(value, str)
+        for key, value in env.items()
+    ):
+        return "'env' maps variable names to strings"
+    if not isinstance(entry.get("description", ""), str):
+        return "'description' is text"
+    if not isinstance(entry.get("resumable", False), bool):
+        return "'resumable' is true or false"
+    timeout = entry.get("initialize_timeout", 60)
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        return "'initialize_timeout' is a positive number of seconds"
+    return None
 
 
 def from_config(config: Config) -> Settings:

@@ -264,6 +264,10 @@ def submit(
     if cell_id:
         # Which cell started the run: a page refreshed before saving finds it there again.
         metadata.setdefault("cell_id", cell_id)
+    if notebook and session is not None and session != notebook:
+        # The session no longer says which notebook this is: an agent working in
+        # the notebook's directory (an ACP agent) finds it here.
+        metadata.setdefault("notebook", notebook)
     body = {
         "agent": agent,
         "input": input,

@@ -1,7 +1,9 @@
 """The notebook API in a real kernel started by a real server: re-running a cell re-attaches."""
 
 import re
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from jupyter_client import BlockingKernelClient
@@ -381,3 +383,28 @@ def test_an_executed_and_exported_notebook_shows_the_answer_in_markdown_and_html
             assert "Demo answer about weather in Shanghai" in exported, (source, to)
             assert "Still running" not in exported
     assert "<strong>succeeded</strong>" in (tmp_path / "saved.html").read_text()
+
+
+SCRIPTED_ACP = [sys.executable, str(Path(__file__).with_name("acp_agent.py"))]
+
+
+@pytest.mark.parametrize(
+    "agentruns_config", [{"acp_agents": {"scripted": {"command": SCRIPTED_ACP}}}]
+)
+def test_an_acp_agent_works_in_the_notebooks_directory_and_a_follow_up_continues(lab):
+    server, http, kernel = lab
+    code = """
+import json
+from jupyter_agentruns import submit
+first = submit("scripted", {"prompt": "cwd"}, display=False).wait(60)
+print(json.loads(first.output["text"])["session"])
+chat = submit("scripted", {"prompt": "echo plot it"}, session="chat", display=False).wait(60)
+follow = submit("scripted", {"prompt": "cwd"}, session="chat", display=False).wait(60)
+print(json.loads(follow.output["text"])["session"])
+print(json.loads(submit("scripted", {"prompt": "history"}, session="chat",
+                        display=False).wait(60).output["text"]))
+"""
+    stdout, _, error = kernel.run_cell(code, "cell-acp")
+    assert error is None, error
+    work = str((server.home / "work").resolve())
+    assert stdout.splitlines() == [work, work, "['echo plot it', 'cwd', 'history']"]

@@ -77,6 +77,8 @@ class Run(Protocol):
     input: Any
     owner: str
     session: str | None
+    metadata: dict[str, Any]
+    """What the submit said about the run (``cell_id``, ``notebook``, ``title``, ...)."""
 
     @property
     def cancelled(self) -> bool:
@@ -165,6 +167,13 @@ class Run(Protocol):
 
     async def answer_to(self, request_id: str) -> str:
         """Wait for the answer to a question an earlier attempt asked (still open in ``snapshot``)."""
+
+    async def conversation(self) -> Any:
+        """The last checkpoint an earlier run of the same owner, session and agent saved, or None.
+
+        For an agent whose runs of a session go on with one conversation: the
+        earlier run saved where that conversation is (e.g. an ACP session id).
+        """
 
     async def ask(
         self,

@@ -182,6 +182,7 @@ class Engine(LoggingConfigurable):
             on_finished=self._run_finished,
             check_usage=self.budgets.check_usage,
             history=self.reads.history,
+            conversation=self.reads.conversation,
             max_resume_attempts=settings.max_resume_attempts,
         )
         self.compactor = Compactor(

@@ -24,6 +24,8 @@ from ..record import run_markdown
 from ..store import StoreConnection, reduce_stored
 
 SNAPSHOT_CACHE_BYTES = 64 * 1024 * 1024
+# run.conversation() looks this far back in a session for an earlier run's checkpoint.
+CONVERSATION_RUNS = 1000
 LIST_PAGE_BYTES = 16 * 1024 * 1024
 RUN_FIELDS = (
     "run_id", "agent", "status", "session", "metadata", "input", "retry_of",
@@ -193,6 +195,33 @@ class Reads:
                     for seq, type, ts, data in rows
                 )
                 after = rows[-1][0]
+
+        return await self.reader.run(read)
+
+    async def conversation(self, row: dict[str, Any]) -> Any:
+        """The last checkpoint an earlier run of this run's owner, session and agent saved, or None.
+
+        For an agent that goes on with a conversation (an ACP agent's session):
+        the runs of the session, newest first, older than this one.
+        """
+        owner, session, agent = row["owner"], row["session"], row["agent"]
+        if session is None:
+            return None
+
+        def read(conn: StoreConnection) -> Any:
+            before: tuple[str, str] | None = (row["created_at"], row["run_id"])
+            seen = 0
+            while before is not None and seen < CONVERSATION_RUNS:
+                rows = conn.list_runs(owner, status=None, session=session, limit=100, before=before)
+                for earlier in rows:
+                    if earlier["agent"] != agent:
+                        continue
+                    full = conn.get_run(earlier["run_id"], snapshot=False)
+                    if full is not None and full.get("checkpoint") is not None:
+                        return full["checkpoint"]
+                seen += len(rows)
+                before = (rows[-1]["created_at"], rows[-1]["run_id"]) if len(rows) == 100 else None
+            return None
 
         return await self.reader.run(read)
 

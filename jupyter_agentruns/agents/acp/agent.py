@@ -1,0 +1,381 @@
+"""An ACP agent as an agent of this server: each run is one turn of a conversation.
+
+Runs of one owner and ``session`` continue one ACP session: in the process
+kept from the last turn when there is one, else loaded (``session/load`` or
+``session/resume``) from the checkpoint an earlier run saved, else a new one
+(the run says so with an ``x.acp_new_conversation`` event). A run taken over
+after its server died loads its own session without appending the replayed
+history, offers its open permission question again, and asks the agent to
+go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import mimetypes
+import os
+from pathlib import Path
+from typing import Any
+
+from acp.schema import (
+    EmbeddedResourceContentBlock,
+    ResourceContentBlock,
+    TextContentBlock,
+    TextResourceContents,
+)
+
+from . import mapping
+from .client import PERMISSION, UPDATE, Conversation
+from .errors import AgentError, CannotResume, InvalidInput, Refusal
+from .files import Files, Refused
+from .processes import Processes
+
+INPUT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "prompt": {"type": "string", "minLength": 1, "maxLength": 1_000_000},
+        "files": {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1, "maxLength": 4096},
+            "maxItems": 100,
+            "description": "paths under the server's root, as JupyterLab names them",
+        },
+        "mode": {"type": "string", "minLength": 1, "maxLength": 200},
+        "model": {"type": "string", "minLength": 1, "maxLength": 200},
+    },
+    "required": ["prompt"],
+    "additionalProperties": False,
+}
+# What a run taken over asks the agent once its conversation is loaded again.
+CONTINUE_PROMPT = (
+    "Your last turn was interrupted: the Jupyter server running you stopped before you "
+    "answered. Its request was:\n\n{prompt}\n\nGo on with it from where you were, without "
+    "doing again the steps that are done."
+)
+# How long an agent has to end its turn after session/cancel before its process is ended.
+CANCEL_SECONDS = 3.0
+# A file given in the input is sent whole (when the agent takes embedded files) up to this size.
+EMBED_BYTES = 256 * 1024
+
+
+class AcpAgent:
+    """One entry of ``c.AgentRuns.acp_agents``: a program speaking ACP over stdio."""
+
+    input_schema = INPUT_SCHEMA
+
+    def __init__(
+        self,
+        name: str,
+        entry: dict[str, Any],
+        *,
+        files: Files,
+        processes: Processes,
+        log: logging.Logger,
+    ):
+        self.name = name
+        self.entry = entry
+        self.files = files
+        self.processes = processes
+        self.log = log
+        command = " ".join(entry["command"])
+        self.description = entry.get("description") or f"An ACP agent: {command}"
+        self.resumable = bool(entry.get("resumable", False))
+
+    async def __call__(self, run: Any, input: dict[str, Any]) -> dict[str, Any]:
+        cwd = self.working_directory(run)
+        attached = [self.attachment(path) for path in input.get("files", [])]
+        # A run without a session is a conversation of its own, closed at its end.
+        key = (self.name, run.owner, run.session) if run.session is not None else object()
+        conversation = await self.processes.acquire(
+            key,
+            lambda: Conversation(self.name, self.entry, self.files, self.log),
+            lambda message: run.progress(None, message),
+        )
+        turn = Turn(self.name, run, conversation, self.files)
+        try:
+            return await turn.take(input, cwd, attached)
+        finally:
+            # Not awaited here: a cancelled run ends at once, while its agent
+            # gets its few seconds to stop the turn.
+            self.processes.spawn(turn.end(self.processes, keep=run.session is not None))
+
+    def working_directory(self, run: Any) -> str:
+        """The directory of the notebook that submitted the run, else the server's root."""
+        metadata = getattr(run, "metadata", None) or {}
+        candidates = [metadata.get("notebook")]
+        if isinstance(run.session, str) and run.session.endswith(".ipynb"):
+            candidates.append(run.session)  # submit()'s default session is its notebook
+        for path in candidates:
+            if not isinstance(path, str) or not path:
+                continue
+            try:
+                directory = os.path.dirname(self.files.under_root(path))
+            except Refused:
+                continue
+            if os.path.isdir(directory):
+                return directory
+        return self.files.root
+
+    def attachment(self, path: str) -> str:
+        try:
+            real = self.files.under_root(path)
+        except Refused as exc:
+            raise InvalidInput(f"input/files: {exc}") from None
+        if not os.path.exists(real):
+            raise InvalidInput(f"input/files: {path} does not exist under the server's root")
+        return real
+
+
+class Turn:
+    """One run's turn of the conversation: its prompt, and what the agent sends until it answers."""
+
+    def __init__(self, name: str, run: Any, conversation: Conversation, files: Files):
+        self.name = name
+        self.run = run
+        self.conversation = conversation
+        self.files = files
+        self.translation = mapping.Translation(run, files.root)
+        self.prompting: asyncio.Future | None = None
+        # Permission questions an earlier attempt left open: the agent asks again, a person answers once.
+        self.earlier_questions: list[dict[str, Any]] = []
+
+    async def take(self, input: dict[str, Any], cwd: str, attached: list[str]) -> dict[str, Any]:
+        run, conversation = self.run, self.conversation
+        checkpoint = run.checkpoint if run.attempt > 1 and isinstance(run.checkpoint, dict) else {}
+        if checkpoint.get("stop_reason"):
+            # The agent had answered when the server died: its answer is in the run.
+            return self.outcome(checkpoint["stop_reason"], answer(run.snapshot))
+        resumed = checkpoint.get("session_id")
+        if conversation.process is None:
+            await conversation.start(cwd)
+        if conversation.session_id is None:
+            await self.open(checkpoint if resumed else await run.conversation(), cwd, bool(resumed))
+        await run.save_checkpoint(
+            {"session_id": conversation.session_id, "cwd": self.files.name(conversation.cwd)}
+        )
+        for category in ("mode", "model"):
+            if input.get(category):
+                try:
+                    await conversation.choose(category, input[category])
+                except ValueError as exc:
+                    raise InvalidInput(f"input/{category}: {exc}") from None
+        prompt = input["prompt"]
+        if resumed:
+            await self.tidy_earlier_attempt()
+            prompt = CONTINUE_PROMPT.format(prompt=prompt)
+        response = await self.prompt(self.blocks(prompt, attached))
+        usage = response.usage
+        if usage is not None:
+            counts = [
+                mapping.token_count(usage.input_tokens),
+                mapping.token_count(usage.output_tokens),
+            ]
+            # Agents that were told none by their model server say 0 and 0: not a count.
+            if None not in counts and any(counts):
+                await run.usage(*counts)
+        await run.save_checkpoint(
+            {
+                "session_id": conversation.session_id,
+                "cwd": self.files.name(conversation.cwd),
+                "stop_reason": response.stop_reason,
+            }
+        )
+        return self.outcome(response.stop_reason, self.translation.output_text())
+
+    async def open(self, earlier: Any, cwd: str, resumed: bool) -> None:
+        """The ACP session of this run: the earlier one of its conversation when the agent can load it."""
+        conversation = self.conversation
+        previous = earlier.get("session_id") if isinstance(earlier, dict) else None
+        if not isinstance(previous, str) or not previous:
+            await conversation.new_session(cwd)
+            return
+        if conversation.can_load or conversation.can_resume:
+            where = cwd
+            if isinstance(earlier.get("cwd"), str):
+                try:
+                    where = self.files.under_root(earlier["cwd"])
+                except Refused:
+                    pass
+            if not os.path.isdir(where):
+                where = cwd
+            try:
+                await conversation.load_session(previous, where)
+                return
+            except AgentError as exc:
+                why = f"it could not load the earlier one ({exc})"
+        else:
+            why = "it cannot load an earlier conversation (no loadSession in its capabilities)"
+        if resumed:
+            raise CannotResume(
+                f"The run was taken over after its server stopped, but the agent {self.name!r} "
+                f"cannot go on with its conversation: {why}"
+            )
+        await conversation.new_session(cwd)
+        await self.run.custom(
+            "acp_new_conversation", {"message": f"A new conversation with {self.name}: {why}."}
+        )
+
+    async def tidy_earlier_attempt(self) -> None:
+        """What the earlier attempt left open: its message ends, its steps are interrupted, its
+        questions are kept for the agent's asking again."""
+        snapshot = self.run.snapshot
+        for message in snapshot.get("messages", []):
+            if not message.get("done"):
+                await self.run.message_completed(message["id"])
+        for tool in snapshot.get("tools", []):
+            if tool.get("status") == "running":
+                await self.run.tool_completed(
+                    tool["call_id"],
+                    ok=False,
+                    error={
+                        "type": "interrupted",
+                        "message": "the server stopped before this step ended; the agent was "
+                        "asked to go on, not to repeat it",
+                    },
+                )
+        self.earlier_questions = [
+            question
+            for question in snapshot.get("inputs", [])
+            if question.get("status") == "open" and question.get("kind") == "permission"
+        ]
+
+    def blocks(self, prompt: str, attached: list[str]) -> list[Any]:
+        blocks: list[Any] = [TextContentBlock(type="text", text=prompt)]
+        for real in attached:
+            uri, name = Path(real).as_uri(), self.files.name(real)
+            text = embeddable(real) if self.conversation.embeds_files else None
+            if text is not None:
+                resource = TextResourceContents(
+                    uri=uri, text=text, mime_type=mimetypes.guess_type(real)[0]
+                )
+                blocks.append(EmbeddedResourceContentBlock(type="resource", resource=resource))
+            else:
+                blocks.append(ResourceContentBlock(type="resource_link", uri=uri, name=name))
+        return blocks
+
+    async def prompt(self, blocks: list[Any]) -> Any:
+        """``session/prompt``, taking what the agent sends meanwhile in order; its answer."""
+        conversation = self.conversation
+        conversation.turn = self
+        self.prompting = prompting = asyncio.ensure_future(
+            conversation.connection.prompt(session_id=conversation.session_id, prompt=blocks)
+        )
+        prompting.add_done_callback(lambda _: conversation.arrived.set())
+        while True:
+            while conversation.inbox:
+                await self.handle(*conversation.take())
+            if prompting.done():
+                break
+            conversation.arrived.clear()
+            if not conversation.inbox and not prompting.done():
+                await conversation.arrived.wait()
+        conversation.drop()
+        try:
+            response = prompting.result()
+        except Exception as exc:
+            raise await conversation.failure(exc, "session/prompt") from None
+        await self.translation.finish()
+        return response
+
+    async def handle(self, kind: str, payload: Any, answered: asyncio.Future | None) -> None:
+        if kind == UPDATE:
+            await self.translation.apply(payload)
+            return
+        result = None
+        try:
+            if kind == PERMISSION:
+                result = await self.permission(*payload)
+            else:
+                result = await self.write(*payload)
+        finally:
+            if answered is not None and not answered.done():
+                answered.set_result(result)
+
+    async def permission(self, tool_call: Any, options: list[Any]) -> str | None:
+        """A person's choice among the agent's options (None: cancelled)."""
+        question = mapping.permission_question(tool_call, options, self.files.root)
+        if question is None:
+            return None
+        await self.translation.tool(tool_call)
+        while self.earlier_questions:
+            earlier = self.earlier_questions.pop(0)
+            try:
+                choice = await self.run.answer_to(earlier["request_id"])
+            except (TimeoutError, ValueError):
+                continue  # closed unanswered meanwhile: ask again
+            return mapping.same_choice(earlier, choice, options)
+        title, details, choices = question
+        return await self.run.ask(title, details=details, choices=choices, kind="permission")
+
+    async def write(self, path: str, content: str) -> bool | str:
+        """``fs/write_text_file``: written through the contents manager, recorded as a step with its diff."""
+        run = self.run
+        await self.translation.complete_message()
+        name = path
+        try:
+            name = self.files.name(self.files.resolve(path))
+        except Refused:
+            pass
+        call_id = await run.tool_started(
+            "write_text_file", {"path": name}, kind="edit", title=f"Write {name}"[:500]
+        )
+        try:
+            name, old = await self.files.write(path, content)
+        except Refused as exc:
+            await run.tool_completed(
+                call_id, ok=False, error={"type": "refused", "message": str(exc)[:2000]}
+            )
+            return str(exc)
+        await run.tool_completed(call_id, None, content=mapping.diff_content(name, old, content))
+        return True
+
+    def outcome(self, stop_reason: str, text: str | None) -> dict[str, Any]:
+        if stop_reason == "refusal":
+            raise Refusal(f"The agent {self.name!r} refused to answer")
+        if stop_reason == "cancelled":
+            raise AgentCancelled(f"The agent {self.name!r} cancelled its turn")
+        return {"text": text, "stop_reason": stop_reason}
+
+    async def end(self, processes: Processes, keep: bool) -> None:
+        """After the run: a turn still going is cancelled (its process ended if it does not
+        stop in time); the conversation is kept for the next run, or closed."""
+        conversation = self.conversation
+        try:
+            prompting = self.prompting
+            if prompting is not None and not prompting.done():
+                conversation.drop()  # an open permission request is answered "cancelled"
+                await conversation.cancel()
+                await asyncio.wait({prompting}, timeout=CANCEL_SECONDS)
+                if not prompting.done():
+                    await conversation.close()
+            if prompting is not None and prompting.done() and not prompting.cancelled():
+                prompting.exception()  # retrieved: a failure was the run's to report
+            conversation.drop()
+        finally:
+            # One stopped before it was initialized cannot be taken up again.
+            processes.release(conversation, keep=keep and conversation.info is not None)
+
+
+class AgentCancelled(AgentError):
+    """The agent ended its turn as cancelled without being asked to."""
+
+    error_type = "cancelled"
+
+
+def answer(snapshot: dict[str, Any]) -> str | None:
+    """The text of a run's messages, as a run's output keeps it."""
+    texts = [message.get("text", "") for message in snapshot.get("messages", [])]
+    text = "\n\n".join(texts)
+    return text if len(text) <= mapping.OUTPUT_TEXT_LIMIT else None
+
+
+def embeddable(real: str) -> str | None:
+    """The text of a file small enough to send whole, else None (it is sent as a link)."""
+    try:
+        if not os.path.isfile(real) or os.path.getsize(real) > EMBED_BYTES:
+            return None
+        with open(real, "rb") as file:
+            return file.read().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None

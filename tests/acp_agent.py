@@ -1,0 +1,392 @@
+"""A scripted ACP agent, written with the SDK's agent side, for the tests of ACP agents.
+
+Run as the ``command`` of an ``acp_agents`` entry. What it does is chosen by
+the first word of each prompt:
+
+- ``echo TEXT``: answers TEXT.
+- ``all``: every kind of update (a thought, a plan, a read step with its
+  output and location, an edit step with its diff, usage), then an answer.
+- ``permission``: a step that asks for permission; answers ``allowed`` or
+  ``rejected``, or ends its turn cancelled when the request was.
+- ``slow N``: N pieces of text, one every 50 ms; stops on ``session/cancel``.
+- ``stubborn``: text every 50 ms forever, ``session/cancel`` or not.
+- ``flood N [GO]``: N pieces of text as fast as it can (once the file GO exists).
+- ``stamped N RATE GO``: once the file GO exists, N pieces of 100 characters at
+  RATE a second, each beginning with the time it was sent (``time.time_ns()``).
+- ``big``: more than an event holds: a 300 KB piece of text, a step with 2 MB
+  of output and content and a 3 MB diff, all in characters JSON escapes.
+- ``crash``: a line on stderr (with the value of ``$SECRET``), then exits 3.
+- ``refuse`` / ``max_tokens``: ends its turn with that stop reason.
+- ``write PATH TEXT`` / ``read PATH``: ``fs/write_text_file`` / ``fs/read_text_file``
+  (PATH relative to its session's directory unless absolute); answers what came back.
+- ``env``, ``pid``, ``cwd``, ``history``, ``state``, ``blocks``: answers its
+  environment (JSON), its pid, its session's directory, the prompts of its
+  session so far (JSON), its mode and model, the prompt's content blocks (JSON).
+
+Its sessions are files under ``$ACP_TEST_STATE/sessions`` (so ``session/load``
+works in a new process, replaying the history as updates), and each process
+leaves its pid in ``$ACP_TEST_STATE/pids``. A prompt that says the last turn was
+interrupted repeats that turn's request. Options: ``--hang-initialize``,
+``--auth-required``, ``--no-load`` (no ``loadSession``), ``--exit-at-start``,
+``--linger`` (it does not exit when its stdin closes), ``--helper`` (it starts
+a process of its own that would run for an hour; its pid is left in
+``$ACP_TEST_STATE/helpers``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import acp
+from acp import (
+    plan_entry,
+    start_tool_call,
+    text_block,
+    tool_content,
+    tool_diff_content,
+    update_agent_message_text,
+    update_agent_thought_text,
+    update_plan,
+    update_tool_call,
+    update_user_message_text,
+)
+from acp.schema import (
+    AgentCapabilities,
+    AllowedOutcome,
+    AuthEnvVar,
+    AuthMethodAgent,
+    EnvVarAuthMethod,
+    InitializeResponse,
+    LoadSessionResponse,
+    NewSessionResponse,
+    PermissionOption,
+    PromptResponse,
+    SessionConfigOptionSelect,
+    SessionConfigSelectOption,
+    SessionMode,
+    SessionModeState,
+    SetSessionConfigOptionResponse,
+    ToolCallLocation,
+    ToolCallUpdate,
+    Usage,
+    UsageUpdate,
+)
+
+STATE = Path(os.environ.get("ACP_TEST_STATE", "."))
+OPTIONS = set(sys.argv[1:])
+INTERRUPTED = "Your last turn was interrupted"
+
+
+async def wait_for_file(path: str) -> None:
+    while path and not os.path.exists(path):
+        await asyncio.sleep(0.002)
+
+
+def session_file(session_id: str) -> Path:
+    return STATE / "sessions" / f"{session_id}.json"
+
+
+class Scripted:
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.cancelled: set[str] = set()
+        self.sessions: dict[str, dict[str, Any]] = {}
+
+    def on_connect(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def initialize(self, protocol_version: int, **kwargs: Any) -> InitializeResponse:
+        if "--hang-initialize" in OPTIONS:
+            await asyncio.sleep(3600)
+        methods = []
+        if "--auth-required" in OPTIONS:
+            methods = [
+                AuthMethodAgent(
+                    id="login", name="Log in", description="Run `scripted login` first"
+                ),
+                EnvVarAuthMethod(
+                    id="key", name="API key", type="env_var", vars=[AuthEnvVar(name="SCRIPTED_KEY")]
+                ),
+            ]
+        return InitializeResponse(
+            protocol_version=acp.PROTOCOL_VERSION,
+            agent_capabilities=AgentCapabilities(load_session="--no-load" not in OPTIONS),
+            auth_methods=methods,
+        )
+
+    def _save(self, session_id: str) -> None:
+        path = session_file(session_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.sessions[session_id]))
+
+    def _opened(self, session_id: str) -> dict[str, Any]:
+        state = self.sessions[session_id]
+        return {
+            "modes": SessionModeState(
+                current_mode_id=state["mode"],
+                available_modes=[
+                    SessionMode(id="ask", name="Ask"),
+                    SessionMode(id="code", name="Code"),
+                ],
+            ),
+            "config_options": [
+                SessionConfigOptionSelect(
+                    id="model",
+                    name="Model",
+                    category="model",
+                    type="select",
+                    current_value=state["model"],
+                    options=[
+                        SessionConfigSelectOption(value="small", name="Small"),
+                        SessionConfigSelectOption(value="large", name="Large"),
+                    ],
+                )
+            ],
+        }
+
+    async def new_session(self, cwd: str, **kwargs: Any) -> NewSessionResponse:
+        if "--auth-required" in OPTIONS:
+            raise acp.RequestError.auth_required()
+        session_id = f"sess_{os.getpid()}_{len(self.sessions)}"
+        self.sessions[session_id] = {"cwd": cwd, "turns": [], "mode": "ask", "model": "small"}
+        self._save(session_id)
+        return NewSessionResponse(session_id=session_id, **self._opened(session_id))
+
+    async def load_session(self, cwd: str, session_id: str, **kwargs: Any) -> LoadSessionResponse:
+        path = session_file(session_id)
+        if not path.exists():
+            raise acp.RequestError.resource_not_found(session_id)
+        state = self.sessions[session_id] = json.loads(path.read_text())
+        for turn in state["turns"]:
+            await self.conn.session_update(session_id, update_user_message_text(turn["prompt"]))
+            if turn.get("answer") is not None:
+                await self.conn.session_update(
+                    session_id, update_agent_message_text(turn["answer"])
+                )
+        return LoadSessionResponse(**self._opened(session_id))
+
+    async def set_session_mode(self, session_id: str, mode_id: str, **kwargs: Any) -> None:
+        self.sessions[session_id]["mode"] = mode_id
+        self._save(session_id)
+
+    async def set_config_option(
+        self, config_id: str, session_id: str, value: Any, **kwargs: Any
+    ) -> SetSessionConfigOptionResponse:
+        self.sessions[session_id][config_id] = value
+        self._save(session_id)
+        return SetSessionConfigOptionResponse(
+            config_options=self._opened(session_id)["config_options"]
+        )
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        self.cancelled.add(session_id)
+
+    async def say(self, session_id: str, text: str, message_id: str | None = None) -> None:
+        update = update_agent_message_text(text)
+        if message_id is not None:
+            update.message_id = message_id
+        await self.conn.session_update(session_id, update)
+
+    async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
+        self.cancelled.discard(session_id)
+        state = self.sessions[session_id]
+        text = "".join(getattr(block, "text", "") for block in prompt[:1]).strip()
+        if text.startswith(INTERRUPTED):
+            pending = [turn for turn in state["turns"] if turn.get("answer") is None]
+            text = pending[-1]["prompt"] if pending else "echo nothing to go on with"
+        else:
+            state["turns"].append({"prompt": text, "answer": None})
+            self._save(session_id)
+        word, _, rest = text.partition(" ")
+        answer, stop = await self.act(session_id, word, rest, prompt, state)
+        said = answer if isinstance(answer, str) else None
+        if said is not None:
+            await self.say(session_id, said)
+        for turn in reversed(state["turns"]):
+            if turn["answer"] is None:
+                turn["answer"] = said or ""
+                break
+        self._save(session_id)
+        usage = (
+            Usage(input_tokens=100, output_tokens=20, total_tokens=120) if word == "all" else None
+        )
+        return PromptResponse(stop_reason=stop, usage=usage)
+
+    async def act(self, session_id: str, word: str, rest: str, prompt: list[Any], state: dict):
+        conn = self.conn
+        cwd = state["cwd"]
+        if word == "echo":
+            return rest, "end_turn"
+        if word == "all":
+            await conn.session_update(session_id, update_agent_thought_text("Thinking it over."))
+            await conn.session_update(
+                session_id,
+                update_plan(
+                    [
+                        plan_entry("Read the data", priority="high", status="in_progress"),
+                        plan_entry("Plot it", priority="medium", status="pending"),
+                    ]
+                ),
+            )
+            data = os.path.join(cwd, "data.csv")
+            await conn.session_update(
+                session_id,
+                start_tool_call(
+                    "read-1", "Read data.csv", kind="read", status="pending",
+                    locations=[ToolCallLocation(path=data, line=1)], raw_input={"path": data},
+                ),
+            )  # fmt: skip
+            await conn.session_update(
+                session_id,
+                update_tool_call(
+                    "read-1", status="completed",
+                    content=[tool_content(text_block("3 rows"))], raw_output={"rows": 3},
+                ),
+            )  # fmt: skip
+            plot = os.path.join(cwd, "plot.py")
+            await conn.session_update(
+                session_id,
+                start_tool_call("edit-1", "Edit plot.py", kind="edit", status="in_progress"),
+            )
+            await conn.session_update(
+                session_id,
+                update_tool_call(
+                    "edit-1", status="completed",
+                    content=[tool_diff_content(plot, new_text="x = 2\n", old_text="x = 1\n")],
+                ),
+            )  # fmt: skip
+            await conn.session_update(
+                session_id, UsageUpdate(session_update="usage_update", used=120, size=1000)
+            )
+            await self.say(session_id, "Done", "msg-1")
+            await self.say(session_id, ".", "msg-1")
+            return None, "end_turn"
+        if word == "permission":
+            await conn.session_update(
+                session_id,
+                start_tool_call("run-1", "Run make clean", kind="execute", status="pending"),
+            )
+            response = await conn.request_permission(
+                session_id,
+                ToolCallUpdate(tool_call_id="run-1", title="Run make clean", kind="execute"),
+                [
+                    PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
+                    PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
+                ],
+            )
+            outcome = response.outcome
+            if not isinstance(outcome, AllowedOutcome):
+                return None, "cancelled"
+            allowed = outcome.option_id == "allow"
+            await conn.session_update(
+                session_id, update_tool_call("run-1", status="completed" if allowed else "failed")
+            )
+            return ("allowed" if allowed else "rejected"), "end_turn"
+        if word in ("slow", "stubborn"):
+            count = int(rest or 10**9)
+            for index in range(count):
+                if word == "slow" and session_id in self.cancelled:
+                    return None, "cancelled"
+                await self.say(session_id, f"tick {index} ")
+                await asyncio.sleep(0.05)
+            return None, "end_turn"
+        if word == "big":
+            wide = "\u00e9\u4e2d" * 150_000  # 300,000 characters, 1.8 MB as JSON escapes them
+            await conn.session_update(
+                session_id,
+                start_tool_call(
+                    "big-1", "Big step", kind="other", status="in_progress",
+                    raw_input={"blob": wide},
+                ),
+            )  # fmt: skip
+            await conn.session_update(
+                session_id,
+                update_tool_call(
+                    "big-1", status="completed", raw_output={"blob": wide},
+                    content=[
+                        tool_content(text_block(wide)),
+                        tool_diff_content(os.path.join(cwd, "big.txt"), wide + "x\n", wide),
+                    ],
+                ),
+            )  # fmt: skip
+            await self.say(session_id, wide)
+            return None, "end_turn"
+        if word == "flood":
+            count, _, go = rest.partition(" ")
+            await wait_for_file(go)
+            for index in range(int(count)):
+                await self.say(session_id, f"chunk {index} ")
+            return None, "end_turn"
+        if word == "stamped":
+            count, rate, go = rest.split(" ")
+            await wait_for_file(go)
+            start = time.perf_counter()
+            for index in range(int(count)):
+                pause = start + index / int(rate) - time.perf_counter()
+                if pause > 0:
+                    await asyncio.sleep(pause)
+                stamp = str(time.time_ns())
+                await self.say(session_id, stamp + "x" * (100 - len(stamp)))
+            return None, "end_turn"
+        if word == "crash":
+            sys.stderr.write(f"something broke; the key was {os.environ.get('SECRET')}\n")
+            sys.stderr.flush()
+            os._exit(3)
+        if word in ("refuse", "max_tokens"):
+            await self.say(session_id, "No.")
+            return None, "refusal" if word == "refuse" else "max_tokens"
+        if word in ("write", "read"):
+            path, _, content = rest.partition(" ")
+            path = os.path.join(cwd, path)
+            try:
+                if word == "write":
+                    await conn.write_text_file(session_id, path, content)
+                    return "written", "end_turn"
+                response = await conn.read_text_file(session_id, path)
+                return response.content, "end_turn"
+            except acp.RequestError as exc:
+                return f"refused: {exc}", "end_turn"
+        if word == "env":
+            # As it was given (os.environ has what Python added since: LC_CTYPE, for one).
+            given = Path("/proc/self/environ").read_bytes().split(b"\0")
+            pairs = (item.decode().partition("=") for item in given if item)
+            return json.dumps({name: value for name, _, value in pairs}), "end_turn"
+        if word == "pid":
+            return str(os.getpid()), "end_turn"
+        if word == "cwd":
+            return json.dumps({"session": cwd, "process": os.getcwd()}), "end_turn"
+        if word == "history":
+            return json.dumps([turn["prompt"] for turn in state["turns"]]), "end_turn"
+        if word == "state":
+            return json.dumps({"mode": state["mode"], "model": state["model"]}), "end_turn"
+        if word == "blocks":
+            return json.dumps([block.model_dump(exclude_none=True) for block in prompt]), "end_turn"
+        return f"unknown: {word}", "end_turn"
+
+
+async def main() -> None:
+    if "--exit-at-start" in OPTIONS:
+        sys.stderr.write("cannot start: no configuration\n")
+        sys.exit(2)
+    pids = STATE / "pids"
+    pids.mkdir(parents=True, exist_ok=True)
+    (pids / str(os.getpid())).write_text(json.dumps(sys.argv[1:]))
+    if "--helper" in OPTIONS:
+        helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        helpers = STATE / "helpers"
+        helpers.mkdir(exist_ok=True)
+        (helpers / str(helper.pid)).write_text("")
+    await acp.run_agent(Scripted())
+    if "--linger" in OPTIONS:
+        time.sleep(3600)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,432 @@
+"""ACP agents as runs: a scripted agent (tests/acp_agent.py, the SDK's agent side) run by a real server.
+
+What the agent sends becomes the run's events; its permission requests are
+questions to a person; its files stay under the server's root; its process
+is one per conversation, gets nothing of the server's environment, and
+stops when the run is cancelled. The SQLite store is enough for these: what
+they test is above the store (the resume tests run on both).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import all_events, submit, wait_for, wait_run, waiting
+
+pytestmark = [pytest.mark.sqlite_only, pytest.mark.timeout(60)]
+
+SCRIPTED = [sys.executable, str(Path(__file__).with_name("acp_agent.py"))]
+SECRET = "sk-test-entry-secret-0123456789"
+
+
+def entry(state, *options, **extra):
+    return {
+        "command": [*SCRIPTED, *options],
+        "env": {"ACP_TEST_STATE": str(state), "SECRET": SECRET},
+        "initialize_timeout": 20,
+        **extra,
+    }
+
+
+@pytest.fixture
+def state(tmp_path):
+    path = tmp_path / "acp-state"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def acp_settings():
+    """Per-test settings beside the agents."""
+    return {}
+
+
+@pytest.fixture
+def agentruns_config(state, acp_settings):
+    return {
+        "acp_agents": {
+            "scripted": entry(state, description="The scripted test agent", resumable=True),
+            "hanging": entry(state, "--hang-initialize", initialize_timeout=1),
+            "slowstart": entry(state, "--hang-initialize", initialize_timeout=30),
+            "locked": entry(state, "--auth-required"),
+            "forgetful": entry(state, "--no-load"),
+            "broken": entry(state, "--exit-at-start"),
+        },
+        **acp_settings,
+    }
+
+
+@pytest.fixture
+def root(jp_serverapp):
+    return Path(jp_serverapp.root_dir).resolve()
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def agent_pids(state) -> list[int]:
+    pids = state / "pids"
+    return sorted(int(p.name) for p in pids.iterdir()) if pids.exists() else []
+
+
+async def run_prompt(api, prompt, agent="scripted", **body):
+    response = await submit(api, agent, {"prompt": prompt}, **body)
+    assert response.status_code == 201, response.text
+    return await wait_run(api, response.json()["run_id"])
+
+
+async def test_each_entry_is_an_agent_with_its_input_schema(api):
+    agents = {a["name"]: a for a in (await api.get("agents")).json()["agents"]}
+    scripted = agents["scripted"]
+    assert scripted["description"] == "The scripted test agent" and scripted["resumable"] is True
+    assert agents["hanging"]["resumable"] is False
+    assert scripted["input_schema"]["required"] == ["prompt"]
+    assert set(scripted["input_schema"]["properties"]) == {"prompt", "files", "mode", "model"}
+    bad = await submit(api, "scripted", {"prompt": "echo hi", "temperature": 1})
+    assert bad.status_code == 400 and bad.json()["error"] == "invalid_input"
+
+
+async def test_every_kind_of_update_becomes_its_event(api, root):
+    run = await run_prompt(api, "all")
+    assert run["status"] == "succeeded", run["error"]
+    assert run["output"] == {"text": "Done.", "stop_reason": "end_turn"}
+    events = await all_events(api, run["run_id"])
+    types = [e["type"] for e in events]
+    assert types == [
+        "run.started", "reasoning.delta", "plan.updated",
+        "tool.started", "tool.completed", "tool.started", "tool.completed", "usage",
+        "message.started", "text.delta", "text.delta", "message.completed", "usage",
+        "run.succeeded",
+    ]  # fmt: skip
+    data = [e["data"] for e in events]
+    assert data[1]["delta"] == "Thinking it over."
+    assert data[2]["entries"] == [
+        {"content": "Read the data", "status": "in_progress", "priority": "high"},
+        {"content": "Plot it", "status": "pending", "priority": "medium"},
+    ]
+    read_started, read_completed = data[3], data[4]
+    assert read_started["name"] == "read" and read_started["kind"] == "read"
+    assert read_started["title"] == "Read data.csv"
+    assert read_started["args"] == {"path": str(root / "data.csv")}
+    assert read_completed["ok"] is True
+    assert read_completed["result"] == {
+        "output": {"rows": 3},
+        "locations": [{"path": "data.csv", "line": 1}],  # as JupyterLab names it
+    }
+    assert read_completed["content"] == [{"type": "text", "text": "3 rows"}]
+    edit = data[6]
+    assert edit["content"] == [
+        {"type": "diff", "path": "plot.py", "old_text": "x = 1\n", "new_text": "x = 2\n"}
+    ]
+    assert data[7] == {"input_tokens": 120, "output_tokens": 0}
+    assert data[12] == {"input_tokens": 100, "output_tokens": 20}  # the turn's own counts
+    snapshot = run["snapshot"]
+    assert snapshot["reasoning"] == "Thinking it over."
+    assert [t["status"] for t in snapshot["tools"]] == ["completed", "completed"]
+    assert snapshot["messages"][0]["text"] == "Done." and snapshot["messages"][0]["done"]
+    assert snapshot["plan"][1]["content"] == "Plot it"
+
+
+async def test_whatever_an_agent_sends_fits_in_the_runs_events(api):
+    run = await run_prompt(api, "big")
+    assert run["status"] == "succeeded", run["error"]
+    events = await all_events(api, run["run_id"])
+    for event in events:
+        assert len(json.dumps(event["data"], separators=(",", ":"))) <= 262144, event["type"]
+    deltas = [e["data"]["delta"] for e in events if e["type"] == "text.delta"]
+    assert "".join(deltas) == "\u00e9\u4e2d" * 150_000
+    assert max(map(len, deltas)) < 64 * 1024
+    [step] = run["snapshot"]["tools"]
+    assert step["status"] == "completed" and step["args"]["truncated"] is True
+    assert step["result"]["output"]["truncated"] is True
+    assert step["content"][0]["text"].endswith("(300000 characters in all)")
+    assert step["content"][1]["text"].startswith("big.txt: changed (")
+    assert step["content"][1]["text"].endswith("too large to show)")
+
+
+async def test_a_permission_request_is_a_question_and_its_answer_goes_back(api):
+    response = await submit(api, "scripted", {"prompt": "permission"})
+    run_id = response.json()["run_id"]
+    run = await waiting(api, run_id)
+    [question] = run["snapshot"]["inputs"]
+    assert question["kind"] == "permission" and question["title"] == "Run make clean"
+    assert question["choices"] == ["allow", "reject"]
+    assert question["details"]["options"] == [
+        {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+        {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+    ]
+    assert question["details"]["tool"]["kind"] == "execute"
+    assert run["snapshot"]["tools"][0]["title"] == "Run make clean"
+    answered = await api.post(
+        f"runs/{run_id}/inputs/{question['request_id']}", json={"choice": "reject"}
+    )
+    assert answered.status_code == 200
+    run = await wait_run(api, run_id)
+    assert run["status"] == "succeeded" and run["output"]["text"] == "rejected"
+    assert run["snapshot"]["tools"][0]["status"] == "failed"
+
+
+async def test_a_cancel_answers_the_open_permission_cancelled_and_the_conversation_goes_on(api):
+    response = await submit(api, "scripted", {"prompt": "permission"}, session="s1")
+    run_id = response.json()["run_id"]
+    await waiting(api, run_id)
+    assert (await api.post(f"runs/{run_id}/cancel")).status_code == 202
+    run = await wait_run(api, run_id)
+    assert run["status"] == "cancelled"
+    [question] = run["snapshot"]["inputs"]
+    assert question["status"] == "resolved" and question["reason"] == "cancelled"
+    # The agent heard "cancelled" and ended its turn: the same process takes the next one.
+    history = await run_prompt(api, "history", session="s1")
+    assert json.loads(history["output"]["text"]) == ["permission", "history"]
+
+
+async def test_cancel_sends_session_cancel_and_the_agent_stops_its_turn(api, state):
+    response = await submit(api, "scripted", {"prompt": "slow 2000"}, session="s1")
+    run_id = response.json()["run_id"]
+    await wait_for_text(api, run_id, "tick 3 ")
+    [pid] = agent_pids(state)
+    assert (await api.post(f"runs/{run_id}/cancel")).status_code == 202
+    run = await wait_run(api, run_id)
+    assert run["status"] == "cancelled"
+    # It heard session/cancel and ended its turn: its process goes on, for the next run.
+    echo = await run_prompt(api, "pid", session="s1")
+    assert echo["output"]["text"] == str(pid) and alive(pid)
+
+
+async def test_an_agent_that_ignores_the_cancel_is_ended(api, state):
+    response = await submit(api, "scripted", {"prompt": "stubborn"}, session="s1")
+    run_id = response.json()["run_id"]
+    await wait_for_text(api, run_id, "tick 2 ")
+    [pid] = agent_pids(state)
+    assert (await api.post(f"runs/{run_id}/cancel")).status_code == 202
+    assert (await wait_run(api, run_id))["status"] == "cancelled"  # at once
+    await wait_for(lambda: not alive(pid), timeout=15, what="the agent's process to end")
+    # The conversation starts again in a new process, and goes on.
+    history = await run_prompt(api, "history", session="s1")
+    assert json.loads(history["output"]["text"]) == ["stubborn", "history"]
+
+
+async def wait_for_text(api, run_id, text, timeout=20):
+    async def has_text():
+        run = (await api.get(f"runs/{run_id}")).json()
+        return any(text in m["text"] for m in run["snapshot"]["messages"])
+
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await has_text():
+        assert asyncio.get_running_loop().time() < deadline, f"no {text!r} in {run_id}"
+        await asyncio.sleep(0.05)
+
+
+async def test_an_agent_that_cannot_take_its_turn_fails_the_run_saying_why(api, state):
+    started = {}
+    for agent, prompt in (("scripted", "crash"), ("hanging", "echo hi"),
+                          ("broken", "echo hi"), ("locked", "echo hi")):  # fmt: skip
+        response = await submit(api, agent, {"prompt": prompt})
+        started[agent] = response.json()["run_id"]
+    runs = {agent: await wait_run(api, run_id) for agent, run_id in started.items()}
+    errors = {agent: run["error"] for agent, run in runs.items()}
+    assert {agent: run["status"] for agent, run in runs.items()} == dict.fromkeys(runs, "failed")
+    # It crashed: the end of its stderr says why, without the secrets of its env.
+    crash = errors["scripted"]
+    assert crash["type"] == "agent_exited"
+    assert "'scripted' exited (with code 3)" in crash["message"]
+    assert "something broke; the key was [hidden]" in crash["message"]
+    assert SECRET not in crash["message"]
+    # It never answered initialize.
+    assert errors["hanging"]["type"] == "agent_exited"
+    assert "did not answer 'initialize' within 1 s" in errors["hanging"]["message"]
+    # It exited at once.
+    assert errors["broken"]["type"] == "agent_exited"
+    assert "cannot start: no configuration" in errors["broken"]["message"]
+    # It needs a login: its own instructions.
+    assert errors["locked"]["type"] == "agent_auth_required"
+    assert "Log in: Run `scripted login` first" in errors["locked"]["message"]
+    assert "API key (set SCRIPTED_KEY in its 'env')" in errors["locked"]["message"]
+    # And none of them is left running.
+    await wait_for(lambda: not any(map(alive, agent_pids(state))), timeout=15, what="agents to end")
+
+
+async def test_a_run_cancelled_while_its_agent_starts_leaves_no_agent_behind(api, state):
+    response = await submit(api, "slowstart", {"prompt": "echo hi"}, session="s1")
+    run_id = response.json()["run_id"]
+    await wait_for(lambda: agent_pids(state), timeout=20, what="the agent to start")
+    assert (await api.post(f"runs/{run_id}/cancel")).status_code == 202
+    assert (await wait_run(api, run_id))["status"] == "cancelled"
+    [pid] = agent_pids(state)
+    # Never initialized, it cannot take the conversation's next turn: it is ended, not kept.
+    await wait_for(lambda: not alive(pid), timeout=15, what="the starting agent to end")
+
+
+async def test_the_stop_reason_ends_the_run(api):
+    refused = await run_prompt(api, "refuse", session="s1")
+    assert refused["status"] == "failed" and refused["error"]["type"] == "refused"
+    cut = await run_prompt(api, "max_tokens", session="s1")
+    assert cut["status"] == "succeeded"
+    assert cut["output"] == {"text": "No.", "stop_reason": "max_tokens"}
+    ended = await run_prompt(api, "echo hello there", session="s1")
+    assert ended["output"] == {"text": "hello there", "stop_reason": "end_turn"}
+
+
+@pytest.mark.parametrize("acp_settings", [{"acp_idle_seconds": 0.3}])
+async def test_runs_of_a_session_continue_one_conversation(api, state):
+    first = await run_prompt(api, "echo one", session="nb.ipynb")
+    second = await run_prompt(api, "history", session="nb.ipynb")
+    assert json.loads(second["output"]["text"]) == ["echo one", "history"]
+    other = await run_prompt(api, "history", session="other")  # another session, its own
+    assert json.loads(other["output"]["text"]) == ["history"]
+    pids = agent_pids(state)
+    assert len(pids) == 2
+    await wait_for(lambda: not any(map(alive, pids)), timeout=10, what="idle agents to close")
+    # A new process loads the conversation (session/load): its history replayed is not the run's.
+    third = await run_prompt(api, "history", session="nb.ipynb")
+    assert json.loads(third["output"]["text"]) == ["echo one", "history", "history"]
+    assert len(agent_pids(state)) == 3
+    assert [m["text"] for m in third["snapshot"]["messages"]] == [third["output"]["text"]]
+    types = [e["type"] for e in await all_events(api, third["run_id"])]
+    assert "x.acp_new_conversation" not in types
+    assert first["status"] == "succeeded"
+
+
+@pytest.mark.parametrize("acp_settings", [{"acp_idle_seconds": 0.3}])
+async def test_an_agent_that_cannot_load_a_conversation_starts_a_new_one_and_says_so(api, state):
+    await run_prompt(api, "echo one", agent="forgetful", session="s1")
+    [pid] = agent_pids(state)
+    await wait_for(lambda: not alive(pid), timeout=10, what="the idle agent to close")
+    run = await run_prompt(api, "history", agent="forgetful", session="s1")
+    assert json.loads(run["output"]["text"]) == ["history"]
+    [note] = [
+        e for e in await all_events(api, run["run_id"]) if e["type"] == "x.acp_new_conversation"
+    ]
+    assert "cannot load an earlier conversation" in note["data"]["message"]
+
+
+async def test_a_run_without_a_session_has_a_process_of_its_own_for_its_turn(api, state):
+    await run_prompt(api, "echo one")
+    [pid] = agent_pids(state)
+    await wait_for(lambda: not alive(pid), timeout=10, what="the agent to close")
+
+
+async def test_the_agent_gets_nothing_of_the_servers_environment(api, monkeypatch):
+    run = await run_prompt(api, "env")
+    env = json.loads(run["output"]["text"])
+    assert set(env) == {"PATH", "HOME", "ACP_TEST_STATE", "SECRET"}
+    assert env["PATH"] == os.environ["PATH"] and env["HOME"] == os.environ["HOME"]
+    assert env["SECRET"] == SECRET  # its own entry's, which it was given
+
+
+async def test_files_are_read_and_written_under_the_root_only(api, root, tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not yours")
+    (root / "escape.txt").symlink_to(outside)
+    (root / "data.txt").write_text("a,b\n1,2\n")
+    read = await run_prompt(api, "read data.txt", session="s1")
+    assert read["output"]["text"] == "a,b\n1,2\n"
+    for prompt in (f"read {outside}", "read escape.txt", f"write {outside} overwritten",
+                   "write escape.txt overwritten", "read ../outside.txt"):  # fmt: skip
+        run = await run_prompt(api, prompt, session="s1")
+        assert run["output"]["text"].startswith("refused: "), prompt
+        assert "outside the Jupyter server's root" in run["output"]["text"], prompt
+        assert run["snapshot"]["tools"] == []
+    assert outside.read_text() == "not yours"
+
+
+async def test_a_write_goes_through_the_contents_manager_and_is_a_step_with_its_diff(
+    api, root, jp_serverapp
+):
+    saved = []
+    manager = jp_serverapp.contents_manager
+    original = manager.save
+
+    def save(model, path):
+        saved.append(path)
+        return original(model, path)
+
+    manager.save = save
+    (root / "notes").mkdir()
+    (root / "notes" / "old.txt").write_text("before\n")
+    run = await run_prompt(api, "write notes/old.txt after", session="s1")
+    assert run["output"]["text"] == "written"
+    assert (root / "notes" / "old.txt").read_text() == "after"
+    new = await run_prompt(api, "write fresh/dir/new.txt hello", session="s1")
+    assert (root / "fresh" / "dir" / "new.txt").read_text() == "hello"
+    assert saved == ["notes/old.txt", "fresh", "fresh/dir", "fresh/dir/new.txt"]
+    [step] = run["snapshot"]["tools"]
+    assert step["name"] == "write_text_file" and step["kind"] == "edit"
+    assert step["title"] == "Write notes/old.txt" and step["status"] == "completed"
+    assert step["content"] == [
+        {"type": "diff", "path": "notes/old.txt", "old_text": "before\n", "new_text": "after"}
+    ]
+    assert new["snapshot"]["tools"][0]["content"][0]["old_text"] is None  # a new file
+
+
+async def test_the_working_directory_is_the_notebooks(api, root):
+    (root / "project").mkdir()
+    run = await run_prompt(api, "cwd", session="project/analysis.ipynb")
+    assert json.loads(run["output"]["text"]) == {
+        "session": str(root / "project"),
+        "process": str(root / "project"),
+    }
+    # A session of its own name, from a notebook named in the metadata.
+    run = await run_prompt(api, "cwd", session="chat", metadata={"notebook": "project/x.ipynb"})
+    assert json.loads(run["output"]["text"])["session"] == str(root / "project")
+    run = await run_prompt(api, "cwd", session="chat2")
+    assert json.loads(run["output"]["text"])["session"] == str(root)
+    # Nothing outside the root, whatever the metadata says.
+    run = await run_prompt(api, "cwd", session="chat3", metadata={"notebook": "/etc/x.ipynb"})
+    assert json.loads(run["output"]["text"])["session"] == str(root)
+
+
+async def test_files_of_the_input_are_sent_as_links_and_must_be_under_the_root(api, root):
+    (root / "data.csv").write_text("a\n")
+    response = await submit(api, "scripted", {"prompt": "blocks", "files": ["data.csv"]})
+    run = await wait_run(api, response.json()["run_id"])
+    blocks = json.loads(run["output"]["text"])
+    assert blocks[1] == {
+        "type": "resource_link", "uri": (root / "data.csv").as_uri(), "name": "data.csv",
+    }  # fmt: skip
+    for path in ("missing.csv", "../etc/passwd"):
+        response = await submit(api, "scripted", {"prompt": "blocks", "files": [path]})
+        run = await wait_run(api, response.json()["run_id"])
+        assert run["status"] == "failed" and run["error"]["type"] == "invalid_input", path
+
+
+async def test_mode_and_model_are_set_in_the_agents_session(api):
+    response = await submit(
+        api, "scripted", {"prompt": "state", "mode": "code", "model": "large"}, session="s1"
+    )
+    run = await wait_run(api, response.json()["run_id"])
+    assert json.loads(run["output"]["text"]) == {"mode": "code", "model": "large"}
+    response = await submit(api, "scripted", {"prompt": "state", "mode": "yolo"}, session="s1")
+    run = await wait_run(api, response.json()["run_id"])
+    assert run["status"] == "failed" and run["error"]["type"] == "invalid_input"
+    assert "no mode 'yolo' (its modes: ask, code)" in run["error"]["message"]
+
+
+@pytest.mark.parametrize("acp_settings", [{"max_agent_processes": 1}])
+async def test_beyond_max_agent_processes_a_run_waits_for_one_and_idle_ones_make_room(api, state):
+    busy = (await submit(api, "scripted", {"prompt": "slow 30"}, session="a")).json()
+    await wait_for_text(api, busy["run_id"], "tick 1 ")
+    waiting_run = (await submit(api, "scripted", {"prompt": "echo b"}, session="b")).json()
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        run = (await api.get(f"runs/{waiting_run['run_id']}")).json()
+        progress = run["snapshot"]["progress"] or {}
+        if "max_agent_processes" in (progress.get("message") or ""):
+            break
+        assert asyncio.get_running_loop().time() < deadline, run
+        await asyncio.sleep(0.05)
+    assert (await wait_run(api, busy["run_id"]))["status"] == "succeeded"
+    assert (await wait_run(api, waiting_run["run_id"]))["output"]["text"] == "b"
+    first, second = agent_pids(state)
+    assert not alive(first) and alive(second)  # the idle one made room
