@@ -132,12 +132,7 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
 
     def log_exception(self, typ, value, tb) -> None:
         if isinstance(value, Problem):
-            # An answer for the caller; the server's own trouble gets one line.
-            if status_of(value) >= 500:
-                self.log.warning(
-                    "agentruns: %s %s: %s", self.request.method, self.request.path, value
-                )
-            return
+            return  # an answer for the caller; what made it is logged where it happened
         if isinstance(value, StoreRefused):
             say_once(self.log, value)
             return
