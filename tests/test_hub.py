@@ -8,8 +8,9 @@ home of their own. The extension is on there because it is installed, and
 its owner mode is ``auto``: ``per-user`` under the hub. Each server reaches
 the team's schema as a PostgreSQL role of its user's own, through the
 ``AGENTRUNS_STORE_URL`` that a callable ``c.Spawner.environment`` builds:
-the configuration the README gives. Every request goes through the proxy
-with a hub token, as a browser's or a script's would.
+that part of the hub's configuration is read from the README, as written
+there. Every request goes through the proxy with a hub token, as a
+browser's or a script's would.
 
 One hub serves the module's tests; every process it started (the proxy, the
 servers) is ended after them, whatever happened.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -35,6 +37,7 @@ import httpx
 import pytest
 import rawdb
 from httpx_sse import connect_sse
+from traitlets.config import Config
 
 from jupyter_agentruns.agents.demo import answer_words
 from jupyter_agentruns.store.postgres import PostgresStore
@@ -50,8 +53,8 @@ CULL_TIMEOUT, CULL_EVERY = 3, 1
 # How long a resumable run may wait for an answer and still keep its server from being culled.
 WAITING_ACTIVITY_SECONDS = 2
 
-# The hub's configuration, as the README gives it, with this test's ports and paths.
-HUB_CONFIG = string.Template('''\
+# The hub's configuration, with this test's ports and paths; the store's part is the README's.
+HUB_CONFIG = string.Template("""\
 c = get_config()  # noqa: F821
 
 c.JupyterHub.bind_url = $public_url
@@ -71,17 +74,10 @@ c.Spawner.ip = "127.0.0.1"
 c.Spawner.args = ["--allow-root", *$server_args]
 
 
-def agentruns_store_url(spawner):
-    """Each user's server reaches the team's schema as a role of that user's own."""
-    role = $role_prefix + spawner.user.name
-    return f"postgresql://{role}@$database_address?schema=$schema"
+$store_config
 
-
-c.Spawner.environment = {
-    "AGENTRUNS_STORE_URL": agentruns_store_url,
-    # The hub hears of a server's activity every second (five minutes by default).
-    "JUPYTERHUB_ACTIVITY_INTERVAL": "1",
-}
+# The hub hears of a server's activity every second (every five minutes by default).
+c.Spawner.environment.update({"JUPYTERHUB_ACTIVITY_INTERVAL": "1"})
 
 c.JupyterHub.services = [
     {"name": "tests", "api_token": $admin_token},
@@ -97,7 +93,7 @@ c.JupyterHub.load_roles = [
     },
     {"name": "prometheus", "scopes": ["access:servers"], "services": ["prometheus"]},
 ]
-''')
+""")
 
 
 def proxy_command() -> str | None:
@@ -127,15 +123,13 @@ def descendants(pid: int) -> list[int]:
 class Hub:
     """JupyterHub as a subprocess, driven through its REST API with a service's token."""
 
-    def __init__(self, home: Path, store_url: str, role_prefix: str, proxy: str):
+    def __init__(self, home: Path, store_config: str, proxy: str):
         self.home = home
         self.port, hub_port, api_port = free_port(), free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.admin_token = secrets.token_hex(16)
         self.culler_token = secrets.token_hex(16)
         self.scraper_token = secrets.token_hex(16)
-        parts = urlsplit(store_url)
-        schema = dict(p.split("=", 1) for p in parts.query.split("&"))["schema"]
         server_args = [
             f"--AgentRuns.waiting_activity_seconds={WAITING_ACTIVITY_SECONDS}",
             "--AgentRuns.heartbeat_interval=0.5",
@@ -150,15 +144,12 @@ class Hub:
             "homes": str(home / "homes"),
             "singleuser": str(Path(sys.executable).parent / "jupyterhub-singleuser"),
             "server_args": server_args,
-            "role_prefix": role_prefix,
             "admin_token": self.admin_token,
             "culler_token": self.culler_token,
             "scraper_token": self.scraper_token,
         }
         config = HUB_CONFIG.substitute(
-            {name: repr(value) for name, value in values.items()},
-            database_address=f"{parts.hostname}:{parts.port}{parts.path}",
-            schema=schema,
+            {name: repr(value) for name, value in values.items()}, store_config=store_config
         )
         (home / "jupyterhub_config.py").write_text(config)
         self.log_path = home / "jupyterhub.log"
@@ -269,26 +260,52 @@ class Hub:
             )
 
 
+def readme_store_config(address: str, role_prefix: str, secret: Path) -> str:
+    """The README's hub configuration of the store, with this test's database, names and secret."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    marker = "# jupyterhub_config.py: each user's server reaches the team's schema"
+    block = readme[readme.index(marker) :].split("```", 1)[0]
+    for pattern, value in (
+        (r'^AGENTRUNS_DATABASE = ".*"$', f"AGENTRUNS_DATABASE = {address!r}"),
+        (r'^AGENTRUNS_ROLE_PREFIX = ".*"$', f"AGENTRUNS_ROLE_PREFIX = {role_prefix!r}"),
+        (r'open\(".*?", "rb"\)', f'open({str(secret)!r}, "rb")'),
+    ):
+        block, found = re.subn(pattern, lambda _, value=value: value, block, flags=re.M)
+        assert found == 1, f"the README's hub configuration has no {pattern}"
+    return block
+
+
 @pytest.fixture(scope="module")
-def store(postgres_database):
+def store(postgres_database, tmp_path_factory):
     """The team's schema, made by its owner (postgres), and a role of each user's own on it.
 
-    Yields the store's URL as its owner, and the prefix of the users' role names.
+    Yields the store's URL as its owner, and the README's configuration that
+    gives each user's server its role's URL.
     """
     url = f"{postgres_database}?schema=team"
     PostgresStore(url).open().close()  # the schema and its tables, as a first server makes them
-    prefix = f"agentruns_t{os.getpid()}_"
-    roles = [prefix + user for user in USERS]
-    admin = rawdb.connect(urlunsplit(urlsplit(url)._replace(query="schema=public")))
+    parts = urlsplit(url)
+    secret = tmp_path_factory.mktemp("secret") / "agentruns-secret"
+    secret.write_bytes(secrets.token_hex(32).encode() + b"\n")
+    role_prefix = f"agentruns_t{os.getpid()}_"
+    store_config = readme_store_config(
+        f"{parts.hostname}:{parts.port}{parts.path}?schema=team", role_prefix, secret
+    )
+    settings = Config()
+    defined = {"c": settings}
+    exec(store_config, defined)  # what the hub does with it
+    roles = [role_prefix + user for user in USERS]
+    admin = rawdb.connect(urlunsplit(parts._replace(query="schema=public")))
     try:
         for role in roles:
-            admin.execute(f"CREATE ROLE {role} LOGIN")
+            password = defined["agentruns_role_password"](role)
+            admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
             admin.execute(f"GRANT USAGE ON SCHEMA team TO {role}")
             admin.execute(
                 f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA team TO {role}"
             )
             admin.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA team TO {role}")
-        yield url, prefix
+        yield url, store_config
     finally:
         admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ANY(?)",
@@ -296,7 +313,7 @@ def store(postgres_database):
         )
         for role in roles:
             admin.execute(f"DROP OWNED BY {role}")
-            admin.execute(f"DROP ROLE {role}")
+            admin.execute(f"DROP ROLE IF EXISTS {role}")
         admin.close()
 
 
@@ -323,8 +340,8 @@ def proxy():
 @pytest.fixture(scope="module")
 def hub(proxy, store, tmp_path_factory):
     """A running hub with Alice's and Bob's servers started; everything it started ended after."""
-    url, role_prefix = store
-    hub = Hub(tmp_path_factory.mktemp("hub"), url, role_prefix, proxy)
+    _, store_config = store
+    hub = Hub(tmp_path_factory.mktemp("hub"), store_config, proxy)
     try:
         hub.start()
         hub.start_servers(*USERS)
