@@ -1,4 +1,4 @@
-"""Moving from SQLite to PostgreSQL: `jupyter agentruns copy` keeps every run, or refuses and writes nothing."""
+"""Moving to PostgreSQL: `jupyter agentruns copy` merges SQLite stores into a schema, or refuses and writes nothing."""
 
 import hashlib
 import json
@@ -44,6 +44,8 @@ finally:
     status = open("/proc/self/status").read()
     print("peak", re.search(r"VmHWM:\\s+(\\d+) kB", status).group(1), "kB", file=sys.stderr)
 """
+PER_USER = {"ServerApp": {"identity_provider_class": "identity.HeaderIdentityProvider"}}
+ALICE = {"X-Test-User": "alice"}
 # Every table, each with the columns that order its rows (PostgreSQL's runs add ``position``).
 TABLES = {
     "runs": "run_id",
@@ -249,30 +251,135 @@ def test_a_server_on_the_copy_answers_every_run_and_event_as_the_sqlite_server_d
         assert gone.status_code == 410 and gone.json()["error"] == "run_expired"
 
 
-def test_a_second_copy_into_the_same_schema_is_refused_and_changes_nothing(source, postgres_url):
+def test_a_second_copy_of_the_same_file_changes_nothing_and_counts_its_runs_as_there(
+    source, postgres_url
+):
     done = copy(source["path"], postgres_url, "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["copied"]["runs"] == len(source["runs"])  # progress: stderr
+    # A single-user server's runs belong to its one owner, whom a hub's servers do not serve.
+    assert f"{len(source['runs'])} runs copied as ~shared's" in done.stderr
+    assert "--owner NAME" in done.stderr
     before = {table: rows(postgres_url, table) for table in TABLES}
-    again = copy(source["path"], postgres_url)
-    assert again.returncode == 1
-    assert f"is not empty ({len(source['runs'])} runs" in again.stderr
-    assert "they were copied already" in again.stderr and "?schema=NAME" in again.stderr
+    again = copy(source["path"], postgres_url, "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["copied"] == dict.fromkeys(TABLES, 0)
+    assert json.loads(again.stdout)["skipped"] == {
+        "runs_already_there": len(source["runs"]),
+        "runs_deleted_there": 0,
+        "keys_taken": 0,
+    }
+    assert f"{len(source['runs'])} runs already there (copied before): skipped" in again.stderr
     assert {table: rows(postgres_url, table) for table in TABLES} == before
 
 
-def test_a_schema_holding_anything_of_another_store_is_refused(source, postgres_url, tmp_path):
+@pytest.mark.timeout(120)
+def test_files_of_several_servers_merge_into_one_schema_each_run_with_its_owner(
+    source, postgres_url, tmp_path
+):
+    """A team moves to its hub: Alice's per-user server's file, then a single-user server's she used."""
+    path = tmp_path / "alice.sqlite3"
+    alices = ServerProcess(tmp_path / "alice", path, {"owner_mode": "per-user"}, config=PER_USER)
+    alices.start()
+    try:
+        with alices.client() as client:
+            client.headers.update(ALICE)
+            own = [
+                submit(client, QUICK, headers={"Idempotency-Key": "notebook-cell-1"}),
+                submit(client, {**QUICK, "prompt": "another"}),
+            ]
+            for run_id in own:
+                wait_status(client, run_id, TERMINAL)
+    finally:
+        alices.terminate()
+
+    first = copy(path, postgres_url)
+    assert first.returncode == 0, first.stderr
+    assert "runs: 2 copied" in first.stdout and "~shared" not in first.stdout
+    merged = copy(source["path"], postgres_url, "--owner", "alice")
+    assert merged.returncode == 0, merged.stderr
+    shared = len(source["runs"])
+    assert f"runs: {shared} copied" in merged.stdout
+    assert f"{shared} runs of ~shared copied as alice's" in merged.stdout
+    # Both files have a run of the key: the one copied first keeps it.
+    assert "1 Idempotency-Key already used there for another run" in merged.stdout
+    owners = {row["run_id"]: row["owner"] for row in rows(postgres_url, "runs")}
+    assert owners == dict.fromkeys([*own, *source["runs"]], "alice")
+    assert submit_order(postgres_url) == own + submit_order(source["path"])
+    gone = rows(postgres_url, "tombstones")
+    assert [(t["run_id"], t["owner"]) for t in gone] == [(source["buried"], "alice")]
+
+    server = ServerProcess(
+        tmp_path / "postgres",
+        tmp_path / "unused.sqlite3",
+        {"store_url": postgres_url, "owner_mode": "per-user"},
+        config=PER_USER,
+    ).start()
+    try:
+        with server.client() as client:
+            listed = client.get("runs", params={"limit": 500}, headers=ALICE).json()["runs"]
+            assert {run["run_id"] for run in listed} == set(owners)
+            assert client.get("runs", headers={"X-Test-User": "bob"}).json()["runs"] == []
+            replay = client.post(
+                "runs",
+                json={"agent": "demo", "input": QUICK},
+                headers={**ALICE, "Idempotency-Key": "notebook-cell-1"},
+            )
+            assert replay.status_code == 200 and replay.json()["run_id"] == own[0]
+            keyed = source["ids"]["keyed"]
+            assert client.get(f"runs/{keyed}", headers=ALICE).json()["status"] == "succeeded"
+    finally:
+        server.kill()
+
+
+def test_a_file_copied_again_with_another_owner_is_refused_and_nothing_of_it_is_kept(
+    source, postgres_url
+):
+    assert copy(source["path"], postgres_url, "--owner", "alice").returncode == 0
+    before = {table: rows(postgres_url, table) for table in TABLES}
+    refused = copy(source["path"], postgres_url, "--owner", "bob")
+    assert refused.returncode == 1
+    assert "holds runs whose ids" in refused.stderr
+    assert "owner 'alice' there, 'bob' here" in refused.stderr
+    assert "Nothing of the file was copied" in refused.stderr
+    assert {table: rows(postgres_url, table) for table in TABLES} == before
+
+
+def test_a_run_deleted_there_is_not_brought_back_and_tombstones_of_other_stores_merge(
+    source, postgres_url, tmp_path
+):
     other = tmp_path / "other.sqlite3"
     conn = SQLiteStore(other).connect()
     with conn.transaction():
         conn.bury("run_elsewhere", "someone", 1.0)
     conn.close()
     assert copy(other, postgres_url).returncode == 0
-    refused = copy(source["path"], postgres_url)
-    assert refused.returncode == 1
-    assert "is not empty (0 runs; rows in tombstones)" in refused.stderr
-    assert "copied already" not in refused.stderr
-    assert rows(postgres_url, "runs") == []
+    assert copy(source["path"], postgres_url).returncode == 0
+    # Deleted on PostgreSQL, as a server deletes a run: its rows go, a tombstone stays.
+    deleted = source["ids"]["failed"]
+    db = rawdb.connect(postgres_url)
+    try:
+        for table in ("events", "snapshots", "snapshot_parts", "idempotency_keys", "runs"):
+            db.execute(f"DELETE FROM {table} WHERE run_id = ?", [deleted])
+        db.execute("INSERT INTO tombstones VALUES (?, '~shared', 2.0)", [deleted])
+    finally:
+        db.close()
+    again = copy(source["path"], postgres_url)
+    assert again.returncode == 0, again.stderr
+    assert "1 run deleted there: not brought back" in again.stdout
+    assert deleted not in {row["run_id"] for row in rows(postgres_url, "runs")}
+    assert {row["run_id"] for row in rows(postgres_url, "tombstones")} == {
+        "run_elsewhere",
+        source["buried"],
+        deleted,
+    }
+
+
+def test_the_shared_owner_the_copy_gives_away_is_the_one_servers_record():
+    from jupyter_agentruns.handlers.base import SHARED_OWNER
+    from jupyter_agentruns.store import copy as copying
+
+    assert copying.SHARED_OWNER == SHARED_OWNER
 
 
 @pytest.mark.timeout(120)
@@ -351,7 +458,10 @@ def test_a_password_in_the_url_never_appears_in_what_the_command_prints(source, 
     with_password = urlunsplit(parts._replace(netloc=f"postgres:pa%40ss-w0rd@{host}"))
     unreachable = urlunsplit(parts._replace(netloc="postgres:pa%40ss-w0rd@127.0.0.1:1"))
     done = copy(source["path"], with_password)
-    refused = copy(source["path"], None, env={"AGENTRUNS_STORE_URL": with_password})
+    # Copied again with another owner: refused, saying where.
+    refused = copy(
+        source["path"], None, "--owner", "bob", env={"AGENTRUNS_STORE_URL": with_password}
+    )
     failed = copy(source["path"], unreachable)
     assert [done.returncode, refused.returncode, failed.returncode] == [0, 1, 69]
     assert f"at {parts.hostname} port {parts.port} as postgres" in done.stdout
@@ -374,7 +484,9 @@ def test_arguments_that_name_no_store_to_copy_into_are_refused_before_anything_i
     from_environment = copy(source["path"], None, env={"AGENTRUNS_STORE_URL": "host=db"})
     assert from_environment.returncode == 78
     assert "AGENTRUNS_STORE_URL must be a postgresql:// URL" in from_environment.stderr
-    for process in (missing, not_postgres, from_environment):
+    not_a_user = copy(source["path"], postgres_url, "--owner", "~shared")
+    assert not_a_user.returncode == 64 and "is not a user name" in not_a_user.stderr
+    for process in (missing, not_postgres, from_environment, not_a_user):
         assert process.stdout == "" and "s3cret" not in process.stderr
     assert file_digests(source["path"]) == before
     assert not schema_exists(postgres_url)

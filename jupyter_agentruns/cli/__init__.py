@@ -165,16 +165,19 @@ def build_parser() -> argparse.ArgumentParser:
     copy = commands.add_parser(
         "copy",
         parents=[common],
-        help="copy every run of a SQLite store into an empty PostgreSQL one, once",
+        help="copy the runs of a SQLite store into a PostgreSQL one (several files merge)",
         description=(
-            "Copy every run of a SQLite store into a PostgreSQL one: run ids, events (byte for "
+            "Copy the runs of a SQLite store into a PostgreSQL one: run ids, events (byte for "
             "byte), snapshots, Idempotency-Keys, tombstones, in submit order. The copy is one "
-            "transaction: it is all there or none of it, and a failed copy can be run again."
+            "transaction: it is all there or none of it, and a failed copy can be run again. "
+            "Copies of several files merge into one schema; a run already there is skipped, "
+            "so a second copy of a file changes nothing."
         ),
         epilog=(
             "Stop every server using the SQLite file first: it is opened read-only and never "
-            "changed. The target schema must be empty; it is created if missing. Then set "
-            "c.AgentRuns.store_url (or AGENTRUNS_STORE_URL) to the same URL and start the servers."
+            "changed. The target schema is created if missing; servers may use it meanwhile. "
+            "Then set c.AgentRuns.store_url (or AGENTRUNS_STORE_URL) to the same URL and "
+            "start the servers."
         ),
     )
     copy.add_argument(
@@ -188,8 +191,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--to",
         dest="target",
         metavar="URL",
-        help="postgresql://user:password@host:port/database?schema=NAME, an empty schema "
+        help="postgresql://user:password@host:port/database?schema=NAME "
         "(default: AGENTRUNS_STORE_URL)",
+    )
+    copy.add_argument(
+        "--owner",
+        metavar="NAME",
+        help="the user who gets the runs of ~shared, the one owner of a single-user server's "
+        "runs (a hub's servers show each user their own runs only); other runs keep their owner",
     )
     copy.add_argument(
         "--force",

@@ -5,8 +5,8 @@ For gc and doctor, the store is the one a server started here would use:
 ``AGENTRUNS_STORE_URL``), unless ``--db`` or ``--store-url`` names another.
 Both stores are safe to share between processes (SQLite in WAL mode,
 PostgreSQL), so they may run while servers use the same store. copy moves
-a SQLite file's runs into PostgreSQL once, with the servers stopped (see
-``store/copy.py``).
+a SQLite file's runs into PostgreSQL, with the file's servers stopped; the
+files of several servers merge into one schema (see ``store/copy.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ..compaction import Compactor
 from ..reader import Reader
 from ..settings import Settings, from_config
 from ..store import Store, StoreBusy, StoreUnavailable, UnsafeStore, factory
-from ..store.copy import CopyRefused, copy_store
+from ..store.copy import CopyRefused, copy_store, owner_problem
 from ..store.filesystems import network_filesystem
 from ..store.postgres import BadStoreUrl, StoreUrl, psycopg
 from ..writer import Writer
@@ -365,6 +365,9 @@ def cmd_copy(args, out: TextIO) -> int:
         raise CliError(
             f"the environment variable AGENTRUNS_STORE_URL {error}", exits.CONFIG
         ) from None
+    problem = owner_problem(args.owner)
+    if problem:
+        raise CliError(problem, exits.USAGE)
     # With --json, standard output is the result alone.
     said = sys.stderr if args.json else out
 
@@ -378,7 +381,7 @@ def cmd_copy(args, out: TextIO) -> int:
     if psycopg is not None:
         failures += (psycopg.Error,)
     try:
-        counts = copy_store(args.source, url, force=args.force, progress=progress)
+        copied = copy_store(args.source, url, force=args.force, owner=args.owner, progress=progress)
     except CopyRefused as error:
         raise CliError(f"refused: {target.scrub(str(error))}", exits.FAILED) from None
     except StoreUnavailable as error:
@@ -392,7 +395,19 @@ def cmd_copy(args, out: TextIO) -> int:
             exits.FAILED,
         ) from None
     if args.json:
-        print_json({"from": args.source, "to": target.describe(), "copied": counts}, out)
+        print_json(
+            {
+                "from": args.source,
+                "to": target.describe(),
+                "copied": copied.rows,
+                "skipped": {
+                    "runs_already_there": copied.runs_already_there,
+                    "runs_deleted_there": copied.runs_deleted_there,
+                    "keys_taken": copied.keys_taken,
+                },
+            },
+            out,
+        )
     return exits.OK
 
 

@@ -1,32 +1,43 @@
-"""Copy a SQLite store into PostgreSQL, once, for a team moving its runs there.
+"""Copy a SQLite store into PostgreSQL: a team's runs, file after file, into one schema.
 
 Everything goes as it is: run ids, every event byte for byte (its type, ts
 and data), snapshots, Idempotency-Keys (a notebook run again replays its
 runs), tombstones (a run retention deleted still answers 410) and answers not
 yet taken by their run's server. Runs go in their submit order, SQLite's rowid
-order becoming PostgreSQL's ``position``, so the runs waiting in a session's
-queue keep their places.
+order becoming PostgreSQL's ``position`` (after the runs already there), so
+the runs waiting in a session's queue keep their places.
 
-The copy is one transaction on PostgreSQL: a failure leaves nothing behind
-and the same command can simply be run again. It goes into an empty schema
-only, so that no run is ever mixed with another store's and a second copy
-cannot double the first. Tables are streamed, a row at a time from SQLite
-into one ``COPY`` per table that psycopg sends in buffers of tens of
-kilobytes: memory holds a row and a few buffers whatever the store's size.
+Several files merge into one schema, each copy one transaction: a failure
+leaves nothing of that file behind and the same command can simply be run
+again. A run already there (the same id, owner, agent, input and creation
+time) is skipped with all of its rows, whatever became of it there since: so
+a second copy of a file changes nothing. A run deleted there (its tombstone)
+is not brought back. A run id that is there as another run (another owner,
+say) refuses the whole file: ids name one run, wherever it is kept. An
+Idempotency-Key the target already has for another run of the same owner
+stays with that run. Owners are kept, but for ``~shared``, the one owner of
+a single-user server's runs: ``owner`` gives those to a user, as a hub's
+per-user servers need (they show a run to its owner only).
+
+Tables are streamed, a row at a time from SQLite into one ``COPY`` per table
+that psycopg sends in buffers of tens of kilobytes: memory holds a row, a
+few buffers and the ids of the file's runs, whatever the store's size.
+Servers may use the target meanwhile: a copy takes no lock they wait for.
 
 The source is opened read-only and never changed: it stays the way back. For
 the same reason a file of an older schema is refused, not migrated (a
 migration cannot be undone): starting this version's server on it once
 migrates it, as an upgrade does anyway.
 
-    jupyter agentruns copy --from agentruns.sqlite3 --to postgresql://…
+    jupyter agentruns copy --from agentruns.sqlite3 --to postgresql://… [--owner NAME]
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -37,10 +48,36 @@ from .sqlite import MIGRATIONS
 
 # A progress line every this many rows of a table.
 PROGRESS_ROWS = 100_000
+# The owner of every run of a server in ``shared`` owner mode (handlers.base.SHARED_OWNER).
+SHARED_OWNER = "~shared"
+# What makes a run the run it is: set at its submit, never changed after.
+IDENTITY = ("owner", "agent", "created_at", "input", "session", "metadata", "retry_of")
+# One copy into a schema at a time: two copies of one file would both find its runs new.
+COPY_LOCK = 0x636F7079  # "copy"
+# Tables copied with their runs, only for the runs this copy adds.
+RUN_TABLES = ("events", "snapshots", "snapshot_parts", "input_answers")
 
 
 class CopyRefused(Exception):
     """The copy was not made, and nothing was written: the message says why and what to do."""
+
+
+@dataclass
+class Copied:
+    """What a copy wrote, and what of the file it found in the target already."""
+
+    rows: dict[str, int] = field(default_factory=dict)
+    runs_already_there: int = 0
+    runs_deleted_there: int = 0
+    keys_taken: int = 0
+    shared_runs: int = 0  # runs of ~shared the copy added (given to ``owner`` when one was named)
+
+
+def owner_problem(owner: str | None) -> str | None:
+    """Why ``owner`` cannot take the runs of ``~shared`` (None: it can)."""
+    if owner is None or (owner and owner == owner.strip() and not owner.startswith("~")):
+        return None
+    return f"--owner {owner!r} is not a user name: give the name of the user the runs belong to"
 
 
 def copy_store(
@@ -48,14 +85,19 @@ def copy_store(
     target_url: str,
     *,
     force: bool = False,
+    owner: str | None = None,
     progress: Callable[[str], Any] = print,
-) -> dict[str, int]:
-    """Copy the SQLite store at ``source_path`` into the empty PostgreSQL store at ``target_url``.
+) -> Copied:
+    """Copy the runs of the SQLite store at ``source_path`` into the PostgreSQL store at ``target_url``.
 
-    Returns the rows copied per table. Raises ``CopyRefused``, with no run
-    written, when the source is not a current store, holds active runs
-    (unless ``force``), changed while it was copied, or the target is not empty.
+    ``owner`` takes the runs of ``~shared``. Raises ``CopyRefused``, with no
+    run written, when the source is not a current store, holds active runs
+    (unless ``force``), changed while it was copied, or holds a run whose id
+    the target has for another run.
     """
+    problem = owner_problem(owner)
+    if problem:
+        raise CopyRefused(problem)
     started = time.monotonic()
     source = _open_source(Path(source_path))
     try:
@@ -77,11 +119,9 @@ def copy_store(
         target = store.open()
         try:
             with target.transaction():
-                # Servers already on the target wait: the schema is empty only if it stays so.
-                target.execute(f"LOCK TABLE {', '.join(TABLES)} IN EXCLUSIVE MODE")
-                _refuse_used(source, target, store)
-                counts = {table: _copy_table(source, target, table, progress) for table in TABLES}
-                # The first server's queries are planned on these tables' real sizes.
+                target.execute("SELECT pg_advisory_xact_lock(%s)", [COPY_LOCK])
+                copied = _merge(source, target, store, Path(source_path), owner, progress)
+                # Queries are planned on these tables' real sizes.
                 target.execute(f"ANALYZE {', '.join(TABLES)}")
                 source.execute("COMMIT")
                 if source.execute("PRAGMA data_version").fetchone()[0] != version:
@@ -96,11 +136,12 @@ def copy_store(
     seconds = time.monotonic() - started
     progress(
         f"copied in {seconds:.1f} s: "
-        + ", ".join(f"{count:,} {table.replace('_', ' ')}" for table, count in counts.items())
+        + ", ".join(f"{count:,} {table.replace('_', ' ')}" for table, count in copied.rows.items())
     )
+    _report(copied, owner, progress)
     if queued:
         progress(
-            f"{queued:,} run{'s' if queued != 1 else ''} waiting in a session's queue: "
+            f"{_runs(queued)} waiting in a session's queue: "
             "the first server on PostgreSQL starts them, in their order"
         )
     if active:
@@ -108,7 +149,32 @@ def copy_store(
             f"copied {_counted(active)} with --force: the first server on PostgreSQL ends "
             "them interrupted once their lease runs out"
         )
-    return counts
+    return copied
+
+
+def _runs(count: int) -> str:
+    return f"{count:,} run{'s' if count != 1 else ''}"
+
+
+def _report(copied: Copied, owner: str | None, progress: Callable[[str], Any]) -> None:
+    if copied.runs_already_there:
+        progress(f"{_runs(copied.runs_already_there)} already there (copied before): skipped")
+    if copied.runs_deleted_there:
+        progress(f"{_runs(copied.runs_deleted_there)} deleted there: not brought back")
+    if copied.keys_taken:
+        progress(
+            f"{copied.keys_taken:,} Idempotency-Key{'s' if copied.keys_taken != 1 else ''} "
+            "already used there for another run of the same owner: kept for that run "
+            "(the copied run is still found by its id)"
+        )
+    if copied.shared_runs and owner is not None:
+        progress(f"{_runs(copied.shared_runs)} of {SHARED_OWNER} copied as {owner}'s")
+    elif copied.shared_runs:
+        progress(
+            f"{_runs(copied.shared_runs)} copied as {SHARED_OWNER}'s, the one owner of a "
+            "single-user server: servers in per-user owner mode (a hub's) show them to "
+            "nobody. To give them to a user, copy the file into a new schema with --owner NAME."
+        )
 
 
 def _open_source(path: Path) -> sqlite3.Connection:
@@ -165,49 +231,189 @@ def _counted(active: dict[str, int]) -> str:
     return f"{total} active run{'s' if total != 1 else ''} ({statuses})"
 
 
-def _refuse_used(source: sqlite3.Connection, target: Any, store: PostgresStore) -> None:
-    """Refuse a target holding anything: a copy goes into an empty schema only."""
-    used = [
-        table
-        for table in TABLES
-        if target.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0]
+def _columns(source: sqlite3.Connection, table: str) -> list[str]:
+    return [row[1] for row in source.execute(f"PRAGMA table_info({table})")]
+
+
+def _quoted(columns: Iterable[str]) -> str:
+    return ", ".join(f'"{name}"' for name in columns)
+
+
+def _merge(
+    source: sqlite3.Connection,
+    target: Any,
+    store: PostgresStore,
+    path: Path,
+    owner: str | None,
+    progress: Callable[[str], Any],
+) -> Copied:
+    """Add the file's runs that the target lacks, with their rows: inside the caller's transaction."""
+    copied = Copied()
+    # The file's runs, keys and tombstones go first to tables of this
+    # transaction's own, where they meet the target's in SQL.
+    staged = {"runs": "copy_runs", "idempotency_keys": "copy_keys", "tombstones": "copy_tombstones"}
+    for table, stage in staged.items():
+        columns = _columns(source, table)
+        target.execute(
+            f"CREATE TEMP TABLE {stage} ON COMMIT DROP AS "
+            f"SELECT {_quoted(columns)} FROM {table} WITH NO DATA"
+        )
+        if table == "runs":
+            # Their submit order, and whether they were the shared owner's.
+            target.execute(
+                "ALTER TABLE copy_runs ADD COLUMN copy_order bigint, "
+                "ADD COLUMN shared boolean NOT NULL DEFAULT false"
+            )
+            _stream(source, target, table, stage, columns, extra=("rowid", "copy_order"))
+            target.execute(
+                "UPDATE copy_runs SET shared = true, owner = coalesce(%s, owner) WHERE owner = %s",
+                [owner, SHARED_OWNER],
+            )
+        else:
+            _stream(source, target, table, stage, columns)
+            if owner is not None:
+                target.execute(
+                    f"UPDATE {stage} SET owner = %s WHERE owner = %s", [owner, SHARED_OWNER]
+                )
+    _refuse_others(target, store, path)
+
+    runs = _quoted(_columns(source, "runs"))
+    target.execute("CREATE TEMP TABLE copy_new (run_id text PRIMARY KEY) ON COMMIT DROP")
+    target.execute(
+        f"""WITH added AS (
+                INSERT INTO runs ({runs})
+                SELECT {runs} FROM copy_runs AS c
+                WHERE NOT EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = c.run_id)
+                  AND NOT EXISTS (SELECT 1 FROM tombstones AS t WHERE t.run_id = c.run_id)
+                ORDER BY c.copy_order
+                RETURNING run_id
+            )
+            INSERT INTO copy_new SELECT run_id FROM added"""
+    )
+    # A run of the file that was not added is there already, or was deleted there.
+    counts = target.execute(
+        """SELECT count(n.run_id), count(*) FILTER (WHERE n.run_id IS NULL AND EXISTS
+                      (SELECT 1 FROM runs AS r WHERE r.run_id = c.run_id)),
+                  count(*) FILTER (WHERE n.run_id IS NULL AND NOT EXISTS
+                      (SELECT 1 FROM runs AS r WHERE r.run_id = c.run_id)),
+                  count(n.run_id) FILTER (WHERE c.shared)
+           FROM copy_runs AS c LEFT JOIN copy_new AS n USING (run_id)"""
+    ).fetchone()
+    (
+        copied.rows["runs"],
+        copied.runs_already_there,
+        copied.runs_deleted_there,
+        copied.shared_runs,
+    ) = counts
+    progress(f"runs: {copied.rows['runs']:,} copied")
+
+    added = {run_id for (run_id,) in target.execute("SELECT run_id FROM copy_new")}
+    for table in RUN_TABLES:
+        copied.rows[table] = _stream(
+            source, target, table, table, _columns(source, table), progress=progress, runs=added
+        )
+
+    # A key goes with its run, or alone when its run is in neither store (deleted,
+    # the key kept for its lifetime); one the owner uses there already stays that run's.
+    (copied.keys_taken,) = target.execute(
+        """SELECT count(*) FROM copy_keys AS c JOIN idempotency_keys AS k USING (owner, key)
+           WHERE c.run_id IN (SELECT run_id FROM copy_new)"""
+    ).fetchone()
+    keys = _quoted(_columns(source, "idempotency_keys"))
+    copied.rows["idempotency_keys"] = target.execute(
+        f"""INSERT INTO idempotency_keys ({keys}) SELECT {keys} FROM copy_keys AS c
+            WHERE c.run_id IN (SELECT run_id FROM copy_new)
+               OR NOT EXISTS (SELECT 1 FROM copy_runs AS r WHERE r.run_id = c.run_id)
+            ON CONFLICT DO NOTHING"""
+    ).rowcount
+    # A tombstone never hides a run the target holds.
+    tombstones = _quoted(_columns(source, "tombstones"))
+    copied.rows["tombstones"] = target.execute(
+        f"""INSERT INTO tombstones ({tombstones}) SELECT {tombstones} FROM copy_tombstones AS c
+            WHERE NOT EXISTS (SELECT 1 FROM runs AS r WHERE r.run_id = c.run_id)
+            ON CONFLICT DO NOTHING"""
+    ).rowcount
+    for table in ("idempotency_keys", "tombstones"):
+        progress(f"{table}: {copied.rows[table]:,} copied")
+    copied.rows = {table: copied.rows[table] for table in TABLES}
+    return copied
+
+
+def _refuse_others(target: Any, store: PostgresStore, path: Path) -> None:
+    """Refuse a file with a run whose id the target has for another run, or another owner's tombstone."""
+    pairs = ", ".join(f'c."{name}", r."{name}"' for name in IDENTITY)
+    differs = " OR ".join(f'c."{name}" IS DISTINCT FROM r."{name}"' for name in IDENTITY)
+    others = [
+        (run_id, IDENTITY, values)
+        for run_id, *values in target.execute(
+            f"""SELECT c.run_id, {pairs} FROM copy_runs AS c JOIN runs AS r USING (run_id)
+                WHERE {differs} ORDER BY c.copy_order LIMIT 3"""
+        )
     ]
-    if not used:
+    others += [
+        (run_id, ("owner",), values)
+        for run_id, *values in target.execute(
+            """SELECT c.run_id, c.owner, t.owner FROM copy_runs AS c
+               JOIN tombstones AS t USING (run_id)
+               WHERE c.owner IS DISTINCT FROM t.owner ORDER BY c.copy_order LIMIT 3"""
+        )
+    ]
+    if not others:
         return
-    runs = target.execute("SELECT count(*) FROM runs").fetchone()[0]
-    first = source.execute("SELECT run_id FROM runs ORDER BY rowid LIMIT 1").fetchone()
-    copied = (
-        first is not None
-        and target.execute("SELECT 1 FROM runs WHERE run_id = %s", first).fetchone() is not None
-    )
+    examples = []
+    for run_id, names, values in others[:3]:
+        differences = "; ".join(
+            f"{name} {there!r} there, {here!r} here"
+            for name, here, there in zip(names, values[0::2], values[1::2], strict=True)
+            if here != there
+        )
+        examples.append(f"{run_id} ({differences})")
     raise CopyRefused(
-        f"{store.describe()} is not empty ({runs:,} runs; rows in {', '.join(used)})"
-        + ("; it holds this file's runs: they were copied already" if copied else "")
-        + ". A copy goes into an empty schema only, so that no run is mixed with another "
-        "store's: name a new schema in the URL (?schema=NAME), or drop this one if nothing "
-        "in it is needed."
+        f"{path} holds runs whose ids {store.describe()} has for other runs: "
+        + ", ".join(examples)
+        + ". A run id names one run wherever it is kept: was the file copied there before "
+        "with another --owner? Nothing of the file was copied. Copy it as it was copied "
+        "then, or into another schema (?schema=NAME)."
     )
 
 
-def _copy_table(
-    source: sqlite3.Connection, target: Any, table: str, progress: Callable[[str], Any]
+def _stream(
+    source: sqlite3.Connection,
+    target: Any,
+    table: str,
+    into: str,
+    columns: list[str],
+    *,
+    extra: tuple[str, str] | None = None,
+    progress: Callable[[str], Any] | None = None,
+    runs: set[str] | None = None,
 ) -> int:
-    # Runs in their submit order (SQLite's rowid becomes PostgreSQL's position), the rest by key.
+    """COPY the table's rows (of ``runs`` only, when given) into the target's table ``into``.
+
+    ``extra`` is one more value read (an SQLite expression) and the column it goes to.
+    """
+    # Runs in their submit order, the rest by their key.
     order = "rowid" if table == "runs" else TABLES[table]
-    columns = [row[1] for row in source.execute(f"PRAGMA table_info({table})")]
-    names = ", ".join(f'"{name}"' for name in columns)
+    selected, copied_into = _quoted(columns), _quoted(columns)
+    if extra is not None:
+        selected += f", {extra[0]}"
+        copied_into += f', "{extra[1]}"'
+    position = columns.index("run_id")
     total = source.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-    rows = source.execute(f"SELECT {names} FROM {table} ORDER BY {order}")
+    rows = source.execute(f"SELECT {selected} FROM {table} ORDER BY {order}")
     started = time.monotonic()
-    count = 0
+    count = read = 0
     with target.cursor() as cursor:
-        with cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
+        with cursor.copy(f"COPY {into} ({copied_into}) FROM STDIN") as copy:
             for row in rows:
-                copy.write_row(row)
-                count += 1
-                if count % PROGRESS_ROWS == 0:
-                    rate = count / max(time.monotonic() - started, 1e-6)
-                    progress(f"{table}: {count:,} of {total:,} ({rate:,.0f}/s)")
-    rate = count / max(time.monotonic() - started, 1e-6)
-    progress(f"{table}: {count:,} copied" + (f" ({rate:,.0f}/s)" if count else ""))
+                read += 1
+                if runs is None or row[position] in runs:
+                    copy.write_row(row)
+                    count += 1
+                if progress is not None and read % PROGRESS_ROWS == 0:
+                    rate = read / max(time.monotonic() - started, 1e-6)
+                    progress(f"{table}: {read:,} of {total:,} ({rate:,.0f}/s)")
+    if progress is not None:
+        rate = count / max(time.monotonic() - started, 1e-6)
+        progress(f"{table}: {count:,} copied" + (f" ({rate:,.0f}/s)" if count else ""))
     return count
