@@ -183,6 +183,10 @@ class StoreUrl:
         if prefix is None:
             raise BadStoreUrl(_not_a_url(url))
         rest = url[len(prefix) :]
+        if any(char.isspace() for char in rest):
+            # Newer libpq refuses a space as written, older ones read it as part of a
+            # value: refused here, whatever libpq the driver brings.
+            raise BadStoreUrl("holds a space as written: percent-encode it (a space as %20)")
         # libpq's reading: the user name and password end at the first "@"
         # before any "/", the query starts at the first "?" after them.
         at = next((i for i, char in enumerate(rest) if char in "@/"), len(rest))
