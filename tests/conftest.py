@@ -34,6 +34,16 @@ def pytest_runtest_makereport(item, call):
     setattr(item, "rep_" + report.when, report)
 
 
+def picture(name: str) -> str:
+    """Where a browser test saves a screenshot: ``AGENTRUNS_SCREENSHOTS`` (``docs`` to
+    refresh the README's pictures) or ``test-artifacts/``, never a tracked file by default."""
+    folder = os.environ.get("AGENTRUNS_SCREENSHOTS") or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test-artifacts"
+    )
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, name)
+
+
 POSTGRES_URL = os.environ.get(
     "AGENTRUNS_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )

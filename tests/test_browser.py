@@ -20,6 +20,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from jupyter_agentruns.agents.demo import answer_words
 
 from agents_for_tests import TEST_AGENTS
+from conftest import picture
 from servers import ServerProcess
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -228,8 +229,7 @@ def test_a_question_survives_a_refresh_and_a_kernel_restart_and_a_click_answers_
     )
     assert card.get_by_role("button", name="approve").is_visible()
     assert card.get_by_role("button", name="deny").is_visible()
-    if os.environ.get("AGENTRUNS_SCREENSHOTS"):
-        widget(page).screenshot(path=os.environ["AGENTRUNS_SCREENSHOTS"] + "/approval.png")
+    widget(page).screenshot(path=picture("approval.png"))
 
     # A refresh, then a kernel restart and the cell run again: the same question, still open.
     save(page)
@@ -468,8 +468,6 @@ def test_a_coding_agents_thinking_plan_diffs_and_permission_read_in_light_and_da
         ],
     )
     page.set_viewport_size({"width": 1000, "height": 1400})
-    shots = Path(os.environ.get("AGENTRUNS_SCREENSHOTS") or ARTIFACTS)
-    shots.mkdir(exist_ok=True)
     try:
         open_notebook(page, lab, "coding.ipynb")
         run_cell(page, 0)
@@ -536,7 +534,7 @@ def test_a_coding_agents_thinking_plan_diffs_and_permission_read_in_light_and_da
             first = page.locator(".jp-Notebook .jp-Cell").nth(0).bounding_box()
             last = page.locator(".jp-Notebook .jp-Cell").nth(1).bounding_box()
             page.screenshot(
-                path=str(shots / name),
+                path=picture(name),
                 clip={
                     "x": first["x"], "y": first["y"], "width": first["width"],
                     "height": last["y"] + last["height"] - first["y"],

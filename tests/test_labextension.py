@@ -16,6 +16,7 @@ import nbformat
 import pytest
 
 from agents_for_tests import TEST_AGENTS
+from conftest import picture
 from servers import ServerProcess
 from test_browser import (  # noqa: F401  (fixtures are found by name)
     browser,
@@ -31,7 +32,6 @@ from test_browser import (  # noqa: F401  (fixtures are found by name)
 )
 
 MIME = "application/vnd.jupyter.agentruns.run+json"
-DOCS = Path(__file__).parent.parent / "docs"
 
 CELL = 'from jupyter_agentruns import submit\nrun = submit("markdown_writer", {"delay": 0.05})'
 
@@ -95,8 +95,7 @@ def test_run_output_renders_through_the_labextension_with_or_without_its_kernel(
     )
     assert view.locator(".agentruns-run-id").inner_text() == run_id
     assert view.locator(".agentruns-event-type").inner_text() == "x.chart"
-    DOCS.mkdir(exist_ok=True)
-    output.screenshot(path=str(DOCS / "widget.png"))
+    output.screenshot(path=picture("widget.png"))
 
     # The finished run's state reaches the output, then the file.
     page.wait_for_timeout(1000)
@@ -115,7 +114,7 @@ def test_run_output_renders_through_the_labextension_with_or_without_its_kernel(
     assert "model not found" not in page.locator(".jp-Notebook").inner_text()
     assert view.locator(".agentruns-markdown h2").inner_text() == "Weather in Shanghai"
     page.wait_for_timeout(500)  # the theme's fonts and colours settle
-    page.locator(".jp-OutputArea-output").first.screenshot(path=str(DOCS / "widget-dark.png"))
+    page.locator(".jp-OutputArea-output").first.screenshot(path=picture("widget-dark.png"))
     use_theme(lab, "JupyterLab Light")
 
 

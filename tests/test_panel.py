@@ -5,8 +5,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from conftest import picture
 from servers import ServerProcess, wait_status
 from test_browser import (  # noqa: F401  (fixtures are found by name)
     browser,
@@ -21,7 +20,6 @@ from test_browser import (  # noqa: F401  (fixtures are found by name)
     write_notebook,
 )
 
-DOCS = Path(__file__).parent.parent / "docs"
 PANEL = "#jupyter-agentruns-runs"
 
 
@@ -161,8 +159,7 @@ def test_a_question_is_answered_from_the_panel_and_filters_narrow_the_list(lab, 
     wait_row_status(page, run_id, "waiting")
     choices = row.locator(".agentruns-choice")
     assert choices.count() >= 2
-    DOCS.mkdir(exist_ok=True)
-    page.locator(PANEL).screenshot(path=str(DOCS / "panel.png"))
+    page.locator(PANEL).screenshot(path=picture("panel.png"))
     choice = choices.first.get_attribute("data-choice")
     choices.first.click()
     wait_row_status(page, run_id, "succeeded")
