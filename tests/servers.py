@@ -32,6 +32,10 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -119,6 +123,9 @@ class ServerProcess:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            # A test runner's worker may ignore SIGINT (so that Ctrl-C reaches only
+            # its controller), and a child inherits that: a server as a hub starts it.
+            preexec_fn=default_sigint,
         )
         deadline = time.monotonic() + timeout
         with self.client() as client:

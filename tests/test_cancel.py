@@ -175,6 +175,7 @@ async def test_cancelled_plain_functions_that_never_return_do_not_starve_new_one
 @pytest.mark.parametrize("agentruns_config", [{"max_body_bytes": 1000}])
 async def test_a_cancel_body_over_max_body_bytes_is_413_and_cancels_nothing(api):
     run_id = (await submit(api, input=SLOW)).json()["run_id"]
+    await wait_seq(api, run_id, 1)  # run.started: running
     big = b'{"reason": "' + b"x" * 5_000_000 + b'"}'
 
     async def chunked():  # no Content-Length: the server reads it all, keeping none of it

@@ -42,7 +42,7 @@ from traitlets.config import Config
 from jupyter_agentruns.agents.demo import answer_words
 from jupyter_agentruns.store.postgres import PostgresStore
 
-from servers import free_port
+from servers import default_sigint, free_port
 
 pytestmark = pytest.mark.hub
 
@@ -170,6 +170,7 @@ class Hub:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=default_sigint,  # its servers inherit it, whatever the test runner's is
             )
         deadline = time.monotonic() + timeout
         while True:

@@ -291,7 +291,9 @@ def test_a_killed_server_s_resumable_runs_are_taken_over_by_one_server_and_finis
         [resumed] = [event for event in events if event["type"] == "run.resumed"]
         assert resumed["data"]["reason"] == "lease_expired"
         took = parse_ts(resumed["ts"]) - killed_at
-        assert took < 2 * lease + 2.0, f"{run_id} was taken over {took:.1f} s after the kill"
+        # Within a few leases (a loaded machine delays a sweep by seconds), not
+        # at the default lease's 30 s: it was this lease that expired.
+        assert took < 2 * lease + 6.0, f"{run_id} was taken over {took:.1f} s after the kill"
         assert types.count("run.started") == 1
         assert [e["data"]["name"] for e in events if e["type"] == "tool.started"] == [
             "search",

@@ -182,8 +182,10 @@ def test_a_run_killed_again_and_again_still_ends_with_the_uninterrupted_answer(s
     kills = 10
     config = {"max_resume_attempts": kills + 1, "lease_seconds": 1}
     server = servers("s0", **config)
+    # Long enough that it is still going at the last kill, however long each restart takes.
+    long = {**SLOW, "chunks": 2000}
     with server.client() as client:
-        run = client.post("runs", json={"agent": "demo", "input": SLOW}).json()
+        run = client.post("runs", json={"agent": "demo", "input": long}).json()
     seen: list[str] = []
     for kill in range(kills):
         with server.client() as client:
@@ -199,7 +201,7 @@ def test_a_run_killed_again_and_again_still_ends_with_the_uninterrupted_answer(s
         ended = wait_status(client, run["run_id"], TERMINAL, timeout=60)
         assert ended["status"] == "succeeded"
         assert ended["attempt"] == kills + 1
-        events = check_reads_as_one_run(client, ended)
+        events = check_reads_as_one_run(client, ended, chunks=long["chunks"])
         assert raw_events(client, run["run_id"])[: len(seen)] == seen
         resumed = [e["data"] for e in events if e["type"] == "run.resumed"]
         assert [r["attempt"] for r in resumed] == list(range(2, kills + 2))
