@@ -34,6 +34,43 @@ def pytest_runtest_makereport(item, call):
     setattr(item, "rep_" + report.when, report)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``--dist loadgroup``), tests spread over the workers one
+    by one, except a file's tests that share a server or a browser of the file's
+    own (a module- or session-scoped fixture of the file): those stay on one worker,
+    which starts that server once."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        shared = any(
+            definition.scope in ("module", "package", "session")
+            and definition.baseid.endswith(".py")  # a file's own (conftest's: one per worker)
+            for definitions in info.name2fixturedefs.values()
+            for definition in definitions
+        )
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+    # The longest first (the workers take the next test as they free up): a two-minute
+    # test started last would keep the others waiting for it at the end.
+    items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)
+
+
+# Files with tests of a minute or more (kills, restarts, a browser): see --durations.
+LONGEST_FIRST = {
+    "test_resume.py",
+    "test_faults.py",
+    "test_browser.py",
+    "test_labextension.py",
+    "test_served_owners.py",
+    "test_notebook_api.py",
+    "test_openai_realmodel.py",
+    "test_copy.py",
+    "test_acp_realagent.py",
+    "test_hub.py",
+}
+
+
 def picture(name: str) -> str:
     """Where a browser test saves a screenshot: ``AGENTRUNS_SCREENSHOTS`` (``docs`` to
     refresh the README's pictures) or ``test-artifacts/``, never a tracked file by default."""

@@ -155,7 +155,9 @@ def test_a_run_streamed_from_servers_that_do_not_execute_it_arrives_whole_in_ord
     or every 15 s as the notifications' safety net) would lag by that much.
     """
     a, b, c = cluster()
-    run_id = submit(a, {"prompt": "far", "chunks": 40, "delay": 0.05})["run_id"]
+    # Long enough that the streams, opened a moment later (seconds on a loaded
+    # machine), still see most of it committed.
+    run_id = submit(a, {"prompt": "far", "chunks": 100, "delay": 0.05})["run_id"]
 
     def watch(server: ServerProcess) -> tuple[float, list[tuple[float, str]]]:
         received = []
