@@ -9,7 +9,7 @@ import { TERMINAL_TYPES, isTerminal } from "./status.js";
  * @typedef {{type?: string, message?: string}} RunError
  * @typedef {{requested_at: string | null, reason: any, stage: any}} Cancel
  * @typedef {{
- *   run_id: string, agent: string, status: string, session?: string | null,
+ *   run_id: string, agent: string, title?: string, status: string, session?: string | null,
  *   metadata?: Record<string, any> | null, input?: any, retry_of?: string | null, queued_behind?: string | null,
  *   attempt?: number,
  *   created_at?: string | null, started_at?: string | null, finished_at?: string | null,
