@@ -253,6 +253,8 @@ export class RunView {
       if (this.thinking.open) this._changed();
     });
     this.plan = element("div", "agentruns-plan");
+    // A snapshot without a plan has no "plan" at all: nothing to draw, not even its box.
+    this.plan.hidden = true;
     this.tools = element("div", "agentruns-tools");
     this.progress = element("div", "agentruns-progress");
     this.progressBar = element("div", "agentruns-progress-bar");

@@ -516,6 +516,7 @@ test("the header says what the run was asked, as text", async () => {
   await shown(fakeHost(), runObject({ metadata: { title: hostile } }));
   assert.equal(text(".agentruns-header .agentruns-title"), hostile);
   assert.equal(el.querySelector("img"), null);
+  assert.equal(el.querySelector(".agentruns-plan").hidden, true, "no plan, no empty box");
   view.dispose();
   el.replaceChildren();
   await shown(fakeHost(), runObject({ input: { prompt: "Summarise the notes\nin three lines" } }));
