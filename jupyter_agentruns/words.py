@@ -127,7 +127,7 @@ def answer(request: dict[str, Any]) -> str:
     if choice is None:
         return "no answer in time" if request.get("reason") == "timeout" else "not answered"
     name = choice_name(request, choice)
-    text = _DONE.get(name.strip().lower(), name) if isinstance(name, str) else str(name)
+    text = _DONE.get(name.strip().lower(), name)
     by = person(request.get("by"))
     if by is not None:
         text += f" by {by}"

@@ -206,7 +206,7 @@ def error_text(error: Any) -> str:
 
 
 def run_details(run: dict[str, Any], now: datetime | None = None) -> str:
-    """What ``show`` prints: state, timing, what the run did, its usage, its open questions."""
+    """What ``show`` prints: title, state, timing, input, what the run did, its usage, its open questions."""
     snapshot = mapping(run.get("snapshot"))
     lines = [
         f"{one_line(run.get('run_id'))}  {one_line(run.get('status'))}  ({short(run.get('agent'))})",
