@@ -20,6 +20,7 @@ import re
 from datetime import datetime
 from typing import Any
 
+from . import words
 from .lifecycle import is_terminal
 from .questions import choice_name
 
@@ -32,11 +33,13 @@ PLAN_SHOWN = 20
 DIFF_LINES = 80
 DIFF_LINE_LIMIT = 300
 DIFF_LIMIT = 20_000
+INPUT_LIMIT = 2_000
 
 
 def run_markdown(run: dict[str, Any]) -> str:
     """The Markdown record of ``run`` (a run object of the API)."""
     lines = [_headline(run), ""]
+    lines += _input(run.get("input"))
     snapshot = run["snapshot"]
     reasoning = snapshot.get("reasoning")
     if isinstance(reasoning, str) and reasoning.strip():
@@ -88,7 +91,9 @@ def run_markdown(run: dict[str, Any]) -> str:
 
 
 def _headline(run: dict[str, Any]) -> str:
-    parts = [f"**Agent run** {_code(run['agent'])}", f"**{_text(run['status'])}**"]
+    title = words.title(run)
+    about = f": {_text(title)}" if title != run["agent"] else ""
+    parts = [f"**Agent run** {_code(run['agent'])}{about}", f"**{_text(run['status'])}**"]
     seconds = _duration(run)
     if seconds is not None:
         parts.append(_seconds(seconds))
@@ -105,6 +110,16 @@ def _headline(run: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def _input(value: Any) -> list[str]:
+    """What the run was asked: its input as JSON, fenced (code keeps all it holds), bounded."""
+    if value is None or value == {}:
+        return []
+    text = json.dumps(value, ensure_ascii=False, indent=1)
+    if len(text) > INPUT_LIMIT:
+        text = text[:INPUT_LIMIT] + " …"
+    return ["**Input**", *_fenced(text.splitlines(), "json")]
+
+
 def _outcome(run: dict[str, Any]) -> str:
     status = run["status"]
     if status == "failed" and run.get("error"):
@@ -112,8 +127,8 @@ def _outcome(run: dict[str, Any]) -> str:
         kind, message = _text(error.get("type", "error")), _text(error.get("message", ""))
         return f"> **Failed** ({kind}): {message}"
     if status in ("cancelled", "cancelling") and run.get("cancel"):
-        reason = run["cancel"].get("reason")
-        return f"> **Cancelled**{': ' + _text(_reason(reason)) if reason else ''}"
+        said = words.cancelled(run["cancel"].get("reason"))
+        return f"> **Cancelled**{_rest(said, 'cancelled')}"
     if status == "interrupted":
         return "> **Interrupted**: the server that executed it stopped before the run ended."
     if not is_terminal(status):
@@ -125,8 +140,11 @@ def _outcome(run: dict[str, Any]) -> str:
 
 
 def _footer(run: dict[str, Any]) -> str:
-    started = str(run.get("created_at") or "")
-    when = f", started {_text(started[:16].replace('T', ' '))} UTC" if started else ""
+    started = str(run.get("started_at") or "")
+    if started:
+        when = f", started {_text(started[:16].replace('T', ' '))} UTC"
+    else:
+        when = ", never started" if is_terminal(run["status"]) else ", not started yet"
     again = f", run again of {_code(run['retry_of'])}" if run.get("retry_of") else ""
     attempt = run.get("attempt") or 1
     # A reader of the export should know the answer came through a takeover.
@@ -254,16 +272,16 @@ def _answer(request: dict[str, Any]) -> str:
         )
         return f"*waiting for an answer* ({_text(choices)})"
     if request.get("choice") is None:
-        return "no answer in time" if request.get("reason") == "timeout" else "not answered"
-    by = f" by {_text(request['by'])}" if request.get("by") else ""
-    return f"**{_text(choice_name(request, request['choice']))}**{by}"
+        return _text(words.answer(request))
+    said = words.answer(request)
+    done = words.answer({**request, "by": None, "note": None})
+    return f"**{_text(done)}**{_rest(said, done)}"
 
 
-def _reason(reason: Any) -> str:
-    """A cancel's reason in words: a session's interrupt names the run that interrupted."""
-    if isinstance(reason, dict) and isinstance(reason.get("interrupted_by"), str):
-        return f"interrupted by {reason['interrupted_by']}"
-    return reason if isinstance(reason, str) else json.dumps(reason, ensure_ascii=False)
+def _rest(said: str, start: str) -> str:
+    """What ``said`` goes on with after ``start`` (which is shown apart), as text."""
+    rest = said[len(start) :]
+    return (" " if rest[:1].isspace() else "") + _text(rest) if rest.strip() else ""
 
 
 def _is_number(value: Any) -> bool:

@@ -12,6 +12,9 @@ import math
 from datetime import datetime, timezone
 from typing import Any
 
+from . import words
+from .words import parse_time
+
 STATUS_COLOURS = {
     "queued": "#616161",
     "running": "#1976d2",
@@ -37,17 +40,6 @@ def token_count(value: Any) -> int | None:
     return int(value) if 0 <= value <= MAX_COUNT else None
 
 
-def _parse(text: Any) -> datetime | None:
-    """A timestamp of the server (UTC); None when it is none."""
-    if not text or not isinstance(text, str):
-        return None
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
-
-
 def ago(then: datetime, now: datetime) -> str:
     """'just now', '3 min ago', '5 h ago', '2 days ago'."""
     seconds = int((now - then).total_seconds())
@@ -60,18 +52,6 @@ def ago(then: datetime, now: datetime) -> str:
     if seconds < 48 * 3600:
         return f"{seconds // 3600} h ago"
     return f"{seconds // 86400} days ago"
-
-
-def duration(seconds: float) -> str:
-    """'1.4 s', '12 s', '3 min 5 s', '2 h 4 min'."""
-    if seconds < 10:
-        return f"{max(0.0, seconds):.1f} s"
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole} s"
-    if whole < 3600:
-        return f"{whole // 60} min {whole % 60} s"
-    return f"{whole // 3600} h {whole % 3600 // 60} min"
 
 
 def tokens(run: dict[str, Any]) -> str:
@@ -89,14 +69,6 @@ def tokens(run: dict[str, Any]) -> str:
     return text
 
 
-def timing(run: dict[str, Any], now: datetime) -> str:
-    started = _parse(run.get("started_at"))
-    if started is None:
-        return ""
-    finished = _parse(run.get("finished_at"))
-    return duration(((finished or now) - started).total_seconds())
-
-
 class RunList(list):
     """The runs ``runs()`` found, newest first: a list of run objects, shown as a table."""
 
@@ -111,7 +83,7 @@ class RunList(list):
         cell = 'style="text-align:left;padding:2px 8px;white-space:nowrap"'
         head = "".join(
             f"<th {cell}>{name}</th>"
-            for name in ("status", "run", "agent", "notebook", "created", "took", "tokens")
+            for name in ("status", "title", "run", "agent", "notebook", "created", "time", "tokens")
         )
         rows = "".join(self._row(run, now, cell) for run in self)
         more = (
@@ -129,17 +101,18 @@ class RunList(list):
             f'<span style="color:{colour};border:1px solid {colour};border-radius:9px;'
             f'padding:0 7px;font-size:85%">{html.escape(status)}</span>'
         )
-        created = _parse(run.get("created_at"))
+        created = parse_time(run.get("created_at"))
         values = [
+            html.escape(words.title(run)),
             html.escape(str(run.get("run_id", ""))),
             html.escape(str(run.get("agent", ""))),
             html.escape(str(run.get("session") or "")),
             ago(created, now) if created else "",
-            timing(run, now),
+            html.escape(words.timing(run, now)),
             html.escape(tokens(run)),
         ]
         cells = f"<td {cell}>{chip}</td>" + "".join(
-            f"<td {cell}><code>{value}</code></td>" if index == 0 else f"<td {cell}>{value}</td>"
+            f"<td {cell}><code>{value}</code></td>" if index == 1 else f"<td {cell}>{value}</td>"
             for index, value in enumerate(values)
         )
         return f"<tr>{cells}</tr>"

@@ -202,6 +202,10 @@ def test_refresh_and_kernel_restart_reattach_to_the_one_run(lab, page):
     wait_text(
         page, 0, f"re-attached to {run_id}"
     )  # the cell says it found its run, not started one
+    # ... in its header, where the eye goes, with how to get a new one.
+    same = widget(page).locator(".agentruns-header .agentruns-same")
+    assert same.inner_text() == "the same run as before: Run again for a new one"
+    assert same.is_visible()
     assert len(runs_of(lab)) == before + 1
     print(
         f"\nfirst events visible {streaming:.1f} s after Ctrl+Enter; "

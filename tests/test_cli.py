@@ -278,7 +278,8 @@ def test_usage_that_is_not_counts_shows_as_unknown_and_odd_fields_as_absent():
         run = hostile_run(snapshot={"usage": usage})
         assert output.tokens(run) == "?", odd
         assert "  usage     ? input, 5 output tokens\n" in output.run_details(run, now)
-        assert output.runs_table([run], now).splitlines()[1].endswith("  ?")
+        header, row = output.runs_table([run], now).splitlines()
+        assert row[header.index("TOKENS") :].startswith("?  ")
         line = output.event_line({"seq": 4, "type": "usage", "data": usage})
         assert line == "[4] usage ? in, 5 out"
     assert output.tokens(hostile_run(snapshot={"usage": {"input_tokens": 7}})) == "7"
@@ -293,7 +294,7 @@ def test_usage_that_is_not_counts_shows_as_unknown_and_odd_fields_as_absent():
         "error": "boom", "cancel": ["why"],
     }  # fmt: skip
     shown = output.run_details(odd, now)
-    assert "duration  1h" in shown and "progress  p\n" in shown
+    assert "duration  running for 1h" in shown and "progress  p\n" in shown
     assert "messages  2, 0 characters" in shown
     assert output.runs_table(["not a run", odd], now).count("\n") == 2
     assert output.event_line({"type": None, "data": []}) == "[null] null"
@@ -345,7 +346,9 @@ def test_list_show_usage_and_export_describe_the_callers_runs(servers, tmp_path)
     assert cli_json(server, "list", "--agent", "nobody") == []
 
     table = cli(server, "list").stdout.splitlines()
-    assert table[0].split() == ["RUN", "STATUS", "AGENT", "SESSION", "AGE", "DURATION", "TOKENS"]
+    assert table[0].split() == [
+        "RUN", "STATUS", "AGENT", "SESSION", "AGE", "DURATION", "TOKENS", "TITLE",
+    ]  # fmt: skip
     assert table[3].split()[:4] == [ok, "succeeded", "demo", "notebooks/a.ipynb"]
     assert " ago " in table[3] or " just now " in table[3]  # an age for a person
 
@@ -443,10 +446,11 @@ def test_list_and_show_a_run_whose_usage_is_not_counts(servers, store_config):
 
     listed = cli(server, "list")
     assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
-    rows = {line.split()[0]: line for line in listed.stdout.splitlines()[1:]}
-    assert rows[odd["run_id"]].endswith("  ?")
+    header, *lines = listed.stdout.splitlines()
+    tokens = {line.split()[0]: line[header.index("TOKENS") :].split()[0] for line in lines}
+    assert tokens[odd["run_id"]] == "?"
     usage = fine["snapshot"]["usage"]
-    assert rows[fine["run_id"]].endswith(f"  {usage['input_tokens'] + usage['output_tokens']:,}")
+    assert tokens[fine["run_id"]] == f"{usage['input_tokens'] + usage['output_tokens']:,}"
     shown = cli(server, "show", odd["run_id"])
     assert shown.returncode == 0 and "usage     ? input, ? output tokens" in shown.stdout
     assert cli_json(server, "list")[1]["snapshot"]["usage"]["input_tokens"] == "lots"
@@ -594,7 +598,7 @@ def test_answer_lets_a_waiting_run_go_on_and_tail_exits_with_its_success(servers
     }
     tail = cli(server, "tail", run_id)
     assert tail.returncode == 0
-    assert f"input.resolved {request_id} → approve" in tail.stdout
+    assert f"input.resolved {request_id} → approved" in tail.stdout
     assert tail.stdout.rstrip().endswith("run.succeeded")
 
     again = cli(server, "answer", run_id, request_id, "deny")

@@ -235,6 +235,8 @@ except TimeoutError:
 run.cancel("from the kernel")
 run.wait(30)
 print(run.status, run.refresh()["cancel"]["reason"], len(runs()))
+listed = runs()
+print(listed[0]["title"], "<td " in listed._repr_html_() and ">slow</td>" in listed._repr_html_())
 try:
     submit("nope", {})
 except AgentRunsError as error:
@@ -242,7 +244,9 @@ except AgentRunsError as error:
 """
     stdout, _, error = kernel.run_cell(code, "cell-3")
     assert error is None, error
-    assert stdout.splitlines() == ["timeout", "cancelled from the kernel 1", "404 unknown_agent"]
+    assert stdout.splitlines() == [
+        "timeout", "cancelled from the kernel 1", "slow True", "404 unknown_agent",
+    ]  # fmt: skip
 
 
 def test_session_policies_from_the_kernel(lab):

@@ -81,6 +81,7 @@ def test_a_run_started_in_a_notebook_is_in_the_panel_live_and_its_name_opens_the
     row.wait_for(timeout=30_000)  # found by the panel's next look at the list
     wait_row_status(page, run_id, "running")
     assert row.locator(".agentruns-panel-agent").inner_text() == "demo"
+    assert row.locator(".agentruns-panel-run-title").inner_text() == "watch the panel"
     assert row.locator(".agentruns-panel-notebook").inner_text() == "panel_live.ipynb"
     # Live: the row ends with the run, through the page's one stream, not a poll per run.
     wait_row_status(page, run_id, "succeeded")

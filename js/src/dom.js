@@ -3,10 +3,10 @@
 
 import { hunkHeader, unifiedDiff } from "./diff.js";
 import { compactJson, isPlainObject } from "./json.js";
+import { answerWords, permissionOptions } from "./words.js";
 
 /**
  * @typedef {import("./reducer.js").Input} Input
- * @typedef {{optionId: string, name: string, kind: string}} PermissionOption
  */
 
 /** Text a tool step showed, beyond this many characters, is cut (the run keeps all of it). */
@@ -17,22 +17,6 @@ export const MAX_CONTENT_ITEMS = 20;
 export const DIFF_OPEN_LINES = 40;
 /** Lines of one diff shown at most. */
 export const MAX_DIFF_LINES = 2000;
-
-/**
- * "1.4 s", "12 s", "3 min 5 s", "2 h 4 min": a duration for a person.
- * @param {number} ms
- * @returns {string}
- */
-export function formatDuration(ms) {
-  if (ms < 10_000) return `${(Math.max(0, ms) / 1000).toFixed(1)} s`;
-  const seconds = Math.floor(ms / 1000);
-  if (seconds < 60) return `${seconds} s`;
-  const minutes = Math.floor(seconds / 60);
-  if (minutes < 60) return `${minutes} min ${seconds % 60} s`;
-  const hours = Math.floor(minutes / 60);
-  if (hours < 48) return `${hours} h ${minutes % 60} min`;
-  return `${Math.floor(hours / 24)} days`;
-}
 
 /**
  * "just now", "3 min ago", "5 h ago": how long ago `then` was.
@@ -125,29 +109,11 @@ export function inputCard(input, answer) {
     }
     card.appendChild(choices);
   } else {
-    const said = element("div", "agentruns-input-answer", describeAnswer(input));
+    const said = element("div", "agentruns-input-answer", answerWords(input));
     if (input.choice !== null && input.choice !== undefined) said.dataset.choice = String(input.choice);
     card.appendChild(said);
   }
   return card;
-}
-
-/**
- * A permission question's options by id, or null for any other question.
- * @param {Input} input
- * @returns {Map<string, PermissionOption> | null}
- */
-export function permissionOptions(input) {
-  if (input.kind !== "permission" || !isPlainObject(input.details)) return null;
-  /** @type {Map<string, PermissionOption>} */
-  const options = new Map();
-  const listed = input.details.options;
-  for (const option of Array.isArray(listed) ? listed : []) {
-    if (!isPlainObject(option) || typeof option.optionId !== "string") continue;
-    const name = typeof option.name === "string" && option.name.trim() ? option.name : option.optionId;
-    options.set(option.optionId, { optionId: option.optionId, name, kind: typeof option.kind === "string" ? option.kind : "" });
-  }
-  return options;
 }
 
 /**
@@ -158,17 +124,6 @@ function optionClass(kind) {
   if (kind.startsWith("allow")) return " agentruns-choice--allow";
   if (kind.startsWith("reject")) return " agentruns-choice--reject";
   return "";
-}
-
-/**
- * What a choice is called: a permission option's name, else the choice itself.
- * @param {Input} input
- * @param {string} choice
- * @returns {string}
- */
-export function choiceName(input, choice) {
-  const option = permissionOptions(input)?.get(choice);
-  return option ? option.name : choice;
 }
 
 /**
@@ -187,19 +142,6 @@ function aboutTool(tool) {
   const content = toolContent(tool.content);
   if (content !== null) about.appendChild(content);
   return about;
-}
-
-/**
- * @param {Input} input
- * @returns {string}
- */
-export function describeAnswer(input) {
-  if (input.choice === null || input.choice === undefined) {
-    return input.reason === "timeout" ? "no answer in time" : "not answered: the run went on without it";
-  }
-  let text = `${choiceName(input, String(input.choice))}${input.by ? ` by ${input.by}` : ""}`;
-  if (input.note) text += `: ${input.note}`;
-  return text;
 }
 
 /**

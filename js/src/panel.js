@@ -10,7 +10,8 @@ import { getHub } from "./hub.js";
 import { openInputs } from "./reducer.js";
 import { RunState } from "./runstate.js";
 import { STATUSES } from "./status.js";
-import { button, element, formatAgo, formatCost, formatDuration, formatTokens, inputCard, isCost, isTokenCount, parseTime } from "./dom.js";
+import { button, element, formatAgo, formatCost, formatTokens, inputCard, isCost, isTokenCount, parseTime } from "./dom.js";
+import { runTitle, timingWords } from "./words.js";
 
 /** Runs on one page of the panel; "More" adds another page. */
 export const PAGE_SIZE = 20;
@@ -34,7 +35,7 @@ export const TICK_MS = 1000;
  *   clearInterval?: (id: any) => void,
  * }} PanelOptions
  * @typedef {{
- *   state: RunState, node: HTMLElement, chip: HTMLElement, agent: HTMLElement, notebook: HTMLElement,
+ *   state: RunState, node: HTMLElement, chip: HTMLElement, agent: HTMLElement, title: HTMLElement, notebook: HTMLElement,
  *   age: HTMLElement, timing: HTMLElement, tokens: HTMLElement, inputs: HTMLElement, note: HTMLElement,
  *   cancel: HTMLButtonElement, again: HTMLButtonElement, unfollow: (() => void) | null, busy: boolean,
  *   inputsKey: string, broken: boolean, rereading: boolean,
@@ -90,19 +91,6 @@ export function describeTokens(usage) {
   let text = `${usage.estimated ? "≈ " : ""}${formatTokens(total, true)} tokens`;
   if (isCost(usage.cost)) text += ` · cost ${formatCost(usage.cost)}`;
   return text;
-}
-
-/**
- * "took 12 s", "running for 3 min 5 s", "queued": how long the run ran, for a person.
- * @param {RunState} state
- * @param {number} now
- */
-export function describeTiming(state, now) {
-  const started = parseTime(state.startedAt);
-  if (started === null) return state.terminal ? "never started" : "not started yet";
-  const finished = parseTime(state.finishedAt);
-  if (state.terminal && finished !== null) return `took ${formatDuration(finished - started)}`;
-  return `running for ${formatDuration(now - started)}`;
 }
 
 export class RunsPanel {
@@ -421,6 +409,8 @@ export class RunsPanel {
     });
     const age = element("span", "agentruns-panel-age");
     top.append(chip, agent, element("span", "agentruns-spacer"), age);
+    // What the run was asked: user text, shown as text (cut with an ellipsis by the stylesheet).
+    const title = element("div", "agentruns-panel-run-title");
     const where = element("div", "agentruns-panel-line");
     where.append(notebook);
     const second = element("div", "agentruns-panel-line agentruns-panel-detail");
@@ -433,10 +423,10 @@ export class RunsPanel {
     const note = element("div", "agentruns-panel-note");
     note.hidden = true;
     const id = element("div", "agentruns-panel-id", runId);
-    node.append(top, where, second, inputs, note, id);
+    node.append(top, title, where, second, inputs, note, id);
     /** @type {Row} */
     const row = {
-      state: new RunState(runId), node, chip, agent, notebook, age, timing, tokens, inputs, note, cancel, again,
+      state: new RunState(runId), node, chip, agent, title, notebook, age, timing, tokens, inputs, note, cancel, again,
       unfollow: null, busy: false, inputsKey: "", broken: false, rereading: false,
     };
     cancel.addEventListener("click", () => void this._cancel(row));
@@ -452,6 +442,8 @@ export class RunsPanel {
     row.chip.dataset.kind = state.status;
     row.chip.textContent = state.attempt > 1 && !state.terminal ? `${state.status} (attempt ${state.attempt})` : state.status;
     row.agent.textContent = run ? run.agent : "";
+    row.title.textContent = run ? runTitle(run) : "";
+    row.title.title = row.title.textContent;
     const session = run && typeof run.session === "string" ? run.session : "";
     row.notebook.textContent = session ? baseName(session) : "no notebook";
     const path = this._notebookPath(row);
@@ -487,7 +479,7 @@ export class RunsPanel {
     const created = parseTime(row.state.run ? row.state.run.created_at : null);
     row.age.textContent = created === null ? "" : formatAgo(created, now);
     row.age.title = row.state.run && row.state.run.created_at ? `created ${row.state.run.created_at}` : "";
-    row.timing.textContent = describeTiming(row.state, now);
+    row.timing.textContent = timingWords(row.state, now);
   }
 
   /** @param {Row} row */

@@ -9,7 +9,7 @@ import { TERMINAL_TYPES, isTerminal } from "./status.js";
  * @typedef {{type?: string, message?: string}} RunError
  * @typedef {{requested_at: string | null, reason: any, stage: any}} Cancel
  * @typedef {{
- *   run_id: string, agent: string, status: string, session?: string | null,
+ *   run_id: string, agent: string, title?: string, status: string, session?: string | null,
  *   metadata?: Record<string, any> | null, input?: any, retry_of?: string | null, queued_behind?: string | null,
  *   attempt?: number,
  *   created_at?: string | null, started_at?: string | null, finished_at?: string | null,
@@ -157,6 +157,8 @@ export class RunState {
     this.attempt = 1;
     /** @type {string | null} when the last takeover seen here happened */
     this.resumedAt = null;
+    /** @type {string | null} when the run began to wait for an answer, if this view saw it */
+    this.waitingSince = null;
     /** @type {UnknownEvent[]} */
     this.unknown = [];
     /** @type {string | null} */
@@ -193,6 +195,8 @@ export class RunState {
     this.startedAt = loaded.started_at ?? null;
     this.finishedAt = loaded.finished_at ?? null;
     this.attempt = typeof loaded.attempt === "number" ? loaded.attempt : 1;
+    // The run object does not say since when it waits: a later question's event will.
+    if (this.status !== "waiting") this.waitingSince = null;
     this.interruptReason = null;
     this.unknown = [];
     this.problem = null;
@@ -247,9 +251,15 @@ export class RunState {
       this.attempt = typeof attempt === "number" ? attempt : this.attempt + 1;
       this.resumedAt = ts;
     } else if (type === "input.requested") {
-      if (this.status === "running") this.status = "waiting";
+      if (this.status === "running") {
+        this.status = "waiting";
+        this.waitingSince = ts;
+      }
     } else if (type === "input.resolved") {
-      if (this.status === "waiting" && openInputs(this.snapshot).length === 0) this.status = "running";
+      if (this.status === "waiting" && openInputs(this.snapshot).length === 0) {
+        this.status = "running";
+        this.waitingSince = null;
+      }
     } else if (type === "run.cancel_requested") {
       this.status = "cancelling";
       this.cancel = { requested_at: ts, reason: get(data, "reason"), stage: null };

@@ -7,12 +7,13 @@
 import { apiBase, apiFetch, errorMessage, newIdempotencyKey, runsUrl } from "./api.js";
 import { getHub } from "./hub.js";
 import {
-  button, element, formatAgo, formatCost, formatDuration, formatTokens, inputCard, isCost, kindLabel, parseTime, toolContent,
+  button, element, formatAgo, formatCost, formatTokens, inputCard, isCost, kindLabel, parseTime, toolContent,
 } from "./dom.js";
 import { compactJson, hasOwn, isPlainObject } from "./json.js";
 import { MAX_MARKDOWN_CHARS, renderMarkdown } from "./markdown.js";
 import { RunState } from "./runstate.js";
 import { ACTIVE_STATUSES, isTerminal } from "./status.js";
+import { cancelledWords, clockTime, formatDuration, progressWords, runTitle, sameRunWords, timingWords } from "./words.js";
 
 /**
  * @typedef {import("./models.js").WidgetModel} WidgetModel
@@ -215,6 +216,8 @@ export class RunView {
 
     this.header = element("div", "agentruns-header");
     this.agent = element("span", "agentruns-agent");
+    // What the run was asked: user text, shown as text.
+    this.title = element("span", "agentruns-title");
     this.chip = element("span", "agentruns-chip");
     this.elapsed = element("span", "agentruns-elapsed");
     this.cancelButton = button("Cancel", "agentruns-cancel");
@@ -224,7 +227,10 @@ export class RunView {
     // Both buttons live at the right end, Run again last: it never moves.
     const actions = element("span", "agentruns-actions");
     actions.append(this.cancelButton, this.againButton);
-    this.header.append(this.agent, this.chip, this.elapsed, element("span", "agentruns-spacer"), actions);
+    // A re-run cell that found its run again says so where the eye goes first.
+    this.same = element("div", "agentruns-same");
+    this.same.hidden = true;
+    this.header.append(this.agent, this.title, this.chip, this.elapsed, element("span", "agentruns-spacer"), actions, this.same);
 
     this.detail = element("div", "agentruns-detail");
     this.meta = element("div", "agentruns-meta");
@@ -247,6 +253,8 @@ export class RunView {
       if (this.thinking.open) this._changed();
     });
     this.plan = element("div", "agentruns-plan");
+    // A snapshot without a plan has no "plan" at all: nothing to draw, not even its box.
+    this.plan.hidden = true;
     this.tools = element("div", "agentruns-tools");
     this.progress = element("div", "agentruns-progress");
     this.progressBar = element("div", "agentruns-progress-bar");
@@ -601,6 +609,11 @@ export class RunView {
     const state = this.state;
     const active = ACTIVE_STATUSES.has(status);
     this.agent.textContent = state && state.run ? state.run.agent : "agent run";
+    const title = state && state.run ? runTitle(state.run) : "";
+    // The agent's name alone is no title: it is shown already.
+    this.title.textContent = title !== this.agent.textContent ? title : "";
+    this.title.title = this.title.textContent;
+    this.title.hidden = this.title.textContent === "";
     let chip = status || "loading";
     let kind = status || "queued";
     let detail = "";
@@ -617,7 +630,7 @@ export class RunView {
     } else if (state && status === "queued" && state.run && typeof state.run.queued_behind === "string") {
       detail = `queued behind ${state.run.queued_behind}`;
     } else if (state && status === "cancelled" && state.cancel && state.cancel.reason) {
-      detail = `cancelled: ${describeReason(state.cancel.reason)}`;
+      detail = cancelledWords(state.cancel.reason);
     } else if (state && status === "interrupted" && state.interruptReason) {
       detail = `interrupted: ${describeReason(state.interruptReason)}`;
     }
@@ -632,6 +645,15 @@ export class RunView {
     this.cancelButton.disabled = this.busy || status === "cancelling";
     this.againButton.hidden = !(loaded && isTerminal(status));
     this.againButton.disabled = this.busy;
+    const same = loaded && this._sameRun();
+    this.same.textContent = same ? sameRunWords(status) : "";
+    this.same.hidden = !same;
+  }
+
+  /** True when re-running the cell found the run it had started before (and no Run again replaced it). */
+  _sameRun() {
+    const followed = this.host.followed();
+    return this.host.reattached() && !(followed && this.state !== null && followed !== this.state.runId);
   }
 
   _renderMeta() {
@@ -665,19 +687,15 @@ export class RunView {
       return;
     }
     const created = parseTime(run.created_at);
-    const started = parseTime(state.startedAt) ?? created;
-    if (started === null) {
+    const started = parseTime(state.startedAt);
+    const at = started ?? created;
+    if (at === null) {
       this.elapsed.textContent = "";
       return;
     }
-    const finished = state.terminal ? parseTime(state.finishedAt) : null;
-    const end = finished ?? Date.now();
-    const at = new Date(started);
-    this.elapsed.title = `started ${at.toLocaleString()}`;
-    const clock = at.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
-    this.elapsed.textContent = state.terminal
-      ? `${clock} · took ${formatDuration(end - started)}`
-      : `${clock} · ${formatDuration(end - started)}`;
+    // A run that never started shows when it was made, and says it never started.
+    this.elapsed.title = `${started === null ? "created" : "started"} ${new Date(at).toLocaleString()}`;
+    this.elapsed.textContent = `${clockTime(at)} · ${timingWords(state, Date.now())}`;
     if (state.terminal || this.problem !== null) this._stopClock();
     else if (this.clock === null) this.clock = setInterval(() => this._renderClock(), CLOCK_TICK_MS);
   }
@@ -808,24 +826,18 @@ export class RunView {
     if (rendered.progress === progress && rendered.progressKey === key) return;
     rendered.progress = progress;
     rendered.progressKey = key;
-    box.hidden = progress === null;
-    if (progress === null) return;
-    const fill = this.progressFill;
-    const bar = this.progressBar;
-    const message = this.progressMessage;
-    const stopped = isTerminal(state.status) && state.status !== "succeeded";
+    // A run that ended is in no phase any more: its last progress (searching,
+    // waiting for approval) is not where it stopped, and the header says how it ended.
+    box.hidden = progress === null || isTerminal(state.status);
+    if (box.hidden || progress === null) return;
     const fraction = typeof progress.fraction === "number" ? Math.min(1, Math.max(0, progress.fraction)) : null;
     const percent = fraction === null ? null : Math.round(fraction * 100);
     // Nothing measured yet but text is coming: the run is visibly working.
-    const indeterminate = !isTerminal(state.status) && (fraction === null || (fraction === 0 && streaming));
+    const indeterminate = fraction === null || (fraction === 0 && streaming);
     box.classList.toggle("agentruns-progress--indeterminate", indeterminate);
-    box.classList.toggle("agentruns-progress--stopped", stopped);
-    bar.hidden = stopped && fraction === null;
-    fill.style.width = indeterminate ? "" : `${state.status === "succeeded" ? 100 : percent ?? 0}%`;
-    bar.title = percent === null ? "working" : `${percent}%`;
-    let text = progress.message || (percent === null ? "" : `${percent}%`);
-    if (stopped) text = `stopped (${state.status})${percent === null ? "" : ` at ${percent}%`}${progress.message ? `: ${progress.message}` : ""}`;
-    message.textContent = text;
+    this.progressFill.style.width = indeterminate ? "" : `${percent ?? 0}%`;
+    this.progressBar.title = percent === null ? "working" : `${percent}%`;
+    this.progressMessage.textContent = progressWords(state.status, { ...progress, fraction: indeterminate ? null : fraction });
   }
 
   /**

@@ -5,7 +5,8 @@ import { beforeEach, test } from "node:test";
 import { installPage, sleep } from "./dom.mjs";
 
 installPage();
-const { RunsPanel, PAGE_SIZE, baseName, contentsPath, describeTiming, describeTokens } = await import("../src/panel.js");
+const { RunsPanel, PAGE_SIZE, baseName, contentsPath, describeTokens } = await import("../src/panel.js");
+const { timingWords } = await import("../src/words.js");
 const { RunState } = await import("../src/runstate.js");
 
 const NOW = Date.parse("2026-01-01T00:10:00.000Z");
@@ -355,7 +356,7 @@ test("words for tokens, timing and paths", () => {
   assert.equal(baseName("a/b/c.ipynb"), "c.ipynb");
   const state = new RunState("run_x");
   state.loadRun(runObject("run_x", { status: "queued", started_at: null }));
-  assert.equal(describeTiming(state, NOW), "not started yet");
+  assert.equal(timingWords(state, NOW), "not started yet");
 });
 
 /** A fetch whose answers the test releases one by one. */
@@ -431,4 +432,25 @@ test("a gap is read again once for all the events behind it; an event it cannot 
   hub.listeners.get("run_gap").onEvent({ run_id: "run_gap", seq: 7, type: "text.delta", ts: TS, data: { message_id: "nope" } });
   assert.equal(hub.listeners.has("run_gap"), false);
   assert.match(text(row, ".agentruns-panel-note"), /cannot be shown here/);
+});
+
+test("each card says what its run was asked and how it went, in the same words as everywhere", async () => {
+  const hostile = '<img src=x onerror="globalThis.pwned=1"> weekly';
+  fakeServer([
+    runObject("run_c", { status: "waiting" }),
+    runObject("run_b", { status: "cancelled", started_at: null, finished_at: TS, metadata: { title: hostile } }),
+    runObject("run_a", { status: "queued", started_at: null, input: { prompt: "Summarise the notes\nin three lines" } }),
+  ]);
+  const { panel } = makePanel(fakeHub());
+  panel.show();
+  await sleep(10);
+  const [c, b, a] = rows(panel);
+  assert.equal(text(c, ".agentruns-panel-run-title"), "run_c");
+  assert.equal(text(c, ".agentruns-panel-timing"), "waiting for an answer");
+  assert.equal(text(b, ".agentruns-panel-run-title"), hostile);
+  assert.equal(panel.node.querySelector("img"), null);
+  assert.equal(text(b, ".agentruns-panel-timing"), "never started");
+  assert.equal(text(a, ".agentruns-panel-run-title"), "Summarise the notes");
+  assert.equal(text(a, ".agentruns-panel-timing"), "not started yet");
+  panel.dispose();
 });

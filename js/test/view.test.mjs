@@ -17,7 +17,7 @@ const TS = "2026-01-01T00:00:00.000Z";
 function runObject(fields = {}) {
   return {
     run_id: RUN, agent: "demo", status: "running", session: null, metadata: {}, input: { prompt: "hi" },
-    retry_of: null, created_at: new Date(Date.now() - 180_000).toISOString(), started_at: null, finished_at: null,
+    retry_of: null, created_at: new Date(Date.now() - 180_000).toISOString(), started_at: new Date(Date.now() - 179_000).toISOString(), finished_at: null,
     last_seq: 1, first_seq: 1,
     snapshot: { messages: [], tools: [], progress: null, usage: null }, output: null, error: null, cancel: null,
     ...fields,
@@ -114,7 +114,7 @@ test("a loaded run shows its status, run id and data attributes", async () => {
   assert.ok(el.querySelector(".agentruns-copy"));
   assert.equal(el.querySelector(".agentruns-cancel").hidden, false);
   assert.equal(el.querySelector(".agentruns-again").hidden, true);
-  assert.match(text(".agentruns-elapsed"), /\d+ (s|min)/);
+  assert.match(text(".agentruns-elapsed"), /· running for 2 min 59 s$/);
   assert.equal(hub.cursors.get(RUN), 1, "it follows the run from the snapshot's last_seq");
 });
 
@@ -187,7 +187,7 @@ test("a very long text is shown as plain text", async () => {
   assert.ok(pre.textContent.endsWith("# tail"), "appended, not parsed");
 });
 
-test("progress is never an empty bar while text streams, and reads as stopped after a cancel", async () => {
+test("progress is never an empty bar while text streams, and is gone once the run ended", async () => {
   await shown(fakeHost());
   const listener = hub.listeners.get(RUN);
   listener.onEvent(event("progress", { fraction: 0, message: "searching" }));
@@ -204,10 +204,9 @@ test("progress is never an empty bar while text streams, and reads as stopped af
   listener.onEvent(event("run.cancelled", { reason: "enough", stage: { seq: 5, step: "message m1 streaming" } }));
   await sleep(30);
   assert.equal(root().dataset.status, "cancelled");
-  assert.ok(progress.classList.contains("agentruns-progress--stopped"));
-  assert.equal(progress.classList.contains("agentruns-progress--indeterminate"), false);
-  assert.match(text(".agentruns-progress-message"), /^stopped \(cancelled\) at 40%/);
-  assert.match(text(".agentruns-detail"), /enough/);
+  // Cancelled while it wrote: it is not "writing" any more, nor at 40% of anything.
+  assert.equal(progress.hidden, true);
+  assert.equal(text(".agentruns-detail"), "cancelled: enough");
   assert.equal(el.querySelector(".agentruns-again").hidden, false);
   assert.equal(el.querySelector(".agentruns-cancel").hidden, true);
 });
@@ -276,7 +275,7 @@ test("an open question shows a button per choice; a click posts the choice; the 
   hub.listeners.get(RUN).onEvent(event("input.resolved", { request_id: "in_q", choice: "approve", note: null, by: "alice" }));
   await sleep(40);
   assert.equal(el.querySelectorAll(".agentruns-choice").length, 0);
-  assert.equal(text(".agentruns-input-answer"), "approve by alice");
+  assert.equal(text(".agentruns-input-answer"), "approved by alice");
   assert.equal(el.querySelector(".agentruns-input").dataset.status, "resolved");
 });
 
@@ -449,7 +448,7 @@ test("the snapshots of the shared vectors of a coding agent's turn and of a perm
   view.dispose();
   el.replaceChildren();
   await shown(fakeHost(), runObject({ status: "succeeded", snapshot: vector("permission.json") }));
-  assert.equal(text(".agentruns-input-answer"), "Allow by alice");
+  assert.equal(text(".agentruns-input-answer"), "allowed by alice");
   assert.equal(text(".agentruns-input-tool-title"), "Edit plot.py");
 });
 
@@ -490,6 +489,76 @@ test("re-attached and followed runs say so", async () => {
   host.changed();
   await sleep(30);
   assert.equal(text(".agentruns-note"), `following ${RUN} (Run again of run_first)`);
+});
+
+test("a re-run cell that found its run again says so in the header, and how to get a new one", async () => {
+  const host = fakeHost();
+  host.reattachedValue = true;
+  await shown(host);
+  assert.equal(el.querySelector(".agentruns-header .agentruns-same").hidden, false);
+  assert.equal(text(".agentruns-same"), "the same run as before, still going");
+  view.dispose();
+  el.replaceChildren();
+  await shown(host, runObject({ status: "succeeded", finished_at: new Date().toISOString() }));
+  assert.equal(text(".agentruns-same"), "the same run as before: Run again for a new one");
+  host.followedValue = "run_first";
+  host.changed();
+  await sleep(30);
+  assert.equal(el.querySelector(".agentruns-same").hidden, true, "Run again made a new run");
+  view.dispose();
+  el.replaceChildren();
+  await shown(fakeHost());
+  assert.equal(el.querySelector(".agentruns-same").hidden, true);
+});
+
+test("the header says what the run was asked, as text", async () => {
+  const hostile = '<img src=x onerror="globalThis.pwned=1"> report';
+  await shown(fakeHost(), runObject({ metadata: { title: hostile } }));
+  assert.equal(text(".agentruns-header .agentruns-title"), hostile);
+  assert.equal(el.querySelector("img"), null);
+  assert.equal(el.querySelector(".agentruns-plan").hidden, true, "no plan, no empty box");
+  view.dispose();
+  el.replaceChildren();
+  await shown(fakeHost(), runObject({ input: { prompt: "Summarise the notes\nin three lines" } }));
+  assert.equal(text(".agentruns-title"), "Summarise the notes");
+  view.dispose();
+  el.replaceChildren();
+  await shown(fakeHost(), runObject({ input: {} }));
+  assert.equal(el.querySelector(".agentruns-title").hidden, true, "the agent's name is not said twice");
+});
+
+test("the header says how a run went in the same words as everywhere", async () => {
+  const finished = new Date().toISOString();
+  // Queued, then cancelled before it ever started: it never started, it did not "take" any time.
+  await shown(fakeHost(), runObject({ status: "cancelled", started_at: null, finished_at: finished, cancel: { requested_at: finished, reason: "cancelled from the notebook", stage: null } }));
+  assert.match(text(".agentruns-elapsed"), /· never started$/);
+  assert.equal(text(".agentruns-detail"), "cancelled from the notebook");
+  view.dispose();
+  el.replaceChildren();
+  // Denied: the run failed, it is not "at 0%: waiting for approval".
+  const inputs = [{ request_id: "in_1", kind: "approval", title: "Write it?", details: null, choices: ["approve", "deny"], status: "resolved", choice: "deny", by: "Anonymous Praxidike" }];
+  const denied = runObject({
+    status: "failed", finished_at: finished, error: { type: "denied", message: "the request to write the answer was denied" },
+    snapshot: { messages: [], tools: [], progress: { fraction: 0, message: "waiting for approval" }, usage: null, inputs },
+  });
+  await shown(fakeHost(), denied);
+  assert.equal(el.querySelector(".agentruns-progress").hidden, true);
+  assert.equal(el.textContent.includes("waiting for approval"), false);
+  assert.equal(text(".agentruns-input-answer"), "denied");
+  view.dispose();
+  el.replaceChildren();
+  // Waiting: it waits for an answer, it is not "running for" anything.
+  await shown(fakeHost(), runObject({ status: "waiting" }));
+  assert.match(text(".agentruns-elapsed"), /· waiting for an answer$/);
+  view.dispose();
+  el.replaceChildren();
+  // A question seen being asked dates the wait.
+  await shown(fakeHost());
+  const asked = event("input.requested", { request_id: "in_2", kind: "approval", title: "More?", details: null, choices: ["approve", "deny"] });
+  hub.listeners.get(RUN).onEvent(asked);
+  await sleep(30);
+  const clock = new Date(asked.ts).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  assert.match(text(".agentruns-elapsed"), new RegExp(`· waiting for an answer since ${clock}$`));
 });
 
 test("a run the server does not have shows the notebook's saved record and says so", async () => {

@@ -108,7 +108,7 @@ async def demo(run, input: dict) -> dict:
                     kind="approval",
                 )
         if choice != "approve":
-            raise Denied(f"the request to write the answer was {choice}")
+            raise Denied("the request to write the answer was denied")
 
     deltas = answer_words(prompt, chunks)
     message, written, finished = done.message(deltas)

@@ -20,11 +20,14 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from .. import words
 from ..questions import option_names
 from ..runtable import token_count
 
 TEXT_PREVIEW = 300
 FIELD_PREVIEW = 60
+TITLE_COLUMN = 40
+INPUT_PREVIEW = 1000
 
 # C0 controls, DEL, C1 controls (U+009B is a CSI of its own), and the
 # bidirectional embeddings, overrides and isolates.
@@ -118,6 +121,11 @@ def duration(run: dict[str, Any], now: datetime | None = None) -> str:
     return span(max(0.0, (ended - started).total_seconds()))
 
 
+def timing(run: dict[str, Any], now: datetime | None = None) -> str:
+    """How long the run ran, in words: ``took 2.0s``, ``waiting for an answer``, ``never started``."""
+    return words.timing(run, now or datetime.now(timezone.utc), span)
+
+
 def tokens(run: dict[str, Any]) -> str:
     """Input + output tokens of the run's last ``usage`` (``-`` when it reported none, ``?`` when not counts)."""
     usage = mapping(mapping(run.get("snapshot")).get("usage"))
@@ -144,7 +152,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def runs_table(runs: list[Any], now: datetime | None = None) -> str:
-    headers = ("RUN", "STATUS", "AGENT", "SESSION", "AGE", "DURATION", "TOKENS")
+    headers = ("RUN", "STATUS", "AGENT", "SESSION", "AGE", "DURATION", "TOKENS", "TITLE")
     rows = [
         (
             one_line(run.get("run_id")),
@@ -152,12 +160,17 @@ def runs_table(runs: list[Any], now: datetime | None = None) -> str:
             short(run.get("agent"), 40),
             short(run.get("session") or "-", 40),
             age(run.get("created_at"), now),
-            duration(run, now),
+            duration(run, now) if run.get("started_at") else _not_started(run),
             tokens(run),
+            short(words.title(run), TITLE_COLUMN),
         )
         for run in map(mapping, runs)
     ]
     return table(headers, rows)
+
+
+def _not_started(run: dict[str, Any]) -> str:
+    return "never started" if words.ended(run.get("status")) else "-"
 
 
 def open_inputs(run: dict[str, Any]) -> list[dict[str, Any]]:
@@ -176,15 +189,9 @@ def choices(request: dict[str, Any]) -> str:
     return " | ".join(shown)
 
 
-def progress_text(progress: Any) -> str:
-    """A progress's message and fraction (``searching 40%``); empty without a message."""
-    progress = mapping(progress)
-    if not progress.get("message"):
-        return ""
-    fraction = progress.get("fraction")
-    known = isinstance(fraction, (int, float)) and not isinstance(fraction, bool)
-    percent = f" {fraction:.0%}" if known and 0 <= fraction <= 1 else ""
-    return f"{short(progress['message'])}{percent}"
+def progress_text(status: Any, progress: Any) -> str:
+    """A live run's progress (``searching 40%``); empty once the run ended."""
+    return short(words.progress(status, progress))
 
 
 def message_text(messages: Any) -> str:
@@ -199,10 +206,11 @@ def error_text(error: Any) -> str:
 
 
 def run_details(run: dict[str, Any], now: datetime | None = None) -> str:
-    """What ``show`` prints: state, timing, what the run did, its usage, its open questions."""
+    """What ``show`` prints: title, state, timing, input, what the run did, its usage, its open questions."""
     snapshot = mapping(run.get("snapshot"))
     lines = [
-        f"{one_line(run.get('run_id'))}  {one_line(run.get('status'))}  ({short(run.get('agent'))})"
+        f"{one_line(run.get('run_id'))}  {one_line(run.get('status'))}  ({short(run.get('agent'))})",
+        f"  {short(words.title(run), 200)}",
     ]
 
     def field(name: str, value: str) -> None:
@@ -215,12 +223,14 @@ def run_details(run: dict[str, Any], now: datetime | None = None) -> str:
         field("started", one_line(run["started_at"]))
     if run.get("finished_at"):
         field("finished", one_line(run["finished_at"]))
-    field("duration", duration(run, now))
+    field("duration", timing(run, now))
     field("attempt", one_line(run.get("attempt", 1)))
     field("events", f"{one_line(run.get('first_seq', 1))}..{one_line(run.get('last_seq', 0))} kept")
     if run.get("retry_of"):
         field("retry of", one_line(run["retry_of"]))
-    if progress := progress_text(snapshot.get("progress")):
+    if run.get("input") is not None:
+        field("input", short(run["input"], INPUT_PREVIEW))
+    if progress := progress_text(run.get("status"), snapshot.get("progress")):
         field("progress", progress)
     for tool in map(mapping, items(snapshot.get("tools"))):
         field(
@@ -244,7 +254,7 @@ def run_details(run: dict[str, Any], now: datetime | None = None) -> str:
     if run.get("error"):
         field("error", error_text(run["error"]))
     if run.get("cancel"):
-        field("cancel", short(mapping(run["cancel"]).get("reason") or "no reason given", 200))
+        field("cancel", short(words.cancelled(mapping(run["cancel"]).get("reason")), 200))
     for request in open_inputs(run):
         field(
             "asks",
@@ -271,7 +281,7 @@ def event_line(event: dict[str, Any]) -> str:
             f"[{choices(data)}]"
         ),
         "input.resolved": lambda: (
-            f"{one_line(data.get('request_id'))} → {short(data.get('choice'))}"
+            f"{one_line(data.get('request_id'))} → {short(words.answer(data), 200)}"
         ),
         "run.resumed": lambda: (
             f"attempt {one_line(data.get('attempt'))} ({short(data.get('reason'))})"

@@ -356,7 +356,13 @@ class Engine(LoggingConfigurable):
         return await self.controls.cancel(owner, run_id, reason)
 
     async def answer(
-        self, owner: str, by: str, run_id: str, request_id: str, choice: str, note: str | None
+        self,
+        owner: str,
+        by: str | None,
+        run_id: str,
+        request_id: str,
+        choice: str,
+        note: str | None,
     ) -> dict[str, Any]:
         """Answer a run's question; returns the run."""
         await self.start()

@@ -67,7 +67,13 @@ class Controls:
         return await self._reads.get_run(owner, run_id), started
 
     async def answer(
-        self, owner: str, by: str, run_id: str, request_id: str, choice: str, note: str | None
+        self,
+        owner: str,
+        by: str | None,
+        run_id: str,
+        request_id: str,
+        choice: str,
+        note: str | None,
     ) -> dict[str, Any]:
         """Answer a run's question (``POST runs/{id}/inputs/{request_id}``); returns the run.
 

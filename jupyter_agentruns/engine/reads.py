@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from .. import budgets, jsonio, lifecycle, reducer
+from .. import budgets, jsonio, lifecycle, reducer, words
 from ..cursor import page_cursor, parse_page_cursor
 from ..errors import Problem, run_not_found
 from ..reader import Reader
@@ -236,6 +236,7 @@ class Reads:
         run = {name: row.get(name) for name in RUN_FIELDS}
         if run["metadata"] is None:
             run["metadata"] = {}
+        run["title"] = words.run_title(run["metadata"], run["input"], run["agent"])
         run["snapshot"] = self._snapshot_at(conn, row)
         run["output"] = row.get("output")
         run["error"] = row.get("error")

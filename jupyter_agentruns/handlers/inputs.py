@@ -5,6 +5,7 @@ from __future__ import annotations
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
+from .. import words
 from ..errors import invalid_request, refuse_unknown_fields
 from .base import AgentRunsHandler
 from .runs import RUN_ID, check_run_id
@@ -27,10 +28,11 @@ class InputHandler(AgentRunsHandler):
             raise invalid_request(
                 f"The field 'note' must be a string of at most {MAX_NOTE_CHARS} characters."
             )
-        # Who answered, as people read it: the user's name (a hub's username;
-        # a single-user server's token login is an anonymous display name).
+        # Who answered, as people read it: the user's name (a hub's username).
+        # A single-user server's token login is a new anonymous name per
+        # request, which names nobody: no one is recorded then.
         user = self.current_user
-        by = getattr(user, "name", None) or user.username
+        by = words.person(getattr(user, "name", None) or user.username)
         check_run_id(run_id)
         run = await self.engine.answer(self.owner, by, run_id, request_id, choice, note)
         self.write_json(run)
