@@ -266,6 +266,27 @@ print(queued.wait(30).status)
     assert stdout.splitlines() == ["409 session_busy True", "queued True", "succeeded"]
 
 
+def test_an_error_in_a_cell_is_one_line_saying_what_to_do(lab):
+    server, http, kernel = lab
+    busy = """
+from jupyter_agentruns import submit
+first = submit("demo", {"prompt": "slow", "chunks": 500, "delay": 0.05}, session="chat", display=False)
+try:
+    submit("demo", {"prompt": "next"}, session="chat", session_policy="reject", display=False)
+finally:
+    first.cancel()
+"""
+    _, _, error = kernel.run_cell(busy, "cell-busy")
+    (line,) = error.splitlines()
+    assert line.startswith("AgentRunsError: The session 'chat' has an active run, run_")
+    assert "submit with session_policy 'enqueue' or 'interrupt'" in line
+    assert line.endswith("(409 session_busy)")
+    unreachable = "from jupyter_agentruns import runs\nruns(url='http://127.0.0.1:9/', token='t')"
+    _, _, error = kernel.run_cell(unreachable, "cell-nowhere")
+    (line,) = error.splitlines()
+    assert line.startswith("ServerNotFound: Cannot reach the Jupyter server at http://127.0.0.1:9/")
+
+
 def test_a_question_answered_from_the_kernel(lab):
     server, http, kernel = lab
     code = """
@@ -383,6 +404,42 @@ def test_an_executed_and_exported_notebook_shows_the_answer_in_markdown_and_html
             assert "Demo answer about weather in Shanghai" in exported, (source, to)
             assert "Still running" not in exported
     assert "<strong>succeeded</strong>" in (tmp_path / "saved.html").read_text()
+
+
+def test_an_exported_notebook_shows_an_error_as_its_one_line(lab, tmp_path):
+    import html
+    import subprocess
+
+    import nbformat
+
+    server, http, kernel = lab
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells.append(
+        nbformat.v4.new_code_cell('from jupyter_agentruns import submit\nsubmit("nope", {})')
+    )
+    path = tmp_path / "failing.ipynb"
+    nbformat.write(notebook, path)
+    env = {**server.env, "AGENTRUNS_URL": server.url, "AGENTRUNS_TOKEN": server.token}
+    nbconvert = [sys.executable, "-m", "jupyter", "nbconvert"]
+    result = subprocess.run(
+        [*nbconvert, "--to", "notebook", "--execute", "--allow-errors", "--output", "executed",
+         str(path)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    line = "AgentRunsError: No agent named 'nope'; GET agents lists them. (404 unknown_agent)"
+    (output,) = nbformat.read(tmp_path / "executed.ipynb", as_version=4).cells[0].outputs
+    assert output["output_type"] == "error" and output["traceback"] == [line]
+    for to, suffix in (("markdown", ".md"), ("html", ".html")):
+        result = subprocess.run(
+            [*nbconvert, "--to", to, str(tmp_path / "executed.ipynb")],
+            capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        exported = (tmp_path / "executed").with_suffix(suffix).read_text()
+        shown = html.unescape(re.sub(r"<[^>]+>", "", exported)) if to == "html" else exported
+        assert line in shown, to
+        assert "Traceback" not in exported and "site-packages" not in exported, to
 
 
 SCRIPTED_ACP = [sys.executable, str(Path(__file__).with_name("acp_agent.py"))]
