@@ -98,8 +98,8 @@ class Submissions:
         if spec is None:
             problem: Problem | None = self.unknown_agent(request.agent)
         else:
-            reason = spec.input_problem(request.input)
-            problem = Problem("invalid_input", reason) if reason else None
+            found = spec.input_problem(request.input)
+            problem = Problem("invalid_input", found[1], path=found[0]) if found else None
         fp = request.fingerprint
         settings = self._settings
         ttl, max_active, lease = (
