@@ -147,6 +147,32 @@ def wait_text(page, index: int, text: str, timeout=60_000) -> None:
     )
 
 
+def wait_answer(page, index: int, prompt: str, chunks: int, timeout=60_000) -> None:
+    """The demo's whole answer shows, rendered as Markdown.
+
+    Its heading, list and table, the prompt as given in its code block, and
+    the paragraph that follows it when there are more chunks than its words.
+    """
+    text = "".join(answer_words(prompt, chunks))
+    tail = text.rsplit("```\n", 1)[1].strip()
+    page.wait_for_function(
+        """([index, prompt, tail]) => {
+            const run = document.querySelectorAll('.agentruns-run')[index];
+            const answer = run && run.querySelector('.agentruns-message .agentruns-markdown');
+            if (!answer) return false;
+            const heading = answer.querySelector('h2');
+            const code = answer.querySelector('pre code');
+            return !!heading && heading.innerText === `Demo answer about ${prompt}`
+                && answer.querySelectorAll('ul > li').length === 3
+                && answer.querySelectorAll('table tr').length === 4
+                && !!code && code.innerText.replace(/\\n$/, '') === prompt
+                && answer.innerText.includes(tail);
+        }""",
+        arg=[index, prompt, tail],
+        timeout=timeout,
+    )
+
+
 def save(page) -> None:
     page.keyboard.press("Control+s")
     page.wait_for_function(
@@ -170,7 +196,6 @@ def test_refresh_and_kernel_restart_reattach_to_the_one_run(lab, page):
             f'run = submit("demo", {{"prompt": "{prompt}", "chunks": 60, "delay": 0.08}})'
         ],
     )
-    expected = "".join(answer_words(prompt, 60))
     before = len(runs_of(lab))
     open_notebook(page, lab, "reattach.ipynb")
     started = time.monotonic()
@@ -185,7 +210,7 @@ def test_refresh_and_kernel_restart_reattach_to_the_one_run(lab, page):
     wait_idle(page)
     assert wait_attr(page, 0, "data-run-id", "!!v") == run_id
     wait_attr(page, 0, "data-status", "v === 'succeeded'", timeout=90_000)
-    wait_text(page, 0, expected)
+    wait_answer(page, 0, prompt, 60)
     assert len(runs_of(lab)) == before + 1
 
     with lab.client() as client:
@@ -197,7 +222,7 @@ def test_refresh_and_kernel_restart_reattach_to_the_one_run(lab, page):
     run_cell(page, 0)
     wait_attr(page, 0, "data-status", "v === 'succeeded'")
     assert widget(page).get_attribute("data-run-id") == run_id
-    wait_text(page, 0, expected)
+    wait_answer(page, 0, prompt, 60)
     wait_text(
         page, 0, f"re-attached to {run_id}"
     )  # the cell says it found its run, not started one
@@ -249,7 +274,7 @@ def test_a_question_survives_a_refresh_and_a_kernel_restart_and_a_click_answers_
 
     card.get_by_role("button", name="approve").click()
     wait_attr(page, 0, "data-status", "v === 'succeeded'")
-    wait_text(page, 0, "".join(answer_words(prompt, 12)).strip())
+    wait_answer(page, 0, prompt, 12)
     answer = widget(page).locator(".agentruns-input--resolved .agentruns-input-answer")
     assert answer.inner_text().startswith("approve by ")
     with lab.client() as client:
@@ -335,7 +360,6 @@ def test_a_killed_server_started_again_lets_the_same_widget_watch_its_run_finish
     home.mkdir()
     config = {"heartbeat_interval": 2, "lease_seconds": 2}
     prompt = "survive a crash"
-    expected = "".join(answer_words(prompt, 120))
     write_notebook(
         home / "crash.ipynb",
         [
@@ -361,7 +385,7 @@ def test_a_killed_server_started_again_lets_the_same_widget_watch_its_run_finish
         widget(page).screenshot(path=str(ARTIFACTS / "resumed-while-running.png"))
         wait_attr(page, 0, "data-status", "v === 'succeeded'", timeout=120_000)
         assert widget(page).get_attribute("data-run-id") == run_id
-        wait_text(page, 0, expected)
+        wait_answer(page, 0, prompt, 120)
         with again.client() as client:
             run = client.get(f"runs/{run_id}").json()
             assert run["attempt"] == 2 and len(client.get("runs").json()["runs"]) == 1
