@@ -253,8 +253,6 @@ def test_a_question_survives_a_refresh_and_a_kernel_restart_and_a_click_answers_
     )
     assert card.get_by_role("button", name="approve").is_visible()
     assert card.get_by_role("button", name="deny").is_visible()
-    if os.environ.get("AGENTRUNS_SCREENSHOTS"):
-        widget(page).screenshot(path=os.environ["AGENTRUNS_SCREENSHOTS"] + "/approval.png")
 
     # A refresh, then a kernel restart and the cell run again: the same question, still open.
     save(page)
@@ -575,5 +573,71 @@ def test_a_coding_agents_thinking_plan_diffs_and_permission_read_in_light_and_da
             run = client.get(f"runs/{run_id}").json()
         assert run["snapshot"]["inputs"][0]["choice"] == "proceed_once"
         assert run["snapshot"]["tools"][0]["status"] == "completed"
+    finally:
+        set_theme(lab, "JupyterLab Light")
+
+
+# A control's edge as the page paints it: its border colour, and the background
+# around it (its parent's, laid over their ancestors').
+EDGE = """(el) => {
+    const canvas = document.createElement("canvas");
+    canvas.width = canvas.height = 1;
+    const ctx = canvas.getContext("2d", { willReadFrequently: true });
+    const layers = [];
+    for (let node = el.parentElement; node; node = node.parentElement) {
+        layers.unshift(getComputedStyle(node).backgroundColor);
+    }
+    ctx.fillStyle = "#ffffff";
+    ctx.fillRect(0, 0, 1, 1);
+    for (const color of layers) {
+        ctx.fillStyle = color;
+        ctx.fillRect(0, 0, 1, 1);
+    }
+    const background = [...ctx.getImageData(0, 0, 1, 1).data].slice(0, 3);
+    ctx.fillStyle = getComputedStyle(el).borderTopColor;
+    ctx.fillRect(0, 0, 1, 1);
+    return { background, text: [...ctx.getImageData(0, 0, 1, 1).data].slice(0, 3) };
+}"""
+
+
+def test_approve_and_deny_look_like_buttons_in_light_and_dark(lab, page):
+    prompt = "the yearly numbers"
+    write_notebook(
+        lab.home / "buttons.ipynb",
+        [
+            "from jupyter_agentruns import submit\n"
+            f'run = submit("demo", {{"prompt": "{prompt}", "chunks": 12, "delay": 0, "ask": True}})'
+        ],
+    )
+    shots = Path(os.environ.get("AGENTRUNS_SCREENSHOTS") or ARTIFACTS)
+    shots.mkdir(exist_ok=True)
+    try:
+        open_notebook(page, lab, "buttons.ipynb")
+        run_cell(page, 0)
+        for theme, name in (
+            ("JupyterLab Light", "approval.png"),
+            ("JupyterLab Dark", "approval-dark.png"),
+        ):
+            if theme != "JupyterLab Light":
+                save(page)
+                set_theme(lab, theme)
+                page.reload()
+                wait_idle(page)
+            wait_attr(page, 0, "data-status", "v === 'waiting'")
+            card = widget(page).locator(".agentruns-input--open")
+            card.wait_for(timeout=30_000)
+            page.mouse.move(0, 0)  # no button hovered: its edge is the resting one
+            buttons = {
+                label: widget(page).get_by_role("button", name=label, exact=True)
+                for label in ("approve", "deny", "Cancel", "copy")
+            }
+            for label, button in buttons.items():
+                edge = button.evaluate(EDGE)
+                # WCAG's 3:1 for the edge of a control against what is around it.
+                assert contrast(edge) >= 3, (theme, label, edge)
+            widget(page).screenshot(path=str(shots / name))
+        buttons["approve"].click()
+        wait_attr(page, 0, "data-status", "v === 'succeeded'")
+        wait_answer(page, 0, prompt, 12)
     finally:
         set_theme(lab, "JupyterLab Light")
