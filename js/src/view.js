@@ -247,6 +247,7 @@ export class RunView {
       if (this.thinking.open) this._changed();
     });
     this.plan = element("div", "agentruns-plan");
+    this.plan.hidden = true; // until the run has a plan: an empty one would show as a bare box
     this.tools = element("div", "agentruns-tools");
     this.progress = element("div", "agentruns-progress");
     this.progressBar = element("div", "agentruns-progress-bar");
