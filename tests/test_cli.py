@@ -374,6 +374,51 @@ def test_list_show_usage_and_export_describe_the_callers_runs(servers, tmp_path)
 
 
 @pytest.mark.timeout(120)
+def test_a_notebook_is_named_by_its_path_under_the_root_and_finds_its_older_absolute_runs(
+    servers, store_config
+):
+    server = servers()
+    absolute = str(server.home / "notebooks" / "q.ipynb")  # what a kernel sends (JPY_SESSION_NAME)
+    sent = {
+        "agent": "demo",
+        "input": QUICK,
+        "session": absolute,
+        "metadata": {"notebook": absolute},
+    }
+    with server.client() as client:
+        new = client.post("runs", json=sent, headers={"Idempotency-Key": "cell"}).json()
+        assert new["session"] == "notebooks/q.ipynb"
+        assert new["metadata"] == {"notebook": "notebooks/q.ipynb"}
+        # The same request again, its absolute path and all, is the same run.
+        again = client.post("runs", json=sent, headers={"Idempotency-Key": "cell"})
+        assert again.status_code == 200 and again.json()["run_id"] == new["run_id"]
+        old = submit(client, QUICK, session="notebooks/q.ipynb")
+        elsewhere = submit(client, QUICK, session="/elsewhere/notebooks/q.ipynb")
+        other = submit(client, QUICK, session="notebooks/other.ipynb")
+        for run_id in (new["run_id"], old, elsewhere, other):
+            wait_status(client, run_id, TERMINAL)
+    # A run recorded before paths were made relative: its absolute path in the store.
+    db = rawdb.connect(store_config.get("store_url") or str(server.db_path))
+    try:
+        db.execute("UPDATE runs SET session = ? WHERE run_id = ?", (absolute, old))
+    finally:
+        db.close()
+
+    mine = sorted([new["run_id"], old])
+    with server.client() as client:
+        for params in ({"notebook": "notebooks/q.ipynb"}, {"session": absolute}):
+            listed = client.get("runs", params=params).json()["runs"]
+            assert sorted(run["run_id"] for run in listed) == mine, params
+            assert {run["session"] for run in listed} == {"notebooks/q.ipynb"}
+        assert client.get(f"runs/{old}").json()["session"] == "notebooks/q.ipynb"
+        # Not under the root: kept as sent, and not found by the notebook's path.
+        assert client.get(f"runs/{elsewhere}").json()["session"] == "/elsewhere/notebooks/q.ipynb"
+    listed = cli_json(server, "list", "--session", "notebooks/q.ipynb")
+    assert sorted(run["run_id"] for run in listed) == mine
+    table = cli(server, "list").stdout
+    assert str(server.home) not in table and table.count("notebooks/q.ipynb") == 3
+
+
 def test_what_an_agent_wrote_prints_as_text_and_json_never_as_terminal_commands(servers):
     server = servers(agents={"echo": "agents_for_tests:echo"})
     text = f"{HOSTILE}\nsecond line"
