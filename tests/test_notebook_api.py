@@ -288,6 +288,12 @@ finally:
     _, _, error = kernel.run_cell(unreachable, "cell-nowhere")
     (line,) = error.splitlines()
     assert line.startswith("ServerNotFound: Cannot reach the Jupyter server at http://127.0.0.1:9/")
+    not_json = "submit('demo', {'prompt': 'p', 'delay': float('nan')})"
+    _, _, error = kernel.run_cell(f"from jupyter_agentruns import submit\n{not_json}", "cell-nan")
+    assert error == (
+        "UnsafeJson: The field input.delay is NaN, which is not a JSON number: "
+        "send a finite number or null"
+    )
 
 
 def test_a_question_answered_from_the_kernel(lab):
