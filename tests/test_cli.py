@@ -574,6 +574,13 @@ class OtherSite(http.server.BaseHTTPRequestHandler):
             self.send_header("Location", "/login?next=agentruns")
             self.end_headers()
             return
+        if self.path.startswith("/gateway/"):  # a proxy in front of a server that is down
+            self.send_response(502)
+            self.send_header("Retry-After", "7")
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<html><body>Bad Gateway</body></html>")
+            return
         kind, body = ("application/json", b"[1, 2]") if self.path.startswith("/list/") else (
             "text/html", b"<html><body>\x1b[2J a page</body></html>"
         )  # fmt: skip
@@ -597,6 +604,21 @@ def other_site():
     site.shutdown()
     site.server_close()
     thread.join(10)
+
+
+@pytest.mark.timeout(60)
+def test_a_proxys_error_page_is_one_line_saying_when_to_try_again(other_site):
+    from jupyter_agentruns.client import AgentRunsError, Client
+
+    client = Client(Server(f"{other_site}/gateway/", "t", "/gateway/"), timeout=10)
+    with pytest.raises(AgentRunsError) as raised:
+        client.list_runs()
+    error = raised.value
+    assert (error.status, error.code, error.retry_after) == (502, "http_error", 7)
+    assert error._render_traceback_() == [
+        f"AgentRunsError: {other_site}/gateway/ answered 502 Bad Gateway: try again in 7 s "
+        "(502 http_error)"
+    ]
 
 
 @pytest.mark.timeout(60)
