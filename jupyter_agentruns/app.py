@@ -16,6 +16,7 @@ from .agents.acp import acp_agents
 from .engine import Engine
 from .handlers import default_handlers
 from .handlers.base import SHARED_OWNER, say_once
+from .sessions import SessionPaths
 from .settings import Settings, SettingsTraits
 from .store import Store, StoreRefused, StoreUnavailable, UnsafeStore, factory
 
@@ -80,6 +81,7 @@ class AgentRuns(ExtensionApp, SettingsTraits):
                 agent_failures=failures,
                 on_activity=self._record_activity,
                 served_owners=self.effective_served_owners(),
+                sessions=SessionPaths(self.serverapp.root_dir),
             )
         except UnsafeStore as exc:
             self.startup_error = str(exc)

@@ -27,7 +27,19 @@ from . import jsonio
 from .lifecycle import TERMINAL_STATUSES
 
 
-class AgentRunsError(Exception):
+class OneLineError(Exception):
+    """An error a person fixes from its message alone: IPython shows that one line, not a traceback.
+
+    Its frames are the library's own and say nothing the message does not,
+    so a cell that fails on one shows ``AgentRunsError: …`` and what to do, and
+    a notebook exported by nbconvert keeps the same line.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
+class AgentRunsError(OneLineError):
     """An error answered by the agentruns API (``code`` is its ``error`` field).
 
     ``body`` is the whole answer: some errors say more (``session_busy`` has ``active_run_id``).
@@ -50,7 +62,7 @@ class AgentRunsError(Exception):
         self.retry_after = retry_after
 
 
-class ServerNotFound(RuntimeError):
+class ServerNotFound(OneLineError, RuntimeError):
     """No Jupyter server to talk to could be found."""
 
 
@@ -273,10 +285,18 @@ class Client:
                 raise ValueError("not an error of the API")
         except (ValueError, RecursionError, OSError, http.client.HTTPException):
             if error.code >= 500 or error.code in (401, 403, 429):
+                retry_after = _retry_after(error.headers)
+                if error.code in (401, 403):
+                    todo = "check the token, or sign in again"
+                else:
+                    todo = "try again" + (f" in {retry_after:g} s" if retry_after else " shortly")
                 return AgentRunsError(
-                    error.code, "http_error", f"{error.code} {error.reason}", None,
-                    _retry_after(error.headers),
-                )  # fmt: skip
+                    error.code,
+                    "http_error",
+                    f"{self._where} answered {error.code} {error.reason}: {todo}",
+                    None,
+                    retry_after,
+                )
             return self._not_the_api(f"{error.code} {error.reason}")
         message = body.get("message")
         return AgentRunsError(

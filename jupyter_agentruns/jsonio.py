@@ -37,6 +37,11 @@ class UnsafeJson(ValueError):
         self.path = path
         self.problem = problem
 
+    def _render_traceback_(self) -> list[str]:
+        # In a notebook (``submit()`` checks before sending), the one line that says what to
+        # fix: the frames are the library's own and say nothing more.
+        return [f"{type(self).__name__}: {self}"]
+
 
 def dumps(value: Any, *, compact: bool = False) -> str:
     """JSON text of ``value``; a non-finite number raises ``ValueError``."""

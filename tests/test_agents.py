@@ -6,6 +6,8 @@ import gc
 import pytest
 import rawdb
 
+from jupyter_agentruns.agents.demo import answer_words
+
 from agents_for_tests import TEST_AGENTS
 from conftest import all_events, submit, wait_run
 
@@ -112,6 +114,47 @@ async def test_the_demo_agent_can_be_asked_to_fail(api):
     run = await wait_run(api, response.json()["run_id"])
     assert run["status"] == "failed" and run["error"]["type"] == "DemoFailure"
     assert run["snapshot"]["messages"][0]["done"] is True
+
+
+PROMPT = "Plot `sales.csv`:\n    by month,  then ```by region```"
+
+
+@pytest.mark.parametrize("chunks", [1, 4, 40, 300])
+def test_the_demo_answer_is_markdown_holding_the_prompt_as_given_in_chunks_deltas(chunks):
+    deltas = answer_words(PROMPT, chunks)
+    assert len(deltas) == chunks and all(deltas)
+    text = "".join(deltas)
+    assert text.startswith(
+        "## Demo answer about Plot `sales.csv`: by month, then ```by region```\n"
+    )
+    assert "\n- a page refresh only pauses the view;\n" in text
+    assert "| --- | ---: |\n| characters | 53 |\n| words | 7 |\n" in text
+    # The prompt as given, whitespace and backticks kept, in a fence it cannot close.
+    assert f"\n````text\n{PROMPT}\n````\n" in text
+    assert text == "".join(answer_words(PROMPT, chunks))
+    if chunks == 300:  # more chunks than the answer's words: a paragraph follows it
+        after = text.split("\n````\n", 1)[1]
+        assert after.startswith("\nThis answer streams from a durable run") and after.endswith(
+            ".\n"
+        )
+
+
+def test_the_demo_quotes_a_long_prompt_in_part_and_says_so():
+    prompt = "x" * 5000
+    (delta,) = answer_words(prompt, 1)
+    assert "The prompt, as given (its first 2000 of 5000 characters):" in delta
+    assert f"```text\n{'x' * 2000}\n```" in delta and len(delta) < 4000
+
+
+async def test_the_same_demo_input_streams_the_same_deltas(api):
+    input = {"prompt": PROMPT, "chunks": 30, "delay": 0}
+    streamed = []
+    for _ in range(2):
+        run = await wait_run(api, (await submit(api, input=input)).json()["run_id"])
+        events = await all_events(api, run["run_id"])
+        streamed.append([e["data"]["delta"] for e in events if e["type"] == "text.delta"])
+        assert run["output"]["text"] == run["snapshot"]["messages"][0]["text"]
+    assert streamed[0] == streamed[1] == answer_words(PROMPT, 30)
 
 
 async def test_thinking_a_plan_and_tool_steps_with_their_content_are_recorded(api):

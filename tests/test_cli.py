@@ -155,6 +155,8 @@ def tails():
 
 def test_the_readme_documents_every_command_and_every_exit_status():
     readme = (Path(__file__).parent.parent / "README.md").read_text()
+    # Without its code blocks: what a command prints may hold a Markdown heading.
+    readme = re.sub(r"^(`{3,})[^\n]*\n.*?^\1[ \t]*$", "", readme, flags=re.S | re.M)
     section = readme[readme.index("## Command line") :]
     section = section[: section.index("\n## ")]
     [commands] = [a for a in build_parser()._actions if a.dest == "command"]
@@ -375,6 +377,51 @@ def test_list_show_usage_and_export_describe_the_callers_runs(servers, tmp_path)
 
 
 @pytest.mark.timeout(120)
+def test_a_notebook_is_named_by_its_path_under_the_root_and_finds_its_older_absolute_runs(
+    servers, store_config
+):
+    server = servers()
+    absolute = str(server.home / "notebooks" / "q.ipynb")  # what a kernel sends (JPY_SESSION_NAME)
+    sent = {
+        "agent": "demo",
+        "input": QUICK,
+        "session": absolute,
+        "metadata": {"notebook": absolute},
+    }
+    with server.client() as client:
+        new = client.post("runs", json=sent, headers={"Idempotency-Key": "cell"}).json()
+        assert new["session"] == "notebooks/q.ipynb"
+        assert new["metadata"] == {"notebook": "notebooks/q.ipynb"}
+        # The same request again, its absolute path and all, is the same run.
+        again = client.post("runs", json=sent, headers={"Idempotency-Key": "cell"})
+        assert again.status_code == 200 and again.json()["run_id"] == new["run_id"]
+        old = submit(client, QUICK, session="notebooks/q.ipynb")
+        elsewhere = submit(client, QUICK, session="/elsewhere/notebooks/q.ipynb")
+        other = submit(client, QUICK, session="notebooks/other.ipynb")
+        for run_id in (new["run_id"], old, elsewhere, other):
+            wait_status(client, run_id, TERMINAL)
+    # A run recorded before paths were made relative: its absolute path in the store.
+    db = rawdb.connect(store_config.get("store_url") or str(server.db_path))
+    try:
+        db.execute("UPDATE runs SET session = ? WHERE run_id = ?", (absolute, old))
+    finally:
+        db.close()
+
+    mine = sorted([new["run_id"], old])
+    with server.client() as client:
+        for params in ({"notebook": "notebooks/q.ipynb"}, {"session": absolute}):
+            listed = client.get("runs", params=params).json()["runs"]
+            assert sorted(run["run_id"] for run in listed) == mine, params
+            assert {run["session"] for run in listed} == {"notebooks/q.ipynb"}
+        assert client.get(f"runs/{old}").json()["session"] == "notebooks/q.ipynb"
+        # Not under the root: kept as sent, and not found by the notebook's path.
+        assert client.get(f"runs/{elsewhere}").json()["session"] == "/elsewhere/notebooks/q.ipynb"
+    listed = cli_json(server, "list", "--session", "notebooks/q.ipynb")
+    assert sorted(run["run_id"] for run in listed) == mine
+    table = cli(server, "list").stdout
+    assert str(server.home) not in table and table.count("notebooks/q.ipynb") == 3
+
+
 def test_what_an_agent_wrote_prints_as_text_and_json_never_as_terminal_commands(servers):
     server = servers(agents={"echo": "agents_for_tests:echo"})
     text = f"{HOSTILE}\nsecond line"
@@ -531,6 +578,13 @@ class OtherSite(http.server.BaseHTTPRequestHandler):
             self.send_header("Location", "/login?next=agentruns")
             self.end_headers()
             return
+        if self.path.startswith("/gateway/"):  # a proxy in front of a server that is down
+            self.send_response(502)
+            self.send_header("Retry-After", "7")
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<html><body>Bad Gateway</body></html>")
+            return
         kind, body = ("application/json", b"[1, 2]") if self.path.startswith("/list/") else (
             "text/html", b"<html><body>\x1b[2J a page</body></html>"
         )  # fmt: skip
@@ -554,6 +608,21 @@ def other_site():
     site.shutdown()
     site.server_close()
     thread.join(10)
+
+
+@pytest.mark.timeout(60)
+def test_a_proxys_error_page_is_one_line_saying_when_to_try_again(other_site):
+    from jupyter_agentruns.client import AgentRunsError, Client
+
+    client = Client(Server(f"{other_site}/gateway/", "t", "/gateway/"), timeout=10)
+    with pytest.raises(AgentRunsError) as raised:
+        client.list_runs()
+    error = raised.value
+    assert (error.status, error.code, error.retry_after) == (502, "http_error", 7)
+    assert error._render_traceback_() == [
+        f"AgentRunsError: {other_site}/gateway/ answered 502 Bad Gateway: try again in 7 s "
+        "(502 http_error)"
+    ]
 
 
 @pytest.mark.timeout(60)

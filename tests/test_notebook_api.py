@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from jupyter_client import BlockingKernelClient
 
+from jupyter_agentruns.agents.demo import answer_words
+
 from servers import ServerProcess
 
 pytestmark = pytest.mark.timeout(180)
@@ -147,7 +149,8 @@ def test_rerunning_a_cell_and_restarting_the_kernel_reattach_to_the_same_run(lab
 
     runs = http.get("runs").json()["runs"]
     assert [r["run_id"] for r in runs] == [run_id]
-    assert runs[0]["session"].endswith("work/analysis.ipynb")
+    # The notebook's path relative to the server's root, as JupyterLab names it.
+    assert runs[0]["session"] == "work/analysis.ipynb"
 
 
 MIME = "application/vnd.jupyter.agentruns.run+json"
@@ -270,6 +273,33 @@ print(queued.wait(30).status)
     assert stdout.splitlines() == ["409 session_busy True", "queued True", "succeeded"]
 
 
+def test_an_error_in_a_cell_is_one_line_saying_what_to_do(lab):
+    server, http, kernel = lab
+    busy = """
+from jupyter_agentruns import submit
+first = submit("demo", {"prompt": "slow", "chunks": 500, "delay": 0.05}, session="chat", display=False)
+try:
+    submit("demo", {"prompt": "next"}, session="chat", session_policy="reject", display=False)
+finally:
+    first.cancel()
+"""
+    _, _, error = kernel.run_cell(busy, "cell-busy")
+    (line,) = error.splitlines()
+    assert line.startswith("AgentRunsError: The session 'chat' has an active run, run_")
+    assert "submit with session_policy 'enqueue' or 'interrupt'" in line
+    assert line.endswith("(409 session_busy)")
+    unreachable = "from jupyter_agentruns import runs\nruns(url='http://127.0.0.1:9/', token='t')"
+    _, _, error = kernel.run_cell(unreachable, "cell-nowhere")
+    (line,) = error.splitlines()
+    assert line.startswith("ServerNotFound: Cannot reach the Jupyter server at http://127.0.0.1:9/")
+    not_json = "submit('demo', {'prompt': 'p', 'delay': float('nan')})"
+    _, _, error = kernel.run_cell(f"from jupyter_agentruns import submit\n{not_json}", "cell-nan")
+    assert error == (
+        "UnsafeJson: The field input.delay is NaN, which is not a JSON number: "
+        "send a finite number or null"
+    )
+
+
 def test_a_question_answered_from_the_kernel(lab):
     server, http, kernel = lab
     code = """
@@ -296,13 +326,13 @@ def test_outside_a_notebook_an_explicit_url_and_token_work(lab, tmp_path):
         "from jupyter_agentruns import submit\n"
         "run = submit('demo', {'prompt': 'p', 'chunks': 4, 'delay': 0}, "
         f"url={server.url!r}, token={server.token!r})\n"
-        "print(run.wait(30).status, run.output['text'])\n"
+        "print(run.wait(30).status, repr(run.output['text']))\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=server.env
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "succeeded Demo answer about p."
+    assert result.stdout.strip() == f"succeeded {''.join(answer_words('p', 4))!r}"
     # Plain Python has no cell to derive a key from: each submit is a new run.
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=server.env
@@ -387,6 +417,42 @@ def test_an_executed_and_exported_notebook_shows_the_answer_in_markdown_and_html
             assert "Demo answer about weather in Shanghai" in exported, (source, to)
             assert "Still running" not in exported
     assert "<strong>succeeded</strong>" in (tmp_path / "saved.html").read_text()
+
+
+def test_an_exported_notebook_shows_an_error_as_its_one_line(lab, tmp_path):
+    import html
+    import subprocess
+
+    import nbformat
+
+    server, http, kernel = lab
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells.append(
+        nbformat.v4.new_code_cell('from jupyter_agentruns import submit\nsubmit("nope", {})')
+    )
+    path = tmp_path / "failing.ipynb"
+    nbformat.write(notebook, path)
+    env = {**server.env, "AGENTRUNS_URL": server.url, "AGENTRUNS_TOKEN": server.token}
+    nbconvert = [sys.executable, "-m", "jupyter", "nbconvert"]
+    result = subprocess.run(
+        [*nbconvert, "--to", "notebook", "--execute", "--allow-errors", "--output", "executed",
+         str(path)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    line = "AgentRunsError: No agent named 'nope'; GET agents lists them. (404 unknown_agent)"
+    (output,) = nbformat.read(tmp_path / "executed.ipynb", as_version=4).cells[0].outputs
+    assert output["output_type"] == "error" and output["traceback"] == [line]
+    for to, suffix in (("markdown", ".md"), ("html", ".html")):
+        result = subprocess.run(
+            [*nbconvert, "--to", to, str(tmp_path / "executed.ipynb")],
+            capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        exported = (tmp_path / "executed").with_suffix(suffix).read_text()
+        shown = html.unescape(re.sub(r"<[^>]+>", "", exported)) if to == "html" else exported
+        assert line in shown, to
+        assert "Traceback" not in exported and "site-packages" not in exported, to
 
 
 SCRIPTED_ACP = [sys.executable, str(Path(__file__).with_name("acp_agent.py"))]

@@ -257,11 +257,11 @@ async def test_submit_rejects_unknown_tools_and_needs_exactly_one_of_prompt_and_
         assert response.status_code == 400 and response.json()["error"] == "invalid_input", label
         problems[label] = response.json()["message"]
     assert (
-        "input/tools/1: 'rm_rf' is not one of "
+        "input.tools[1]: 'rm_rf' is not one of "
         "['add', 'broken', 'committed_tool_calls', 'get_weather']" in problems["unknown tool"]
     )
     assert "'prompt' is a required property" in problems["neither"]
-    assert problems["both"].startswith("input/prompt: ")
+    assert problems["both"].startswith("input.prompt: ")
     assert "wizard" in problems["bad role"]
     assert fake.requests == []
 

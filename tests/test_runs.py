@@ -152,6 +152,7 @@ async def test_runs_of_a_notebook_are_listed_by_its_path_under_the_root(api, jp_
     listed = (await api.get("runs", params={"notebook": "work/analysis.ipynb"})).json()["runs"]
     assert [r["run_id"] for r in listed] == [mine.json()["run_id"]]
     assert listed[0]["metadata"] == {"cell_id": "c1"}
+    assert listed[0]["session"] == mine.json()["session"] == "work/analysis.ipynb"
     for bad in ({"notebook": "../etc/x.ipynb"}, {"notebook": "a.ipynb", "session": "s"}):
         response = await api.get("runs", params=bad)
         assert response.status_code == 400 and response.json()["error"] == "invalid_request"

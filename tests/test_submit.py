@@ -144,7 +144,27 @@ async def test_invalid_input_is_400_with_the_schema_problem(api):
     assert response.status_code == 400
     body = response.json()
     assert body["error"] == "invalid_input"
-    assert "chunks" in body["message"]
+    assert body["path"] == "input.chunks"
+    assert body["message"] == "input.chunks: 0 is less than the minimum of 1"
+    assert await count_runs(api) == 0
+
+
+@pytest.mark.parametrize(
+    "body,code,path",
+    [
+        (b'{"agent": "demo", "input": {"prompt": "p", "delay": 11}}', "invalid_input", "input.delay"),
+        (b'{"agent": "demo", "input": {"prompt": "p", "delay": NaN}}', "invalid_request", "input.delay"),
+        (b'{"agent": "demo", "input": {"prompt": ["p"]}}', "invalid_input", "input.prompt"),
+        (b'{"agent": "demo", "input": {"chunks": 2}}', "invalid_input", "input"),
+    ],
+)  # fmt: skip
+async def test_both_codes_name_the_value_in_path_the_same_way(api, body, code, path):
+    response = await api.post("runs", content=body, headers={"Idempotency-Key": "where"})
+    assert response.status_code == 400
+    answer = response.json()
+    assert (answer["error"], answer["path"]) == (code, path)
+    assert path in answer["message"]
+    assert await count_runs(api) == 0
 
 
 async def test_unknown_agent_is_404(api):

@@ -334,6 +334,11 @@ test("a run without thinking shows no Thinking; thinking's HTML is text, and a v
   assert.equal(el.querySelector(".agentruns-reasoning pre.agentruns-plain").textContent.length, long.length);
 });
 
+test("a run that never had a plan shows no plan box", async () => {
+  await shown(fakeHost());
+  assert.equal(el.querySelector(".agentruns-plan").hidden, true);
+});
+
 test("the plan is a checklist that each update replaces: done, in progress, to do, with priorities", async () => {
   const plan = [
     { content: "Read data.csv", status: "in_progress", priority: "high" },

@@ -238,14 +238,20 @@ class AgentSpec:
             "resumable": self.resumable,
         }
 
-    def input_problem(self, value: Any) -> str | None:
-        """Why ``value`` does not satisfy the input schema, or None."""
+    def input_problem(self, value: Any) -> tuple[str, str] | None:
+        """Where ``value`` breaks the input schema and why, or None.
+
+        Where is a path in the body as ``invalid_request`` names one
+        (``input.delay``, ``input.tools[1]``; ``input`` for the object itself).
+        """
         validator = jsonschema.Draft202012Validator(self.input_schema)
         error = jsonschema.exceptions.best_match(validator.iter_errors(value))
         if error is None:
             return None
-        where = "/".join(str(part) for part in error.absolute_path)
-        return f"input{'/' + where if where else ''}: {error.message}"
+        where = "input" + "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path
+        )
+        return where, f"{where}: {error.message}"
 
 
 def spec_for(name: str, fn: Callable, parent: Configurable | None = None) -> AgentSpec:

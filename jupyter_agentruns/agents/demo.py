@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import re
 
 from . import agent
 
@@ -12,6 +13,11 @@ FILLER = (
     "This answer streams from a durable run owned by the Jupyter server, so a page refresh, "
     "a dropped connection or a kernel restart only pauses the view, never the run."
 ).split()
+# The answer quotes the prompt up to this many characters: a delta stays far
+# below what a client takes (64 KiB), however few the chunks.
+PROMPT_SHOWN = 2000
+# A delta is a word with the space or line breaks that follow it.
+_TOKEN = re.compile(r"\S+\s*|\s+")
 
 INPUT_SCHEMA = {
     "type": "object",
@@ -41,13 +47,46 @@ class Denied(Exception):
     error_type = "denied"
 
 
+def answer_markdown(prompt: str, chunks: int) -> str:
+    """The demo's answer as Markdown: a heading, a list, a table and the prompt, as given, in a code block."""
+    title = " ".join(prompt.split()[:12])[:80] or "nothing"
+    quoted = prompt[:PROMPT_SHOWN]
+    # A fence longer than any run of backticks in the prompt: the prompt cannot close it.
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", quoted)), default=0))
+    cut = f" (its first {PROMPT_SHOWN} of {len(prompt)} characters)" if quoted != prompt else ""
+    return (
+        f"## Demo answer about {title}\n\n"
+        "This answer streams from a durable run owned by the Jupyter server:\n\n"
+        "- a page refresh only pauses the view;\n"
+        "- a dropped connection picks up from the last event it saw;\n"
+        "- a kernel restart finds the same run again.\n\n"
+        "| the prompt | count |\n"
+        "| --- | ---: |\n"
+        f"| characters | {len(prompt)} |\n"
+        f"| words | {len(prompt.split())} |\n"
+        f"| chunks asked for | {chunks} |\n\n"
+        f"The prompt, as given{cut}:\n\n"
+        f"{fence}text\n{quoted}\n{fence}\n"
+    )
+
+
 def answer_words(prompt: str, chunks: int) -> list[str]:
-    """The ``chunks`` text deltas the demo streams for ``prompt``: same input, same text."""
-    intro = f"Demo answer about {prompt.strip() or 'nothing'}:".split()
-    words = itertools.chain(intro, itertools.cycle(FILLER))
-    deltas = [word + " " for word in itertools.islice(words, chunks)]
-    deltas[-1] = deltas[-1].rstrip(" :.") + "."
-    return deltas
+    """The ``chunks`` text deltas the demo streams for ``prompt``: same input, same text.
+
+    The answer (``answer_markdown``) comes whole whatever ``chunks`` is: with
+    fewer chunks than its words, a delta holds several; with more, a
+    paragraph follows it until there are ``chunks`` deltas.
+    """
+    words = _TOKEN.findall(answer_markdown(prompt, chunks))
+    if chunks <= len(words):
+        return [
+            "".join(words[index * len(words) // chunks : (index + 1) * len(words) // chunks])
+            for index in range(chunks)
+        ]
+    more = [word + " " for word in itertools.islice(itertools.cycle(FILLER), chunks - len(words))]
+    more[0] = "\n" + more[0]
+    more[-1] = more[-1].rstrip(" ,.") + ".\n"
+    return words + more
 
 
 @agent(

@@ -40,6 +40,7 @@ from ..errors import Problem
 from ..events import EVENT, Append
 from ..executor import Execution, Executor
 from ..reader import Reader
+from ..sessions import SessionPaths
 from ..settings import Settings
 from ..store import Store, StoreUnavailable
 from ..tuning import InterpreterTuning
@@ -73,8 +74,11 @@ class Engine(LoggingConfigurable):
         agent_failures: dict[str, str] | None = None,
         on_activity: Callable[[], None] = lambda: None,
         served_owners: frozenset[str] | None = None,
+        sessions: SessionPaths | None = None,
     ):
         super().__init__(parent=parent)  # for its log: the server's
+        # A notebook's path in a session, relative to the server's root (none: as sent).
+        self.sessions = sessions or SessionPaths(None)
         self.settings = settings
         self.store = store
         self.agents = agents
@@ -85,7 +89,7 @@ class Engine(LoggingConfigurable):
         self.executor_id = "exec_" + secrets.token_urlsafe(12)
         self.reader = Reader(store)
         self.broadcaster = Broadcaster(self.reader, store)
-        self.reads = Reads(self.reader)
+        self.reads = Reads(self.reader, self.sessions)
         self.budgets = TokenBudgets(settings, self.reader, lambda: self.live)
         self.counts = RunCounts(
             self.reader, self.log, None if settings.store_wide_metrics else served_owners
@@ -217,6 +221,7 @@ class Engine(LoggingConfigurable):
             agent_failures=self.agent_failures,
             executor_id=self.executor_id,
             on_activity=self._on_activity,
+            sessions=self.sessions,
         )
         self.controls = Controls(**common, reads=self.reads, queues=self.queues)
 

@@ -21,6 +21,7 @@ from ..cursor import page_cursor, parse_page_cursor
 from ..errors import Problem, run_not_found
 from ..reader import Reader
 from ..record import run_markdown
+from ..sessions import SessionPaths
 from ..store import StoreConnection, reduce_stored
 
 SNAPSHOT_CACHE_BYTES = 64 * 1024 * 1024
@@ -40,8 +41,9 @@ class SnapshotReplaced(Exception):
 class Reads:
     """Every read of runs the engine answers; owns the snapshot cache."""
 
-    def __init__(self, reader: Reader):
+    def __init__(self, reader: Reader, sessions: SessionPaths):
         self.reader = reader
+        self.sessions = sessions
         self._snapshots: OrderedDict[str, tuple[int, reducer.Snapshot, int]] = OrderedDict()
         self._snapshot_bytes = 0
         self._snapshots_lock = threading.Lock()  # the cache is used from reader threads
@@ -155,7 +157,7 @@ class Reads:
             rows = conn.list_runs(
                 owner,
                 status=status,
-                session=session,
+                session=None if session is None else self.sessions.forms(session),
                 limit=limit + 1,
                 before=after,
                 retry_of=retry_of,
@@ -234,8 +236,9 @@ class Reads:
     def run_object(self, conn: StoreConnection, row: dict[str, Any]) -> dict[str, Any]:
         """The public run object: ``snapshot`` is exactly the events up to ``last_seq`` (reader thread)."""
         run = {name: row.get(name) for name in RUN_FIELDS}
-        if run["metadata"] is None:
-            run["metadata"] = {}
+        # A run recorded with its notebook's absolute path shows the relative one, as runs now record it.
+        run["session"] = self.sessions.relative(run["session"])
+        run["metadata"] = self.sessions.metadata(run["metadata"]) or {}
         run["title"] = words.run_title(run["metadata"], run["input"], run["agent"])
         run["snapshot"] = self._snapshot_at(conn, row)
         run["output"] = row.get("output")

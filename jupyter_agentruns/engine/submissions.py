@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import lifecycle
@@ -18,6 +18,7 @@ from ..agents import AgentSpec
 from ..errors import Problem, run_not_found
 from ..executor import Executor
 from ..idempotency import fingerprint
+from ..sessions import SessionPaths
 from ..settings import Settings
 from ..store import StoreConnection
 from ..timeutil import now_iso
@@ -64,8 +65,10 @@ class Submissions:
         agent_failures: dict[str, str],
         executor_id: str,
         on_activity: Callable[[], None],
+        sessions: SessionPaths,
     ):
         self._settings = settings
+        self._sessions = sessions
         self._writer = writer
         self._reads = reads
         self._executor = executor
@@ -98,9 +101,17 @@ class Submissions:
         if spec is None:
             problem: Problem | None = self.unknown_agent(request.agent)
         else:
-            reason = spec.input_problem(request.input)
-            problem = Problem("invalid_input", reason) if reason else None
+            found = spec.input_problem(request.input)
+            problem = Problem("invalid_input", found[1], path=found[0]) if found else None
+        # Of the request as sent: a notebook's path is recorded relative to the
+        # server's root, but the client retrying with its absolute path, or a
+        # kernel re-running the cell of a run recorded before, still replays.
         fp = request.fingerprint
+        request = replace(
+            request,
+            session=self._sessions.relative(request.session),
+            metadata=self._sessions.metadata(request.metadata),
+        )
         settings = self._settings
         ttl, max_active, lease = (
             settings.idempotency_ttl_seconds,

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import posixpath
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -121,14 +119,14 @@ class RunsHandler(AgentRunsHandler):
         self.write_json(page)
 
     def notebook_session(self, path: str) -> str:
-        """The session ``submit()`` records for the notebook at this API path: what its kernel
-        is told in ``JPY_SESSION_NAME`` (the notebook's path on the server's disk)."""
+        """The session ``submit()`` records for the notebook at this API path: the path itself,
+        relative to the server's root (runs recorded with the absolute path are found too)."""
         path = path.strip("/")
         if not path or any(part in ("", ".", "..") for part in path.split("/")):
             raise invalid_request(
                 f"notebook={path!r} is not the path of a notebook under the server's root."
             )
-        return os.path.join(self.kernel_manager.cwd_for_path(path), posixpath.basename(path))
+        return path
 
 
 class RunHandler(AgentRunsHandler):

@@ -131,12 +131,14 @@ class StoreConnection(abc.ABC):
         owner: str,
         *,
         status: str | None,
-        session: str | None,
+        session: str | tuple[str, ...] | None,
         limit: int,
         before: tuple[str, str] | None,
         retry_of: str | None = None,
     ) -> list[dict[str, Any]]:
         """The owner's runs, newest first (``created_at``, then ``run_id``), after the ``before`` one.
+
+        ``session``: one, or any of several (the forms a notebook's path was recorded in).
 
         Without their snapshots (``get_run`` has them): a page of runs must not
         cost the sum of their texts.

@@ -191,17 +191,23 @@ class SQLConnection(StoreConnection):
         owner: str,
         *,
         status: str | None,
-        session: str | None,
+        session: str | tuple[str, ...] | None,
         limit: int,
         before: tuple[str, str] | None,
         retry_of: str | None = None,
     ) -> list[dict[str, Any]]:
         where = ["owner = ?"]
         params: list[Any] = [owner]
-        for column, value in (("status", status), ("session", session), ("retry_of", retry_of)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
+        sessions = (session,) if isinstance(session, str) else session
+        for column, values in (
+            ("status", (status,)),
+            ("session", sessions),
+            ("retry_of", (retry_of,)),
+        ):
+            values = tuple(value for value in values or () if value is not None)
+            if values:
+                where.append(f"{column} IN ({', '.join('?' for _ in values)})")
+                params.extend(values)
         if before is not None:
             where.append("(created_at, run_id) < (?, ?)")
             params.extend(before)

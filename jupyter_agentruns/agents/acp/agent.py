@@ -121,9 +121,9 @@ class AcpAgent:
         try:
             real = self.files.under_root(path)
         except Refused as exc:
-            raise InvalidInput(f"input/files: {exc}") from None
+            raise InvalidInput(f"input.files: {exc}") from None
         if not os.path.exists(real):
-            raise InvalidInput(f"input/files: {path} does not exist under the server's root")
+            raise InvalidInput(f"input.files: {path} does not exist under the server's root")
         return real
 
 
@@ -159,7 +159,7 @@ class Turn:
                 try:
                     await conversation.choose(category, input[category])
                 except ValueError as exc:
-                    raise InvalidInput(f"input/{category}: {exc}") from None
+                    raise InvalidInput(f"input.{category}: {exc}") from None
         prompt = input["prompt"]
         if resumed:
             await self.tidy_earlier_attempt()
