@@ -6,6 +6,7 @@ HTTP handlers speak to this and nothing else. Every method takes the caller's
 owns its state:
 
 - ``reads.Reads``: run objects and their snapshots, list pages, big answers;
+- ``streams.Streams``: event streams and long-polls, from a cursor (the frames to send);
 - ``submissions.Submissions``: ``POST runs``;
 - ``controls.Controls``: cancel, answer, delete;
 - ``queues.Queues``: session queues;
@@ -34,7 +35,7 @@ from traitlets.config import LoggingConfigurable
 
 from .. import metrics
 from ..agents import AgentSpec
-from ..broadcaster import Broadcaster, Channel, Subscriber
+from ..broadcaster import Broadcaster, Channel
 from ..compaction import Compactor
 from ..errors import Problem
 from ..events import EVENT, Append
@@ -49,6 +50,7 @@ from .controls import Controls
 from .counting import RunCounts
 from .queues import Queues
 from .reads import Reads, SnapshotReplaced
+from .streams import Streams
 from .submissions import Submissions, SubmitRequest
 from .tally import count_runs_in_commit
 from .tokens import TokenBudgets
@@ -90,6 +92,13 @@ class Engine(LoggingConfigurable):
         self.reader = Reader(store)
         self.broadcaster = Broadcaster(self.reader, store)
         self.reads = Reads(self.reader, self.sessions)
+        self.streams = Streams(
+            settings=settings,
+            broadcaster=self.broadcaster,
+            owned_head=self.reads.owned_head,
+            get_run=self.reads.get_run,
+            stopping=lambda: self._stopping,
+        )
         self.budgets = TokenBudgets(settings, self.reader, lambda: self.live)
         self.counts = RunCounts(
             self.reader, self.log, None if settings.store_wide_metrics else served_owners
@@ -398,9 +407,6 @@ class Engine(LoggingConfigurable):
         return await self.reads.usage(owner)
 
     # Events --------------------------------------------------------------
-
-    def subscriber(self, run_id: str, cursor: int) -> Subscriber:
-        return self.broadcaster.subscriber(run_id, cursor)
 
     @contextmanager
     def stream_slot(self, owner: str, kind: str):

@@ -10,8 +10,8 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
 from .. import jsonio
-from ..broadcaster import Waiter
 from ..engine import Engine, Requests
+from ..engine.streams import Waiter
 from ..errors import Problem, invalid_request
 from ..store import StoreRefused, StoreUnavailable
 from .errors import status_of

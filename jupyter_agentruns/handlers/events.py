@@ -7,20 +7,14 @@ import contextlib
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from .. import jsonio
-from ..broadcaster import CursorExpired, RunGone, Subscriber
 from ..cursor import check_cursor, parse_cursor
-from ..errors import invalid_request, run_not_found
-from ..events import FRAME, envelope_of
+from ..errors import invalid_request
 from ..lifecycle import is_terminal
 from ..store import StoreUnavailable
 from . import sse
 from .base import AgentRunsHandler
 from .runs import RUN_ID, check_run_id
 
-SSE_BATCH = 500
-# The first write of a resumed stream is small, so the first event arrives at once.
-SSE_FIRST_BATCH = 32
 POLL_LIMIT_DEFAULT = 100
 POLL_LIMIT_MAX = 1000
 POLL_WAIT_MAX = 30
@@ -50,36 +44,24 @@ class EventsHandler(AgentRunsHandler):
             self.set_status(204)
             self.finish()
             return
-        settings = self.engine.settings
-        with self.engine.stream_slot(self.owner, "run"):
-            subscriber, snapshot = await resume(self.engine, self.owner, row, cursor)
+        engine = self.engine
+        timeout = engine.settings.write_timeout_seconds
+        with engine.stream_slot(self.owner, "run"):
+            stream = await engine.streams.run(self.owner, row, cursor)
             sse.begin(self)
-            if snapshot is not None:
-                self.write(sse.named("snapshot", jsonio.dumps(snapshot), seq=subscriber.cursor))
             try:
-                await sse.send(self, "", settings.write_timeout_seconds)
-                batch = SSE_FIRST_BATCH
-                # At the server's stop the response ends: the client resumes from its cursor.
-                while not subscriber.done and not self.stopping:
-                    events = await subscriber.pull(batch, settings.heartbeat_interval, self.waiter)
-                    if self.waiter.released:
-                        return  # the client left: its slot is free now, not at the next write
-                    if not events and self.stopping:
-                        break
-                    batch = SSE_BATCH
-                    text = "".join([event[FRAME] for event in events]) if events else sse.PING
-                    await sse.send(self, text, settings.write_timeout_seconds)
+                await sse.send(self, stream.opening, timeout)
+                # At the server's stop the frames end: the client resumes from its cursor.
+                async for text in stream.frames(self.waiter):
+                    await sse.send(self, text, timeout)
             except sse.ClientGone:
                 return
-            except (CursorExpired, RunGone):
-                # Compacted under a slow reader, or deleted: end here. A snapshot
-                # frame only ever comes first, so the reconnect starts with one
-                # (or answers 410 / 404).
-                pass
             except StoreUnavailable as exc:
                 # The database went away mid-stream: end it; the client resumes from
                 # its cursor (answered 503 until the database is back).
                 self.log.warning("agentruns: a stream of %s ended: %s", row["run_id"], exc)
+        if self.waiter.released:
+            return  # the client left: its slot is free now, not at the next write
         self.finish()
 
     async def _poll(self, row: dict, cursor: int, caught_up: bool) -> None:
@@ -92,25 +74,17 @@ class EventsHandler(AgentRunsHandler):
             else contextlib.nullcontext()
         )
         with slot:
-            subscriber, snapshot = await resume(self.engine, self.owner, row, cursor)
-            try:
-                events = [] if caught_up else await subscriber.pull(limit, wait, self.waiter)
-            except CursorExpired:
-                row = await self.engine.owned_head(self.owner, row["run_id"])
-                subscriber, snapshot = await resume(self.engine, self.owner, row, -1)
-                events = await subscriber.pull(limit, 0)
-            except RunGone:
-                await self.engine.owned_head(self.owner, row["run_id"])  # 410 or 404 now
-                raise run_not_found(row["run_id"]) from None
-        if self.waiter.released:
-            return
-        row = await self.engine.owned_head(self.owner, row["run_id"])
-        done = caught_up or subscriber.done
-        tail = {"last_seq": row["last_seq"], "status": row["status"], "done": done}
-        if snapshot is not None:
-            tail["snapshot"] = snapshot
-        tail_json = jsonio.dumps(tail, compact=True)
-        self.write_json('{"events":[' + ",".join(map(envelope_of, events)) + "]," + tail_json[1:])
+            answer = await self.engine.streams.poll(
+                self.owner,
+                row,
+                cursor,
+                limit=limit,
+                wait=wait,
+                waiter=self.waiter,
+                caught_up=caught_up,
+            )
+        if answer is not None:  # else the client left
+            self.write_json(answer)
 
     def _wait_argument(self) -> float:
         raw = self.get_argument("wait", None)
@@ -125,19 +99,6 @@ class EventsHandler(AgentRunsHandler):
                 f"wait must be a number of seconds between 0 and {POLL_WAIT_MAX}, not {raw!r}."
             )
         return wait
-
-
-async def resume(engine, owner: str, row: dict, cursor: int) -> tuple[Subscriber, dict | None]:
-    """Where to resume: the cursor, or, when its events were compacted away, the run's snapshot.
-
-    The snapshot is the run object now, at ``W = last_seq``; events follow from W + 1.
-    """
-    if cursor >= row["first_seq"] - 1:
-        return engine.subscriber(row["run_id"], cursor), None
-    snapshot = await engine.get_run(owner, row["run_id"])
-    subscriber = engine.subscriber(row["run_id"], snapshot["last_seq"])
-    subscriber.done = is_terminal(snapshot["status"])
-    return subscriber, snapshot
 
 
 default_handlers = [(rf"api/agentruns/runs/{RUN_ID}/events", EventsHandler)]

@@ -7,9 +7,6 @@ import asyncio
 from tornado.iostream import StreamClosedError
 from tornado.web import RequestHandler
 
-from .. import events
-from ..events import Event
-
 # The reconnect delay a browser EventSource uses; our own clients treat it as
 # the floor of their exponential backoff.
 RETRY_MS = 1000
@@ -28,18 +25,6 @@ def begin(handler: RequestHandler) -> None:
     if stream is not None:
         stream.set_nodelay(True)
     handler.write(f"retry: {RETRY_MS}\n\n")
-
-
-def frame(event: Event, *, with_id: bool = True) -> str:
-    return events.sse(event, with_id)
-
-
-def named(name: str, data: str, seq: int | None = None) -> str:
-    head = f"id: {seq}\n" if seq is not None else ""
-    return f"{head}event: {name}\ndata: {data}\n\n"
-
-
-PING = ": ping\n\n"
 
 
 async def send(handler: RequestHandler, text: str, timeout: float) -> None:
