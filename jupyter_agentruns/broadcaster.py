@@ -295,19 +295,21 @@ class Subscriber:
         self.cursor = cursor
         self.done = False
 
-    async def read(self, limit: int) -> list[Event]:
+    async def read(self, limit: int, *, from_store: bool = False) -> list[Event]:
         """Committed events after the cursor, at most ``limit``, advancing the cursor.
 
         From the live window when it reaches back that far (no wait), else
         from the store on a reader thread. Raises ``CursorExpired`` when the
         next event was compacted away, and ``RunGone`` when the run itself
-        was deleted.
+        was deleted. The window learns of a commit a moment after the store
+        shows it: ``from_store`` reads the store, for an answer that must not
+        be behind a read of the run's row made before it.
         """
         if self.done:
             return []
         channel = self._broadcaster.get(self.run_id)
         events = None
-        if channel is not None:
+        if channel is not None and not from_store:
             if channel.committed_seq <= self.cursor:
                 return []
             events = channel.window_after(self.cursor, limit, READ_MAX_BYTES)

@@ -263,7 +263,10 @@ async def test_an_empty_last_event_id_counts_as_absent(api):
 async def test_a_stream_of_a_run_deleted_while_it_is_read_ends_and_its_reconnect_is_404(
     api, engine
 ):
-    run_id = (await submit(api, agent="big_text", input={"n": 8000, "size": 2000})).json()["run_id"]
+    # 32 MB: well over what loopback's socket buffers take in while the client does not read.
+    run_id = (await submit(api, agent="big_text", input={"n": 16000, "size": 2000})).json()[
+        "run_id"
+    ]
     run = await wait_run(api, run_id)
     received = []
     async with api.stream(

@@ -277,7 +277,8 @@ def test_a_killed_server_s_resumable_runs_are_taken_over_by_one_server_and_finis
     """The demo's runs of a killed server go on elsewhere: one executor each, nothing done twice."""
     lease = 1.5
     a, b, c = cluster(lease_seconds=lease)
-    medium = {"prompt": "on", "chunks": 200, "delay": 0.01}
+    # Still going at the kill, however loaded the machine: six seconds each.
+    medium = {"prompt": "on", "chunks": 600, "delay": 0.01}
     doomed = [submit(a, medium)["run_id"] for _ in range(3)]
     for run_id in doomed:
         wait_seq(b, run_id, 10)

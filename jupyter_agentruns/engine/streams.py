@@ -193,6 +193,11 @@ class Streams:
         subscriber, snapshot = await self.resume(owner, row, cursor)
         try:
             events = [] if caught_up else await subscriber.pull(limit, wait, waiter)
+            if not events and not caught_up and not subscriber.done:
+                # Nothing in the live window: the store may have committed what the
+                # window hears of a moment later (and the client may have seen it
+                # in the run's row already).
+                events = await subscriber.read(limit, from_store=True)
         except CursorExpired:
             row = await self.owned_head(owner, run_id)
             subscriber, snapshot = await self.resume(owner, row, -1)
