@@ -34,23 +34,52 @@ def pytest_runtest_makereport(item, call):
     setattr(item, "rep_" + report.when, report)
 
 
+# Files whose tests share a server, a browser or a model of the file's own (a module-
+# or session-scoped fixture of the file): under pytest-xdist their tests stay on one
+# worker, which starts it once; every other test goes to the first free worker.
+SHARED_FILES = {
+    "test_acp_realagent.py",
+    "test_browser.py",
+    "test_copy.py",
+    "test_hub.py",
+    "test_labextension.py",
+    "test_openai_realmodel.py",
+    "test_outage.py",
+    "test_panel.py",
+    "test_permissions.py",
+    "test_secrets.py",
+}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFilesTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return path if path.rsplit("/", 1)[-1] in SHARED_FILES else nodeid
+
+    return SharedFilesTogether(config, log)
+
+
+def _shares_a_fixture_of_its_file(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(
+        definition.scope in ("module", "package", "session")
+        and definition.baseid.endswith(".py")  # a file's own (conftest's: one per worker)
+        for definitions in info.name2fixturedefs.values()
+        for definition in definitions
+    )
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``--dist loadgroup``), tests spread over the workers one
-    by one, except a file's tests that share a server or a browser of the file's
-    own (a module- or session-scoped fixture of the file): those stay on one worker,
-    which starts that server once."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        if info is None:
-            continue
-        shared = any(
-            definition.scope in ("module", "package", "session")
-            and definition.baseid.endswith(".py")  # a file's own (conftest's: one per worker)
-            for definitions in info.name2fixturedefs.values()
-            for definition in definitions
-        )
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
+    unlisted = {
+        item.path.name
+        for item in items
+        if item.path.name not in SHARED_FILES and _shares_a_fixture_of_its_file(item)
+    }
+    if unlisted:
+        raise pytest.UsageError(f"add {sorted(unlisted)} to SHARED_FILES in tests/conftest.py")
     # The longest first (the workers take the next test as they free up): a two-minute
     # test started last would keep the others waiting for it at the end.
     items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)
