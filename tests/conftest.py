@@ -51,6 +51,7 @@ SHARED_FILES = {
 }
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: nothing without it
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
