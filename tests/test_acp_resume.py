@@ -32,7 +32,7 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def wait_gone(pids, timeout=15):
+def wait_gone(pids, timeout=30):  # a guard ends its agent in at most about 12 s
     deadline = time.monotonic() + timeout
     while any(map(alive, pids)):
         left = [pid for pid in pids if alive(pid)]
