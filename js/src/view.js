@@ -583,6 +583,8 @@ export class RunView {
     this.root.dataset.runId = state ? state.runId : "";
     this.root.dataset.status = status;
     this.root.dataset.lastSeq = String(loaded ? state.lastSeq : 0);
+    // Which executor's attempt the view has seen: 2 once it saw the run taken over.
+    this.root.dataset.attempt = String(loaded ? state.attempt : 0);
     this._renderHeader(status);
     this._renderMeta();
     this._renderClock();
