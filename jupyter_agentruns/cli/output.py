@@ -23,6 +23,7 @@ from typing import Any
 from .. import words
 from ..questions import option_names
 from ..runtable import token_count
+from ..words import parse_time
 
 TEXT_PREVIEW = 300
 FIELD_PREVIEW = 60
@@ -77,16 +78,6 @@ def count(value: Any) -> str:
     """A count, ``1,234`` (none reported is 0); ``?`` when it is no count (text, a negative or absurd number)."""
     number = token_count(0 if value is None else value)
     return "?" if number is None else f"{number:,}"
-
-
-def parse_time(value: Any) -> datetime | None:
-    if not value or not isinstance(value, str):
-        return None
-    try:
-        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
 def span(seconds: float) -> str:
