@@ -30,7 +30,10 @@ GENERATED = DOCS / "reference" / "generated"
 # Defaults computed when the server starts, which the class cannot show: said in words.
 COMPUTED_DEFAULTS = {
     ("AgentRuns", "db_path"): "`<jupyter data dir>/agentruns.sqlite3` (`jupyter --data-dir`)",
-    ("AgentRuns", "store_url"): "the environment variable `AGENTRUNS_STORE_URL`, else `\"\"` (SQLite)",
+    (
+        "AgentRuns",
+        "store_url",
+    ): 'the environment variable `AGENTRUNS_STORE_URL`, else `""` (SQLite)',
 }
 
 
@@ -273,14 +276,18 @@ def rest_markdown() -> str:
             lines += [f"**{_one_paragraph(operation.get('summary', ''))}**", ""]
             if operation.get("description"):
                 lines += [operation["description"].strip(), ""]
-            parameters = [_resolve(document, p) for p in [*shared, *operation.get("parameters", [])]]
+            parameters = [
+                _resolve(document, p) for p in [*shared, *operation.get("parameters", [])]
+            ]
             if parameters:
                 lines += ["Parameters:", ""]
                 for parameter in parameters:
                     required = ", required" if parameter.get("required") else ""
                     text = _one_paragraph(parameter.get("description", ""))
                     lines.append(
-                        f"- `{parameter['name']}` ({parameter['in']}{required}): {text}".rstrip(": ")
+                        f"- `{parameter['name']}` ({parameter['in']}{required}): {text}".rstrip(
+                            ": "
+                        )
                     )
                 lines.append("")
             body = operation.get("requestBody")
