@@ -21,6 +21,8 @@ myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 # Checked links: a link to a page or an anchor that does not exist fails the build (-W).
 nitpicky = True
+# Help texts quote code with plain quotes: keep them as written.
+smartquotes = False
 suppress_warnings = []
 
 html_theme = "pydata_sphinx_theme"
@@ -33,4 +35,3 @@ html_theme_options = {
     "footer_start": ["copyright"],
     "footer_end": [],
 }
-html_sidebars = {"**": ["sidebar-nav-bs"]}

@@ -136,7 +136,7 @@ def _argument_lines(action: argparse.Action) -> list[str]:
     if action.default not in (None, False, argparse.SUPPRESS) and action.nargs != 0:
         if not (action.help and "default" in action.help):
             words.append(f"default {code(str(action.default))}")
-    return [f"- {code(name)}: " + "; ".join(words or ["(no help text)"])]
+    return [f"- {code(name)}" + (": " + "; ".join(words) if words else "")]
 
 
 def cli_markdown() -> str:
@@ -244,9 +244,14 @@ def _schema_name(schema: dict[str, Any] | None) -> str:
         return f"{{ref}}`{name} <schema-{name.lower()}>`"
     if schema.get("type") == "array" and "items" in schema:
         return f"array of {_schema_name(schema['items'])}"
+    if "allOf" in schema:  # an Error narrowed to its codes
+        parts = schema["allOf"]
+        base = next((_schema_name(p) for p in parts if "$ref" in p), "")
+        codes = [c for p in parts for c in p.get("properties", {}).get("error", {}).get("enum", [])]
+        return base + (" " + ", ".join(code(c) for c in codes) if codes else "")
     if "oneOf" in schema or "anyOf" in schema:
         return " or ".join(_schema_name(s) for s in schema.get("oneOf", schema.get("anyOf")))
-    return code(str(schema.get("type", "any")))
+    return code(str(schema["type"])) if "type" in schema else ""
 
 
 def _one_paragraph(text: str) -> str:
