@@ -133,7 +133,7 @@ class SettingsTraits(HasTraits):
     max_resume_attempts = Int(
         3,
         help="Takeovers of a resumable agent's run (after its server died or stopped) before "
-        "it ends interrupted.",
+        "it ends interrupted; 0: never taken over.",
     ).tag(config=True)
     max_tokens_per_run = Int(
         0,

@@ -11,12 +11,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from jupyter_server.extension.application import ExtensionApp
 from prometheus_client import REGISTRY
+from traitlets.config import Configurable
 
 import jupyter_agentruns
 from jupyter_agentruns import executor, lifecycle, widget
 from jupyter_agentruns.agents.openai.agent import OpenAIAgent
 from jupyter_agentruns.agents.tools import describe_tool
+from jupyter_agentruns.app import AgentRuns
 from jupyter_agentruns.cli import build_parser
 from jupyter_agentruns.settings import SettingsTraits
 
@@ -69,8 +72,14 @@ def test_every_link_of_the_readme_and_the_pages_leads_to_a_file():
 
 def test_every_setting_has_its_entry_with_default_and_help():
     text = reference.settings_markdown()
-    for owner, cls in (("AgentRuns", SettingsTraits), ("OpenAIAgent", OpenAIAgent)):
-        for name, trait in cls.class_traits(config=True).items():
+    ours = {
+        "AgentRuns": reference.own_traits(AgentRuns, ExtensionApp),
+        "OpenAIAgent": reference.own_traits(OpenAIAgent, Configurable),
+    }
+    assert set(SettingsTraits.class_traits(config=True)) <= set(ours["AgentRuns"])
+    assert "base_url" in ours["OpenAIAgent"] and "log_level" not in ours["AgentRuns"]
+    for owner, traits in ours.items():
+        for name, trait in traits.items():
             entry = text.split(f"`c.{owner}.{name}` ·", 1)
             assert len(entry) == 2, f"c.{owner}.{name}"
             first_line, rest = entry[1].split("\n", 1)

@@ -75,10 +75,16 @@ def _type_text(trait: Any) -> str:
     return type(trait).__name__
 
 
-def traits_markdown(owner: str, cls: type, intro: str) -> list[str]:
+def own_traits(cls: type, *bases: type) -> dict[str, Any]:
+    """The configurable traits of ``cls`` that none of ``bases`` (a framework's classes) has."""
+    inherited = {name for base in bases for name in base.class_traits(config=True)}
+    return {n: t for n, t in cls.class_traits(config=True).items() if n not in inherited}
+
+
+def traits_markdown(owner: str, cls: type, intro: str, *bases: type) -> list[str]:
     computed = set(getattr(cls, "_trait_default_generators", {}))
     lines = [f"## `c.{owner}.*`", "", intro, ""]
-    for name, trait in sorted(cls.class_traits(config=True).items()):
+    for name, trait in sorted(own_traits(cls, *bases).items()):
         lines += [
             f"### `{name}`",
             "",
@@ -92,20 +98,26 @@ def traits_markdown(owner: str, cls: type, intro: str) -> list[str]:
 
 
 def settings_markdown() -> str:
+    from jupyter_server.extension.application import ExtensionApp
+    from traitlets.config import Configurable
+
     from jupyter_agentruns.agents.openai.agent import OpenAIAgent
-    from jupyter_agentruns.settings import SettingsTraits
+    from jupyter_agentruns.app import AgentRuns
 
     lines = traits_markdown(
         "AgentRuns",
-        SettingsTraits,
+        AgentRuns,
         "The server extension's settings: `c.AgentRuns.<name> = …` in a "
-        "`jupyter_server_config.py`, or `--AgentRuns.<name>=…` on the command line.",
+        "`jupyter_server_config.py`, or `--AgentRuns.<name>=…` on the command line. "
+        "(Those every Jupyter extension app has, such as `log_level`, are jupyter_server's.)",
+        ExtensionApp,
     )
     lines += traits_markdown(
         "OpenAIAgent",
         OpenAIAgent,
         "The built-in `openai` agent's settings (see {doc}`/tutorials/connect-a-model`): "
         "`c.OpenAIAgent.<name> = …` in the same files.",
+        Configurable,
     )
     return "\n".join(lines)
 
