@@ -170,18 +170,41 @@ async def test_the_guides_agent_runs_as_documented(api):
     assert bad.status_code == 400 and bad.json()["error"] == "invalid_input"
 
 
-async def test_the_readmes_notebook_lines_run_against_a_server(api, api_url, token, monkeypatch):
-    code = python_block_after(README, "## In a notebook")
-    assert code.startswith("from jupyter_agentruns import submit\n")
-    # Outside a kernel the lines find the server as a script does: AGENTRUNS_URL and _TOKEN.
+@pytest.fixture
+def notebook(api_url, token, monkeypatch):
+    """Runs a page's notebook code against this test's server; returns what it printed."""
+    # Outside a kernel the code finds the server as a script does: AGENTRUNS_URL and _TOKEN.
     monkeypatch.setenv("AGENTRUNS_URL", api_url.removesuffix("api/agentruns/"))
     monkeypatch.setenv("AGENTRUNS_TOKEN", token)
     monkeypatch.setattr(widget, "_clients", {})  # found once a process: this test's server
     printed: list[str] = []
     namespace = {"print": lambda *args: printed.append(" ".join(map(str, args)))}
-    await asyncio.wait_for(asyncio.to_thread(exec, code, namespace), 60)  # the server runs here
-    assert namespace["run"].status == "succeeded"
+
+    async def run(*blocks: str) -> list[str]:
+        for code in blocks:  # on a thread: the server answers on this one
+            await asyncio.wait_for(asyncio.to_thread(exec, code, namespace), 60)
+        return printed
+
+    run.namespace = namespace
+    return run
+
+
+async def test_the_readmes_notebook_lines_run_against_a_server(notebook):
+    code = python_block_after(README, "## In a notebook")
+    assert code.startswith("from jupyter_agentruns import submit\n")
+    printed = await notebook(code)
+    assert notebook.namespace["run"].status == "succeeded"
     assert printed and printed[0].startswith("## Demo answer about weather in Shanghai")
+
+
+async def test_the_tutorials_question_is_asked_and_answered_from_the_kernel(notebook):
+    tutorial = page("tutorials/asking-a-person.md")
+    ask = python_block_after(tutorial, 'run = submit("demo"')
+    answer = python_block_after(tutorial, "## Answer")
+    printed = await notebook(ask, answer)
+    assert printed == ["Write the answer about deploy?", "succeeded"]
+    [question] = notebook.namespace["run"].run["snapshot"]["inputs"]
+    assert question["choice"] == "approve" and question["note"] == "go ahead"
 
 
 def test_the_tools_tutorials_function_is_a_tool_as_described(tmp_path):
