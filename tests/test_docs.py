@@ -216,3 +216,41 @@ def test_the_tools_tutorials_function_is_a_tool_as_described(tmp_path):
     assert tool.parameters["required"] == ["city"]
     assert tool.parameters["properties"]["unit"]["enum"] == ["celsius", "fahrenheit"]
     assert namespace["get_weather"]("Shanghai")["city"] == "Shanghai"
+
+
+def test_every_configuration_the_pages_show_is_one_the_server_takes(tmp_path, monkeypatch):
+    from traitlets.config import Config
+
+    # The tools the pages register, as the tools tutorial writes them.
+    (tmp_path / "my_tools.py").write_text(
+        python_block_after(page("tutorials/tools.md"), "# my_tools.py")
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_tools", raising=False)
+
+    from jupyter_agentruns.settings import from_config
+
+    pages = [README, *(path.read_text() for path in sorted(DOCS.rglob("*.md")))]
+    blocks = [
+        block
+        for text in pages
+        for block in re.findall(r"```python\n(.*?)```", text, re.S)
+        if re.search(r"^c\.(AgentRuns|OpenAIAgent)\.", block, re.M)
+        and "c.JupyterHub" not in block
+        and "c.Spawner" not in block
+    ]
+    assert len(blocks) >= 8
+    try:
+        for block in blocks:
+            config = Config()
+            exec(block, {"c": config})
+            for owner, cls, base in (
+                ("AgentRuns", AgentRuns, ExtensionApp),
+                ("OpenAIAgent", OpenAIAgent, Configurable),
+            ):
+                unknown = set(config[owner]) - set(reference.own_traits(cls, base))
+                assert not unknown, (owner, unknown, block)
+            from_config(config)  # each value as the server checks it
+            OpenAIAgent(config=config)
+    finally:
+        sys.modules.pop("my_tools", None)
