@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
+import json
+import time
+
 from conftest import picture
 from servers import ServerProcess, wait_status
 from test_browser import (  # noqa: F401  (fixtures are found by name)
@@ -210,3 +213,97 @@ def test_notebook_7_shows_the_panel_in_its_left_sidebar_with_links_to_open(tmp_p
         assert link.get_attribute("title") == "Open seven.ipynb"
     finally:
         server.kill()
+
+
+STATUS_ITEM = "#jp-main-statusbar .agentruns-status-item"
+TAB = '.jp-SideBar [data-id="jupyter-agentruns-runs"]'
+
+
+def toast(page, text: str):
+    return page.locator(".Toastify__toast", has_text=text)
+
+
+def submit_by_api(lab: ServerProcess, prompt: str, **input) -> str:
+    with lab.client() as client:
+        answer = client.post(
+            "runs",
+            json={"agent": "demo", "input": {"prompt": prompt, "delay": 0.02, **input}},
+            headers={"Idempotency-Key": f"attention-{prompt}-{time.monotonic()}"},
+        )
+    assert answer.status_code == 201, answer.text
+    return answer.json()["run_id"]
+
+
+def open_lab(page, lab: ServerProcess) -> None:
+    page.goto(f"{lab.url}lab?token={lab.token}&reset")
+    page.locator(TAB).wait_for(timeout=90_000)
+
+
+def test_a_question_elsewhere_toasts_with_answers_that_answer_and_the_counts_show(lab, page):
+    open_lab(page, lab)
+    long_run = submit_by_api(lab, "keep going", chunks=400, delay=0.1)
+    asking = submit_by_api(lab, "toast me", chunks=5, ask=True)
+
+    # The toast says which run asks what, with the run's own answers.
+    question = toast(page, "toast me asks: Write the answer about toast me?")
+    question.wait_for(timeout=30_000)
+    assert question.get_by_role("button", name="approve").is_visible()
+    assert question.get_by_role("button", name="deny").is_visible()
+    # The status bar counts the running and the waiting runs; the panel's tab shows the waiting.
+    page.wait_for_function(
+        "(selector) => { const item = document.querySelector(selector);"
+        " return !!item && item.dataset.waiting === '1' && item.dataset.running === '1'; }",
+        arg=STATUS_ITEM,
+        timeout=30_000,
+    )
+    assert page.locator(STATUS_ITEM).inner_text() == "Agent runs: 1 running · 1 waiting"
+    assert page.locator(TAB).get_attribute("data-agentruns-waiting") == "1"
+    page.screenshot(path=picture("attention.png"))
+
+    question.get_by_role("button", name="approve").click()
+    with lab.client() as client:
+        run = wait_status(client, asking, {"succeeded"})
+    assert run["snapshot"]["inputs"][0]["choice"] == "approve"
+    question.wait_for(state="detached", timeout=30_000)
+    page.wait_for_function(
+        "(selector) => !document.querySelector(selector).hasAttribute('data-agentruns-waiting')",
+        arg=TAB,
+        timeout=30_000,
+    )
+    assert page.locator(STATUS_ITEM).inner_text() == "Agent runs: 1 running"
+
+    # A click on the counts opens the panel.
+    page.locator(STATUS_ITEM).click()
+    page.locator(PANEL).wait_for(state="visible", timeout=30_000)
+
+    # A run that fails away from its notebook says so.
+    submit_by_api(lab, "break down", chunks=3, fail=True)
+    toast(page, "Run failed: break down").wait_for(timeout=30_000)
+    with lab.client() as client:
+        client.post(f"runs/{long_run}/cancel")
+
+
+def test_a_setting_turns_the_question_toast_off(lab, page):
+    settings = lab.home / "lab-settings" / "jupyter-agentruns"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "runs-panel.jupyterlab-settings").write_text(
+        json.dumps({"notifyQuestions": False, "tabBadge": False})
+    )
+    try:
+        open_lab(page, lab)
+        asking = submit_by_api(lab, "no toast", chunks=3, ask=True)
+        # Seen and counted, but neither toasted nor on the tab.
+        page.wait_for_function(
+            "(selector) => { const item = document.querySelector(selector);"
+            " return !!item && item.dataset.waiting === '1'; }",
+            arg=STATUS_ITEM,
+            timeout=30_000,
+        )
+        page.wait_for_timeout(500)  # a toast would show within the same update
+        assert toast(page, "no toast asks").count() == 0
+        assert page.locator(TAB).get_attribute("data-agentruns-waiting") is None
+        with lab.client() as client:
+            request_id = client.get(f"runs/{asking}").json()["snapshot"]["inputs"][0]["request_id"]
+            client.post(f"runs/{asking}/inputs/{request_id}", json={"choice": "deny"})
+    finally:
+        (settings / "runs-panel.jupyterlab-settings").unlink()
