@@ -223,6 +223,16 @@ def toast(page, text: str):
     return page.locator(".Toastify__toast", has_text=text)
 
 
+def settled(page, locator) -> None:
+    """Wait until a toast has slid in: all of it within the page."""
+    locator.wait_for(timeout=30_000)
+    page.wait_for_function(
+        "(node) => node.getBoundingClientRect().right <= window.innerWidth",
+        arg=locator.element_handle(),
+        timeout=10_000,
+    )
+
+
 def submit_by_api(lab: ServerProcess, prompt: str, **input) -> str:
     with lab.client() as client:
         answer = client.post(
@@ -258,6 +268,7 @@ def test_a_question_elsewhere_toasts_with_answers_that_answer_and_the_counts_sho
     )
     assert page.locator(STATUS_ITEM).inner_text() == "Agent runs: 1 running · 1 waiting"
     assert page.locator(TAB).get_attribute("data-agentruns-waiting") == "1"
+    settled(page, question)
     page.screenshot(path=picture("attention.png"))
 
     question.get_by_role("button", name="approve").click()
@@ -307,3 +318,45 @@ def test_a_setting_turns_the_question_toast_off(lab, page):
             client.post(f"runs/{asking}/inputs/{request_id}", json={"choice": "deny"})
     finally:
         (settings / "runs-panel.jupyterlab-settings").unlink()
+
+
+def test_a_refresh_restores_a_run_only_under_the_code_that_made_it(lab, page):
+    saved = 'from jupyter_agentruns import submit\nrun = submit("demo", {"prompt": "saved code", "chunks": 3})'
+    write_notebook(lab.home / "edited.ipynb", [saved])
+    open_notebook(page, lab, "edited.ipynb")
+    # Edit the saved cell and run it; then run a new cell; then refresh without saving.
+    first = page.locator(".jp-Notebook .jp-Cell").nth(0)
+    first.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(saved.replace("saved code", "edited code"))
+    page.keyboard.press("Control+Enter")
+    edited_run = cell_run_id(page, 0)
+    page.keyboard.press("Escape")
+    page.keyboard.press("b")
+    page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-InputArea-editor").click()
+    page.keyboard.insert_text(saved.replace("saved code", "a new cell"))
+    page.keyboard.press("Control+Enter")
+    new_cell_run = cell_run_id(page, 1)
+    page.reload()
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+
+    # The saved code stays, and its cell says plainly that the run came from other code.
+    notice = first.locator(
+        ".jp-OutputArea-output", has_text="This run came from code you did not save"
+    )
+    notice.wait_for(timeout=60_000)
+    assert "edited code" in notice.inner_text()
+    assert first.locator(".agentruns-run").get_attribute("data-run-id") == edited_run
+    assert "saved code" in first.locator(".jp-InputArea-editor").inner_text()
+    assert page.locator(".jp-Notebook .jp-Cell").count() == 1
+
+    # The run of the cell the saved notebook lacks: one notice, which shows it in the panel.
+    gone = toast(page, "1 run of edited.ipynb came from cells that are not in the saved notebook")
+    settled(page, gone)
+    page.screenshot(path=picture("restore-unsaved-code.png"))
+    gone.get_by_role("button", name="Show in the runs panel").click()
+    row = panel_row(page, new_cell_run)
+    row.wait_for(timeout=30_000)
+    assert "agentruns-panel-run--marked" in row.get_attribute("class")
+    assert "Its cell is not in the saved notebook." in row.inner_text()
+    assert page.locator(f"{PANEL} .agentruns-filter-session").input_value().endswith("edited.ipynb")

@@ -205,7 +205,13 @@ const panelPlugin = {
       },
     });
     if (statusBar) {
-      statusBar.registerStatusItem("jupyter-agentruns:run-counts", { item: attention.statusItem, align: "left", rank: 900 });
+      statusBar.registerStatusItem("jupyter-agentruns:run-counts", {
+        item: attention.statusItem,
+        align: "left",
+        rank: 900,
+        isActive: () => attention.statusItem.active,
+        activeStateChanged: attention.statusItem.activeStateChanged,
+      });
     }
     if (settingRegistry) {
       settingRegistry

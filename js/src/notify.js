@@ -4,6 +4,7 @@
 // the page's RunWatch (attention.js).
 
 import { Notification } from "@jupyterlab/apputils";
+import { Signal } from "@lumino/signaling";
 import { Widget } from "@lumino/widgets";
 
 import { LONG_RUN_MS, countWords, endedWords, questionChoices, questionWords } from "./attention.js";
@@ -48,6 +49,10 @@ export class RunCountItem extends Widget {
     this.addClass("jp-StatusBar-TextItem");
     this.node.title = "Agent runs: open the runs panel";
     this.node.addEventListener("click", open);
+    // The status bar shows and hides its items itself, asking isActive() on this signal.
+    /** @type {Signal<RunCountItem, void>} */
+    this.activeStateChanged = new Signal(this);
+    this.active = false;
     this.setCounts({ running: 0, waiting: 0 }, true);
   }
 
@@ -61,7 +66,11 @@ export class RunCountItem extends Widget {
     this.node.dataset.running = String(counts.running);
     this.node.dataset.waiting = String(counts.waiting);
     this.node.classList.toggle("agentruns-status-item--waiting", counts.waiting > 0);
-    this.setHidden(!enabled || words === "");
+    const active = enabled && words !== "";
+    if (active !== this.active) {
+      this.active = active;
+      this.activeStateChanged.emit(undefined);
+    }
   }
 }
 
