@@ -121,6 +121,23 @@ export function endedWords(run, state, durationMs) {
 }
 
 /**
+ * The kind of toast a run that ended is worth, or null: a failure, or the end
+ * of a run that ran for LONG_RUN_MS or more, each unless its setting is off
+ * or the person is looking at the run's notebook.
+ * @param {RunState} state
+ * @param {number | null} durationMs
+ * @param {{notifyFailures: boolean, notifyLongRuns: boolean}} settings
+ * @param {boolean} inView
+ * @returns {"error" | "success" | "info" | null}
+ */
+export function endedToast(state, durationMs, settings, inView) {
+  if (inView) return null;
+  if (state.status === "failed") return settings.notifyFailures ? "error" : null;
+  if (!settings.notifyLongRuns || durationMs === null || durationMs < LONG_RUN_MS) return null;
+  return state.status === "succeeded" ? "success" : "info";
+}
+
+/**
  * The status bar's words: "2 running · 1 waiting", "" when no run is active.
  * @param {Counts} counts
  * @returns {string}

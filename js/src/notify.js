@@ -7,7 +7,7 @@ import { Notification } from "@jupyterlab/apputils";
 import { Signal } from "@lumino/signaling";
 import { Widget } from "@lumino/widgets";
 
-import { LONG_RUN_MS, countWords, endedWords, questionChoices, questionWords } from "./attention.js";
+import { countWords, endedToast, endedWords, questionChoices, questionWords } from "./attention.js";
 
 /**
  * @typedef {import("./attention.js").RunWatch} RunWatch
@@ -174,15 +174,10 @@ export class Attention {
    * @param {number | null} durationMs
    */
   ended(run, state, durationMs) {
-    const failed = state.status === "failed";
-    const long = durationMs !== null && durationMs >= LONG_RUN_MS;
-    if (failed ? !this.settings.notifyFailures : !(long && this.settings.notifyLongRuns)) return;
-    if (this.inView(run)) return; // the person is looking at its cell
+    const kind = endedToast(state, durationMs, this.settings, this.inView(run));
+    if (kind === null) return;
     const actions = [{ label: "Show", caption: "Open the notebook of this run, or the runs panel", callback: () => this.show(run) }];
-    const message = endedWords(run, state, durationMs);
-    if (failed) Notification.error(message, { autoClose: ENDED_TOAST_MS, actions });
-    else if (state.status === "succeeded") Notification.success(message, { autoClose: ENDED_TOAST_MS, actions });
-    else Notification.info(message, { autoClose: ENDED_TOAST_MS, actions });
+    Notification[kind](endedWords(run, state, durationMs), { autoClose: ENDED_TOAST_MS, actions });
   }
 
   /** @param {any} run */

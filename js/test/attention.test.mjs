@@ -5,7 +5,7 @@ import { test } from "node:test";
 import { installPage } from "./dom.mjs";
 
 installPage();
-const { RunWatch, WATCH_LIMIT, countRuns, countWords, endedWords, questionChoices, questionWords, runDuration } = await import(
+const { RunWatch, WATCH_LIMIT, LONG_RUN_MS, endedToast, countRuns, countWords, endedWords, questionChoices, questionWords, runDuration } = await import(
   "../src/attention.js"
 );
 const { RunState } = await import("../src/runstate.js");
@@ -165,4 +165,18 @@ test("a run that started and ended between two looks is told; one the first look
   assert.deepEqual(heard, [["ended", "run_quick", "failed", 120_000]]);
   await watch.poll();
   assert.equal(heard.length, 1);
+});
+
+test("a failure is toasted, a long run's end too, unless its setting is off or its notebook is in view", () => {
+  const on = { notifyFailures: true, notifyLongRuns: true };
+  const state = (status) => Object.assign(new RunState("run_a"), { status });
+  assert.equal(endedToast(state("failed"), 1000, on, false), "error");
+  assert.equal(endedToast(state("failed"), 1000, { ...on, notifyFailures: false }, false), null);
+  assert.equal(endedToast(state("failed"), 1000, on, true), null);
+  assert.equal(endedToast(state("succeeded"), LONG_RUN_MS - 1, on, false), null);
+  assert.equal(endedToast(state("succeeded"), LONG_RUN_MS, on, false), "success");
+  assert.equal(endedToast(state("cancelled"), LONG_RUN_MS * 3, on, false), "info");
+  assert.equal(endedToast(state("succeeded"), LONG_RUN_MS, { ...on, notifyLongRuns: false }, false), null);
+  assert.equal(endedToast(state("succeeded"), LONG_RUN_MS, on, true), null);
+  assert.equal(endedToast(state("succeeded"), null, on, false), null);
 });
