@@ -255,7 +255,7 @@ def test_a_question_elsewhere_toasts_with_answers_that_answer_and_the_counts_sho
     asking = submit_by_api(lab, "toast me", chunks=5, ask=True)
 
     # The toast says which run asks what, with the run's own answers.
-    question = toast(page, "toast me asks: Write the answer about toast me?")
+    question = toast(page, "A run asks: Write the answer about toast me? (toast me)")
     question.wait_for(timeout=30_000)
     assert question.get_by_role("button", name="approve").is_visible()
     assert question.get_by_role("button", name="deny").is_visible()
@@ -311,7 +311,7 @@ def test_a_setting_turns_the_question_toast_off(lab, page):
             timeout=30_000,
         )
         page.wait_for_timeout(500)  # a toast would show within the same update
-        assert toast(page, "no toast asks").count() == 0
+        assert toast(page, "about no toast?").count() == 0
         assert page.locator(TAB).get_attribute("data-agentruns-waiting") is None
         with lab.client() as client:
             request_id = client.get(f"runs/{asking}").json()["snapshot"]["inputs"][0]["request_id"]

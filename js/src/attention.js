@@ -80,7 +80,7 @@ function notebookName(run) {
 }
 
 /**
- * What a toast says of a question: "quickstart.ipynb · weather asks: Write the answer?".
+ * What a toast says of a question, the question first: "A run asks: Write the answer? (weather, analysis.ipynb)".
  * @param {any} run
  * @param {any} input
  * @returns {string}
@@ -88,7 +88,7 @@ function notebookName(run) {
 export function questionWords(run, input) {
   const where = notebookName(run);
   const title = typeof input.title === "string" && input.title ? input.title : "a question";
-  return `${where ? `${where} · ` : ""}${runTitle(run)} asks: ${title}`;
+  return `A run asks: ${title} (${runTitle(run)}${where ? `, ${where}` : ""})`;
 }
 
 /**

@@ -139,8 +139,8 @@ test("a hidden page is not polled", async () => {
 
 test("the words of the toasts and the status bar", () => {
   const run = runObject("run_a", { session: "work/analysis.ipynb", input: { prompt: "weather in Shanghai" } });
-  assert.equal(questionWords(run, QUESTION), "analysis.ipynb · weather in Shanghai asks: Write the answer?");
-  assert.equal(questionWords({ ...run, session: null }, QUESTION), "weather in Shanghai asks: Write the answer?");
+  assert.equal(questionWords(run, QUESTION), "A run asks: Write the answer? (weather in Shanghai, analysis.ipynb)");
+  assert.equal(questionWords({ ...run, session: null }, QUESTION), "A run asks: Write the answer? (weather in Shanghai)");
   assert.deepEqual(questionChoices(QUESTION), [["approve", "approve"], ["deny", "deny"]]);
   const failed = new RunState("run_a");
   failed.loadRun(runObject("run_a", { status: "failed", error: { type: "x", message: "it broke" }, finished_at: TS }));
