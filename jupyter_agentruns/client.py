@@ -513,6 +513,18 @@ def cell_context() -> tuple[str | None, str | None]:
     return notebook, cell_id
 
 
+def kernel_id() -> str | None:
+    """The id of the kernel this code runs in (its connection file's name), when it is one."""
+    try:
+        from ipykernel.connect import get_connection_file
+
+        name = os.path.basename(get_connection_file())
+    except Exception:  # not in a kernel, or not in ipykernel
+        return None
+    found = re.fullmatch(r"kernel-(.+)\.json", name)
+    return found.group(1) if found else None
+
+
 def default_key(notebook: str | None, cell_id: str | None, body: dict[str, Any]) -> str:
     """The Idempotency-Key of a submit from a notebook cell: re-running the cell finds its run.
 
@@ -522,6 +534,12 @@ def default_key(notebook: str | None, cell_id: str | None, body: dict[str, Any])
     """
     if not notebook or not cell_id:
         return "py-" + uuid.uuid4().hex
+    # Nor is the kernel (the server leaves it out of the fingerprint): the same
+    # cell re-run after a kernel restart finds its run.
+    body = dict(body)
+    metadata = {k: v for k, v in (body.pop("metadata", None) or {}).items() if k != "kernel_id"}
+    if metadata:
+        body["metadata"] = metadata
     canonical = json.dumps(
         {"notebook": notebook, "cell": cell_id, **body}, sort_keys=True, separators=(",", ":")
     )

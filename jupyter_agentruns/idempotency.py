@@ -16,7 +16,14 @@ def fingerprint(
     metadata: Any = None,
     retry_of: str | None = None,
 ) -> str:
-    """SHA-256 of the compact, key-sorted JSON of what a submit asks for."""
+    """SHA-256 of the compact, key-sorted JSON of what a submit asks for.
+
+    ``metadata.kernel_id`` is left out: it says where the run was asked from,
+    not what it is, and a cell re-run after a kernel restart (a new kernel id)
+    must find its run.
+    """
+    if isinstance(metadata, dict) and "kernel_id" in metadata:
+        metadata = {k: v for k, v in metadata.items() if k != "kernel_id"} or None
     canonical = json.dumps(
         {
             "agent": agent,

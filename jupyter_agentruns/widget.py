@@ -29,6 +29,7 @@ from .client import (
     cell_context,
     default_key,
     find_server,
+    kernel_id,
 )
 from .lifecycle import TERMINAL_STATUSES
 from .questions import choice_for
@@ -261,6 +262,10 @@ def submit(
     client = _client(url, token)
     notebook, cell_id = cell_context()
     metadata = dict(metadata or {})
+    kernel = kernel_id()
+    if kernel:
+        # The kernel the run's notebook tools act on (see the server's notebook tools).
+        metadata.setdefault("kernel_id", kernel)
     if cell_id:
         # Which cell started the run: a page refreshed before saving finds it there again.
         metadata.setdefault("cell_id", cell_id)

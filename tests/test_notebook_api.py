@@ -172,7 +172,10 @@ def test_the_output_carries_a_run_reference_and_a_record_brought_up_to_date_at_t
         updates[-1]["text/markdown"]
         == http.get(f"runs/{run_id}", headers={"Accept": "text/markdown"}).text
     )
-    assert http.get(f"runs/{run_id}").json()["metadata"] == {"cell_id": "cell-1"}
+    assert http.get(f"runs/{run_id}").json()["metadata"] == {
+        "cell_id": "cell-1",
+        "kernel_id": kernel.kernel_id,
+    }
 
 
 @pytest.mark.parametrize("agentruns_config", [{"idempotency_ttl_seconds": 1, "lease_seconds": 1.5}])
