@@ -234,6 +234,26 @@ def test_a_runs_agent_uses_its_token_the_person_approves_then_denies(lab):
     assert refused.status_code == 403 and refused.json()["error"] == "forbidden"
 
 
+def test_run_code_waits_for_the_persons_cell_and_keeps_its_images_with_the_step(lab):
+    server, http, kernel = lab
+    kernel.client.execute("import time\ntime.sleep(3)")  # the person's cell, still running
+    deadline = time.monotonic() + 10
+    while (
+        http.get(server.url + f"api/kernels/{kernel.kernel_id}").json()["execution_state"] != "busy"
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    code = "from IPython.display import display\ndisplay({'image/png': 'iVBORw0KGgo='}, raw=True)"
+    run_id = submit(http, "nb_mcp", {"calls": [["run_code", {"code": code}]]}, kernel.kernel_id)
+    approve_next(http, run_id)
+    run = wait_status(http, run_id, ["succeeded", "failed"])
+    assert run["status"] == "succeeded", run["error"]
+    assert run["snapshot"]["progress"]["message"] == "waiting for the kernel"
+    [step] = run["snapshot"]["tools"]
+    assert step["result"]["images"] == [{"mime": "image/png", "data": "iVBORw0KGgo="}]
+    assert "image/png image 1, 8 bytes" in run["output"]["answers"][0]["text"]
+
+
 def test_cancelling_a_run_interrupts_its_run_code_and_keeps_the_kernel(lab):
     server, http, kernel = lab
     kernel.run_cell("kept = 'still here'", "cell-kept")
