@@ -341,6 +341,7 @@ TEST_AGENTS = {
         "paced_writer",
         "nan_output",
         "markdown_writer",
+        "notebook_mcp_client",
         "hostile_writer",
         "echo",
         "stepper",
