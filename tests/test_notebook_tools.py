@@ -17,6 +17,8 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from jupyter_agentruns.notebook import availability
+
 from fake_openai import FakeOpenAI, answer, tool_calls
 from servers import ServerProcess, wait_status
 from test_notebook_api import Kernel
@@ -321,20 +323,41 @@ def test_the_openai_agent_works_on_the_notebook_with_the_tools(lab, model):
     assert stdout.strip() == "4.0"
 
 
-def test_a_per_user_server_has_no_notebook_tools(tmp_path):
+def test_the_tools_exist_only_where_every_kernel_is_the_run_owners():
+    assert availability("shared", None) == (True, None)
+    assert availability("per-user", "alice") == (True, None)  # a hub's single-user server
+    available, reason = availability("per-user", None)  # a server several people share
+    assert not available and "other people's" in reason
+
+
+def test_on_a_hub_users_server_the_tools_act_for_its_user_only(tmp_path):
     server = ServerProcess(
-        tmp_path / "home", tmp_path / "agentruns.sqlite3", {"owner_mode": "per-user"}
-    ).start()
+        tmp_path / "home",
+        tmp_path / "agentruns.sqlite3",
+        {"owner_mode": "per-user"},
+        config={
+            "ServerApp": {
+                "jpserver_extensions": {"jupyter_agentruns": True},
+                "identity_provider_class": "identity.HeaderIdentityProvider",
+            }
+        },
+    )
+    server.env["JUPYTERHUB_USER"] = "alice"
+    server.start()
     try:
         with server.client() as http:
-            tools = http.get("agents").json()["notebook_tools"]
-            assert tools["available"] is False and "other people's" in tools["reason"]
-            refused = http.post(
-                "mcp",
-                headers={"Accept": "application/json, text/event-stream"},
-                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-            )
-            assert refused.status_code == 404
-            assert refused.json()["error"] == "notebook_tools_unavailable"
+            mcp = {"Accept": "application/json, text/event-stream"}
+            ping = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+            alice = http.get("agents", headers={"X-Test-User": "alice"}).json()
+            assert alice["notebook_tools"]["available"] is True
+            listed = http.post("mcp", headers={**mcp, "X-Test-User": "alice"}, json=ping)
+            assert listed.status_code == 200, listed.text
+            assert "run_code" in {tool["name"] for tool in listed.json()["result"]["tools"]}
+            bob = http.get("agents", headers={"X-Test-User": "bob"}).json()
+            assert bob["notebook_tools"]["available"] is False
+            refused = http.post("mcp", headers={**mcp, "X-Test-User": "bob"}, json=ping)
+            assert refused.status_code == 404, refused.text
+            anonymous = httpx.post(server.api_url + "mcp", headers=mcp, json=ping)
+            assert anonymous.status_code == 403 and anonymous.json()["error"] == "forbidden"
     finally:
         server.kill()

@@ -23,6 +23,7 @@ from jupyter_core.utils import ensure_async
 POLL_SECONDS = 0.5
 MAX_STREAM_CHARS = 20_000
 MAX_TEXT_CHARS = 20_000
+MAX_INTROSPECTION_CHARS = 100_000
 MAX_CELL_CHARS = 4_000
 MAX_NOTEBOOK_CHARS = 40_000
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -51,11 +52,13 @@ class Output:
     images: list[dict[str, str]] = field(default_factory=list)
     error: dict[str, Any] | None = None
 
+    stream_limit: int = MAX_STREAM_CHARS
+
     def add_stream(self, name: str, text: str) -> None:
         if name == "stderr":
-            self.stderr = bounded(self.stderr + text, MAX_STREAM_CHARS)
+            self.stderr = bounded(self.stderr + text, self.stream_limit)
         else:
-            self.stdout = bounded(self.stdout + text, MAX_STREAM_CHARS)
+            self.stdout = bounded(self.stdout + text, self.stream_limit)
 
     def add_data(self, data: dict[str, Any], result: bool) -> None:
         for mime in ("image/png", "image/jpeg"):
@@ -121,6 +124,7 @@ class Kernels:
         *,
         silent: bool = False,
         on_waiting: Callable[[], Awaitable[None]] | None = None,
+        stream_limit: int = MAX_STREAM_CHARS,
     ) -> Output:
         """Run ``code`` in the kernel and collect what it shows.
 
@@ -146,7 +150,7 @@ class Kernels:
         ours = False  # the kernel began on our request (it said busy for it)
         try:
             msg_id = client.execute(code, silent=silent, store_history=False, allow_stdin=False)
-            output = Output()
+            output = Output(stream_limit=stream_limit)
             while True:
                 try:
                     msg = await client.get_iopub_msg(timeout=POLL_SECONDS)
@@ -206,10 +210,17 @@ class Kernels:
 
     async def introspect(self, kernel_id: str, code: str) -> Any:
         """Run one of our own snippets silently; it prints one JSON value, which is returned."""
-        output = await self.execute(kernel_id, code, silent=True)
+        output = await self.execute(
+            kernel_id, code, silent=True, stream_limit=MAX_INTROSPECTION_CHARS
+        )
         if output.error is not None:
             raise RuntimeError(f"{output.error['ename']}: {output.error['evalue']}")
-        return json.loads(output.stdout.strip().splitlines()[-1])
+        try:
+            return json.loads(output.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise RuntimeError(
+                "the kernel's answer could not be read (something else printed, or it was too long)"
+            ) from None
 
     async def read_notebook(self, path: str) -> str:
         """The saved notebook's cells: source and text outputs, bounded."""

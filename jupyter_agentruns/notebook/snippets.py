@@ -90,7 +90,7 @@ finally:
 """
 
 
-def list_variables(limit: int = 500) -> str:
+def list_variables(limit: int = 300) -> str:
     return LIST_VARIABLES % {"limit": limit}
 
 

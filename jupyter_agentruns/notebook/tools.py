@@ -166,7 +166,7 @@ class NotebookTools:
     ) -> Outcome:
         try:
             return await self._act(name, args, kernel_id, notebook, run)
-        except (KernelUnavailable, NotebookNotFound, InvalidArguments, RuntimeError) as exc:
+        except Exception as exc:  # whatever it was, the caller reads it and the step records it
             error = error_object(exc)
             return Outcome(False, _error_text(error), error=error)
 
