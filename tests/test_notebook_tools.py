@@ -250,7 +250,9 @@ def test_run_code_waits_for_the_persons_cell_and_keeps_its_images_with_the_step(
     approve_next(http, run_id)
     run = wait_status(http, run_id, ["succeeded", "failed"])
     assert run["status"] == "succeeded", run["error"]
-    assert run["snapshot"]["progress"]["message"] == "waiting for the kernel"
+    events = http.get(f"runs/{run_id}/events", params={"limit": 1000}).json()["events"]
+    said = [e["data"]["message"] for e in events if e["type"] == "progress"]
+    assert said == ["waiting for the kernel", "running code in the kernel"]
     [step] = run["snapshot"]["tools"]
     assert step["result"]["images"] == [{"mime": "image/png", "data": "iVBORw0KGgo="}]
     assert "image/png image 1, 8 bytes" in run["output"]["answers"][0]["text"]

@@ -123,15 +123,16 @@ class Kernels:
         code: str,
         *,
         silent: bool = False,
-        on_waiting: Callable[[], Awaitable[None]] | None = None,
+        on_waiting: Callable[[bool], Awaitable[None]] | None = None,
         stream_limit: int = MAX_STREAM_CHARS,
     ) -> Output:
         """Run ``code`` in the kernel and collect what it shows.
 
         Cancelled (the run was cancelled), the kernel is interrupted, not
         restarted. A kernel that dies or restarts meanwhile raises
-        ``KernelUnavailable``. ``on_waiting`` is awaited once if the kernel is
-        still busy with something else after a moment.
+        ``KernelUnavailable``. ``on_waiting(True)`` is awaited when the code
+        has to wait for the kernel to finish something else, and
+        ``on_waiting(False)`` when it goes.
         """
         manager = self._manager(kernel_id)
         process = _process(manager)
@@ -141,9 +142,11 @@ class Kernels:
         while getattr(manager, "execution_state", "idle") == "busy":
             if not told and on_waiting is not None:
                 told = True
-                await on_waiting()
+                await on_waiting(True)
             await asyncio.sleep(POLL_SECONDS / 5)
             await self._check(kernel_id, manager, process)
+        if told:
+            await on_waiting(False)
         client = manager.client()
         client.start_channels()
         msg_id = None
@@ -156,9 +159,6 @@ class Kernels:
                     msg = await client.get_iopub_msg(timeout=POLL_SECONDS)
                 except queue.Empty:
                     await self._check(kernel_id, manager, process)
-                    if not ours and not told and on_waiting is not None:
-                        told = True
-                        await on_waiting()
                     continue
                 kind, content = msg["msg_type"], msg["content"]
                 restarted = content.get("execution_state") in ("starting", "restarting")

@@ -200,9 +200,11 @@ class NotebookTools:
         if not isinstance(code, str) or not code.strip():
             raise InvalidArguments("run_code takes the code to run, as text")
 
-        async def waiting() -> None:
+        async def waiting(started: bool) -> None:
             if run is not None:
-                await run.progress(None, "waiting for the kernel")
+                await run.progress(
+                    None, "waiting for the kernel" if started else "running code in the kernel"
+                )
 
         output = await self.kernels.execute(kernel_id, code, on_waiting=waiting)
         return self._run_code_outcome(code, output)
