@@ -48,6 +48,10 @@ class MCPHandler(AgentRunsHandler):
             self._run_caller = found
         await super().prepare()
 
+    def on_finish(self) -> None:
+        super().on_finish()
+        self.waiter.release()  # the transport's wait for a disconnect ends with the answer
+
     def check_xsrf_cookie(self) -> None:
         if self._run_caller is not None:
             return None  # a run's token in a header: no browser sends that by itself
