@@ -62,11 +62,9 @@ IMAGE_REFERENCE = "[{mime} image {index}, {size} bytes: kept with this tool step
 
 
 class InvalidArguments(ValueError):
+    """A call whose arguments are not what the tool takes."""
+
     error_type = "invalid_arguments"
-
-
-class Denied(Exception):
-    error_type = "denied"
 
 
 def definitions(with_notebook: bool = False) -> list[dict[str, Any]]:
