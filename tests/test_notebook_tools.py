@@ -325,6 +325,18 @@ def test_the_openai_agent_works_on_the_notebook_with_the_tools(lab, model):
     assert stdout.strip() == "4.0"
 
 
+def test_the_openai_agents_tool_choice_may_name_a_notebook_tool(lab, model):
+    server, http, kernel = lab
+    model.reply(tool_calls(("list_variables", "{}")), answer("Listed."))
+    input = {"prompt": "What is there?", "tool_choice": "list_variables"}
+    run_id = submit(http, "openai", input, kernel.kernel_id)
+    run = wait_status(http, run_id, ["succeeded", "failed"])
+    assert run["status"] == "succeeded", run["error"]
+    forced = model.requests[-2]["body"]["tool_choice"]
+    assert forced == {"type": "function", "function": {"name": "list_variables"}}
+    assert [s["name"] for s in run["snapshot"]["tools"]] == ["list_variables"]
+
+
 def test_the_tools_exist_only_where_every_kernel_is_the_run_owners():
     assert availability("shared", None) == (True, None)
     assert availability("per-user", "alice") == (True, None)  # a hub's single-user server

@@ -19,7 +19,7 @@ from .conversation import conversation, input_schema
 from .errors import MaxToolIterationsExceeded, UpstreamError
 from .journal import Journal, brief
 from .stream import Turn, stream_turn
-from .tool_calls import call_tool, definition, notebook_definitions, tool_choice
+from .tool_calls import NOTEBOOK_TOOLS, call_tool, definition, notebook_definitions, tool_choice
 from .upstream import NO_KEY, retry_delay, retryable, server_name, upstream_error
 from .usage import Usage
 
@@ -130,7 +130,8 @@ class OpenAIAgent(Configurable):
         self.description = (
             f"Chat with {self.model} at {where} (an OpenAI-compatible server){offered}."
         )
-        self.input_schema = input_schema(sorted(self.registered))
+        notebook = sorted(set(NOTEBOOK_TOOLS) - set(self.registered)) if self.notebook_tools else []
+        self.input_schema = input_schema(sorted(self.registered), notebook)
 
     async def __call__(self, run, input: dict[str, Any]) -> dict[str, Any]:
         model = input.get("model") or self.model
@@ -150,7 +151,11 @@ class OpenAIAgent(Configurable):
             offered += notebook_definitions(notebook, tools)
         if offered:
             request["tools"] = offered
-        first_choice = tool_choice(input.get("tool_choice"), tools)
+        # A run's tool_choice may name a notebook tool the run offers.
+        offered_names = {name: None for name in tools}
+        if notebook is not None:
+            offered_names.update({spec["name"]: None for spec in notebook.definitions})
+        first_choice = tool_choice(input.get("tool_choice"), offered_names)
         # What earlier attempts did (a run taken over after its server died).
         earlier = Journal(run) if getattr(run, "attempt", 1) > 1 else None
         turns: list[dict[str, Any]] = []

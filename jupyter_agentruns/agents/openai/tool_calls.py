@@ -33,6 +33,11 @@ def tool_choice(choice: str | None, tools: dict[str, Tool]) -> str | dict[str, A
     return {"type": "function", "function": {"name": choice}}
 
 
+# The notebook tools' names, for the input schema (made before any run has its
+# run.notebook_tools, which define them).
+NOTEBOOK_TOOLS = ("describe", "list_variables", "read_notebook", "run_code")
+
+
 def notebook_definitions(notebook: Any, tools: dict[str, Tool]) -> list[dict[str, Any]]:
     """The run's notebook tools (``run.notebook_tools``) as the ``tools`` list takes them."""
     return [
