@@ -252,6 +252,9 @@ def submit(
     ``input`` or ``metadata`` (a pandas mean of an empty column) is a
     ``ValueError`` naming where it is: JSON has neither.
 
+    The run's ``metadata`` records the cell (``cell_id``) and the kernel
+    (``kernel_id``): an agent given the notebook tools works on this kernel's data.
+
     ``session_policy`` says what happens when ``session`` (by default the
     notebook's path) has an active run: ``"parallel"`` (the server's default
     unless configured otherwise: cells run side by side), ``"reject"`` (an
