@@ -16,6 +16,7 @@ from .agents.acp import acp_agents
 from .engine import Engine
 from .handlers import default_handlers
 from .handlers.base import SHARED_OWNER, say_once
+from .notebook import Kernels, NotebookAccess, NotebookTools
 from .sessions import SessionPaths
 from .settings import Settings, SettingsTraits
 from .store import Store, StoreRefused, StoreUnavailable, UnsafeStore, factory
@@ -72,6 +73,7 @@ class AgentRuns(ExtensionApp, SettingsTraits):
             failures.pop(name, None)
         agents.update(acp)
         failures.update(acp_failures)
+        notebook, self.notebook_mcp, mcp_problem = self._notebook_tools(settings)
         try:
             self.engine = Engine(
                 parent=self,
@@ -82,6 +84,7 @@ class AgentRuns(ExtensionApp, SettingsTraits):
                 on_activity=self._record_activity,
                 served_owners=self.effective_served_owners(),
                 sessions=SessionPaths(self.serverapp.root_dir),
+                notebook=notebook,
             )
         except UnsafeStore as exc:
             self.startup_error = str(exc)
@@ -99,6 +102,8 @@ class AgentRuns(ExtensionApp, SettingsTraits):
                 "agentruns_startup_error": self.startup_error,
                 "agentruns_owner_mode": self.effective_owner_mode(),
                 "agentruns_api_url": url_path_join(self.serverapp.base_url, "api/agentruns"),
+                "agentruns_mcp": self.notebook_mcp,
+                "agentruns_mcp_problem": mcp_problem,
             }
         )
         # The runs panel opens a run's notebook: a kernel knows it by its path
@@ -127,6 +132,39 @@ class AgentRuns(ExtensionApp, SettingsTraits):
                 if served == {SHARED_OWNER}
                 else ", ".join(sorted(served)),
             )
+
+    def _notebook_tools(self, settings: Settings) -> tuple[NotebookAccess, object, str | None]:
+        """The notebook tools over this server's kernels, and their MCP server (if its SDK is installed)."""
+        serverapp = self.serverapp
+        tools = NotebookTools(
+            Kernels(
+                serverapp.kernel_manager, serverapp.session_manager, serverapp.contents_manager
+            ),
+            approval=settings.notebook_tools_approval,
+            max_event_bytes=settings.max_event_bytes,
+        )
+        try:
+            from .notebook.mcp import NotebookMCP
+        except ImportError as exc:
+            notebook_mcp, problem = (
+                None,
+                (
+                    f"the notebook tools' MCP server needs the mcp package ({exc}): "
+                    "pip install 'jupyter_agentruns[mcp]'"
+                ),
+            )
+        else:
+            problem = None
+        access = NotebookAccess(
+            tools,
+            owner_mode=self.effective_owner_mode(),
+            hub_user=os.environ.get("JUPYTERHUB_USER"),
+            mcp_url=lambda: url_path_join(serverapp.connection_url, "api/agentruns/mcp"),
+            mcp_problem=problem,
+        )
+        if problem is None:
+            notebook_mcp = NotebookMCP(access)
+        return access, notebook_mcp, problem
 
     def _record_activity(self) -> None:
         # Any ServerApp setting ending in _last_activity feeds last_activity(),
@@ -187,3 +225,6 @@ class AgentRuns(ExtensionApp, SettingsTraits):
         processes = getattr(self, "agent_processes", None)
         if processes is not None:
             await processes.close()
+        notebook_mcp = getattr(self, "notebook_mcp", None)
+        if notebook_mcp is not None:
+            await notebook_mcp.close()

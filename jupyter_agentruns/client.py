@@ -544,6 +544,18 @@ def source_digest(source: str) -> str | None:
         return None
 
 
+def kernel_id() -> str | None:
+    """The id of the kernel this code runs in (its connection file's name), when it is one."""
+    try:
+        from ipykernel.connect import get_connection_file
+
+        name = os.path.basename(get_connection_file())
+    except Exception:  # not in a kernel, or not in ipykernel
+        return None
+    found = re.fullmatch(r"kernel-(.+)\.json", name)
+    return found.group(1) if found else None
+
+
 def default_key(notebook: str | None, cell_id: str | None, body: dict[str, Any]) -> str:
     """The Idempotency-Key of a submit from a notebook cell: re-running the cell finds its run.
 
@@ -553,7 +565,8 @@ def default_key(notebook: str | None, cell_id: str | None, body: dict[str, Any])
     """
     if not notebook or not cell_id:
         return "py-" + uuid.uuid4().hex
-    # What the server leaves out of the fingerprint stays out of the key too.
+    # What the server leaves out of the fingerprint (the cell's code, the
+    # kernel) stays out of the key too.
     kept = {**body, "metadata": fingerprinted_metadata(body.get("metadata"))}
     kept = {name: value for name, value in kept.items() if value is not None}
     canonical = json.dumps(

@@ -133,6 +133,9 @@ class Execution:
         # Since when (monotonic) a question of the run has been open, while one is.
         self.waiting_since: float | None = None
         self.conversation: Callable[[], Any] | None = None
+        # Tool calls numbered so far (c1, c2, ...): shared by every RunContext of
+        # the run (its agent's, and the notebook tools' calls made over MCP).
+        self.calls: int | None = None
 
     @property
     def ending(self) -> bool:
@@ -429,7 +432,10 @@ class RunContext:
         self.snapshot: dict[str, Any] = resumed if resumed is not None else reducer.empty_snapshot()
         # Ids go on from an earlier attempt's: m1, m2, ... and c1, c2, ...
         self._messages = len(self.snapshot["messages"])
-        self._calls = len(self.snapshot["tools"])
+        if execution.calls is None:
+            execution.calls = len(self.snapshot["tools"])
+        # The notebook's kernel, for an agent that works on its data (see ``notebook``).
+        self.notebook_tools: Any = None
         streaming = [m for m in self.snapshot["messages"] if not m.get("done")]
         # A message that was streaming when the last attempt's server died goes on.
         self._message_id: str | None = streaming[-1]["id"] if streaming else None
@@ -524,8 +530,8 @@ class RunContext:
         ``kind`` (read, edit, execute, search, fetch, think, ...) and ``title``
         (what it does, for a person) are shown by the views.
         """
-        self._calls += 1
-        call_id = f"c{self._calls}"
+        self._execution.calls += 1
+        call_id = f"c{self._execution.calls}"
         data: dict[str, Any] = {"call_id": call_id, "name": name, "args": args or {}}
         for key, value in (("kind", kind), ("title", title)):
             if value is not None:
@@ -630,6 +636,7 @@ class SyncRun:
         self.metadata = run.metadata
         self.attempt = run.attempt
         self.snapshot = run.snapshot
+        self.notebook_tools = run.notebook_tools
 
     @property
     def cancelled(self) -> bool:
@@ -673,7 +680,9 @@ class Executor:
         history: Callable[[str], Any] | None = None,
         conversation: Callable[[dict[str, Any]], Any] | None = None,
         max_resume_attempts: int = 0,
+        notebook_tools: Callable[[RunContext], Any] | None = None,
     ):
+        self._notebook_tools = notebook_tools
         self._history = history
         self._conversation = conversation
         self._max_resume_attempts = max_resume_attempts
@@ -759,8 +768,15 @@ class Executor:
             self._log.exception("agentruns: executing %s failed", execution.run_id)
             await self._forget(execution)
 
-    async def _call_agent(self, execution: Execution, spec: AgentSpec) -> Any:
+    def context(self, execution: Execution) -> RunContext:
+        """A ``run`` for the agent API on a live run (its agent's, or the notebook tools')."""
         run = RunContext(execution)
+        if self._notebook_tools is not None:
+            run.notebook_tools = self._notebook_tools(run)
+        return run
+
+    async def _call_agent(self, execution: Execution, spec: AgentSpec) -> Any:
+        run = self.context(execution)
         if spec.is_async:
             return await spec.fn(run, run.input)
         # A daemon thread, not a pool: a cancelled plain function cannot be

@@ -8,17 +8,19 @@ from typing import Any
 
 MAX_KEY_LENGTH = 255
 
-# What submit() records of the cell that made a run, so that a refreshed page
-# restores the run only under the code that made it. Where the run came from,
-# not what it runs: the same cell with edited code finds the same run.
-CELL_SOURCE_METADATA = ("cell_source", "cell_source_sha256")
+# What submit() records of where a run was asked from, not of what it is: the
+# cell's code (a refreshed page restores the run only under the code that made
+# it) and the kernel (the notebook tools act on it). Left out of the
+# fingerprint: the same cell with edited code, or re-run after a kernel
+# restart (a new kernel id), finds the same run.
+ORIGIN_METADATA = ("cell_source", "cell_source_sha256", "kernel_id")
 
 
 def fingerprinted_metadata(metadata: Any) -> Any:
-    """``metadata`` without the keys that say which code submitted the run."""
-    if not isinstance(metadata, dict) or not any(key in metadata for key in CELL_SOURCE_METADATA):
+    """``metadata`` without the keys that say where the run was asked from."""
+    if not isinstance(metadata, dict) or not any(key in metadata for key in ORIGIN_METADATA):
         return metadata
-    kept = {key: value for key, value in metadata.items() if key not in CELL_SOURCE_METADATA}
+    kept = {key: value for key, value in metadata.items() if key not in ORIGIN_METADATA}
     return kept or None
 
 
@@ -31,8 +33,8 @@ def fingerprint(
 ) -> str:
     """SHA-256 of the compact, key-sorted JSON of what a submit asks for.
 
-    The metadata that records the submitting cell's code is left out (see
-    ``CELL_SOURCE_METADATA``).
+    The metadata that records the submitting cell's code and kernel is left
+    out (see ``ORIGIN_METADATA``).
     """
     canonical = json.dumps(
         {

@@ -187,6 +187,13 @@ class SettingsTraits(HasTraits):
         help="ACP agent processes this server runs at most. Beyond it the least recently used "
         "idle one is closed; when every one is in a turn, a new run waits (its progress says so).",
     ).tag(config=True)
+    notebook_tools_approval = Enum(
+        ["ask", "never"],
+        default_value="ask",
+        help="Whether the notebook tools' run_code asks the person before it runs code in the "
+        "notebook's kernel ('ask': an approval question showing the code) or runs it at once "
+        "('never').",
+    ).tag(config=True)
     sqlite_synchronous = Enum(
         ["FULL", "NORMAL"],
         default_value="FULL",
@@ -353,6 +360,7 @@ class Settings:
     acp_agents: dict[str, dict[str, Any]]
     acp_idle_seconds: float
     max_agent_processes: int
+    notebook_tools_approval: str = "ask"
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` (checked as the traits check them)."""

@@ -31,6 +31,7 @@ from .client import (
     cell_source,
     default_key,
     find_server,
+    kernel_id,
     source_digest,
 )
 from .lifecycle import TERMINAL_STATUSES
@@ -254,6 +255,9 @@ def submit(
     ``input`` or ``metadata`` (a pandas mean of an empty column) is a
     ``ValueError`` naming where it is: JSON has neither.
 
+    The run's ``metadata`` records the cell (``cell_id``) and the kernel
+    (``kernel_id``): an agent given the notebook tools works on this kernel's data.
+
     ``session_policy`` says what happens when ``session`` (by default the
     notebook's path) has an active run: ``"parallel"`` (the server's default
     unless configured otherwise: cells run side by side), ``"reject"`` (an
@@ -264,6 +268,10 @@ def submit(
     client = _client(url, token)
     notebook, cell_id = cell_context()
     metadata = dict(metadata or {})
+    kernel = kernel_id()
+    if kernel:
+        # The kernel the run's notebook tools act on (see the server's notebook tools).
+        metadata.setdefault("kernel_id", kernel)
     if cell_id:
         # Which cell started the run, and with what code: a page refreshed
         # before saving finds it there again, under that code only.

@@ -341,6 +341,7 @@ TEST_AGENTS = {
         "paced_writer",
         "nan_output",
         "markdown_writer",
+        "notebook_mcp_client",
         "hostile_writer",
         "echo",
         "stepper",
@@ -348,3 +349,25 @@ TEST_AGENTS = {
         "writer",
     )
 }
+
+
+async def notebook_mcp_client(run, input):
+    """Calls the notebook tools over MCP (the SDK's client) with its run's token, as an agent
+    of its own process would: ``input["calls"]`` is ``[[name, arguments], ...]``."""
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    server = run.notebook_tools.mcp_server()
+    answers = []
+    client = create_mcp_http_client(headers=server["headers"])
+    async with client, streamable_http_client(server["url"], http_client=client) as streams:
+        async with ClientSession(streams[0], streams[1]) as session:
+            await session.initialize()
+            listed = await session.list_tools()
+            for name, arguments in input["calls"]:
+                result = await session.call_tool(name, arguments)
+                answers.append({"error": result.is_error, "text": result.content[0].text})
+    # The token goes out so that a test can try it once the run has ended.
+    token = server["headers"]["Authorization"]
+    return {"tools": sorted(t.name for t in listed.tools), "answers": answers, "token": token}

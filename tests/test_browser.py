@@ -644,3 +644,31 @@ def test_approve_and_deny_look_like_buttons_in_light_and_dark(lab, page):
         wait_answer(page, 0, prompt, 12)
     finally:
         set_theme(lab, "JupyterLab Light")
+
+
+def test_a_run_code_step_is_approved_from_its_code_and_inserted_as_a_cell(lab, page):
+    code = "doubled = sales.n * 2\nprint(doubled.sum())"
+    write_notebook(
+        lab.home / "tools.ipynb",
+        [
+            "import pandas as pd\n"
+            "sales = pd.DataFrame({'n': [1, 2]})\n"
+            "from jupyter_agentruns import submit\n"
+            f"run = submit('notebook_mcp_client', {{'calls': [['run_code', {{'code': {code!r}}}]]}})"
+        ],
+    )
+    open_notebook(page, lab, "tools.ipynb")
+    run_cell(page, 0)
+    card = widget(page).locator(".agentruns-input--open")
+    card.wait_for(timeout=60_000)
+    # The question shows the code it is about, as code.
+    assert card.locator("pre.agentruns-code").inner_text() == code
+    card.get_by_role("button", name="approve").click()
+    wait_attr(page, 0, "data-status", "v === 'succeeded'")
+    step = widget(page).locator(".agentruns-tool")
+    assert step.locator("pre.agentruns-code").inner_text() == code
+    assert "stdout:\n6" in step.locator(".agentruns-tool-text").inner_text()
+    step.get_by_role("button", name="Insert as cell").click()
+    cells = page.locator(".jp-Notebook .jp-Cell")
+    page.wait_for_function("() => document.querySelectorAll('.jp-Notebook .jp-Cell').length === 2")
+    assert cells.nth(1).locator(".jp-InputArea-editor").inner_text().strip() == code

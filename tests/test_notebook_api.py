@@ -176,12 +176,14 @@ def test_the_output_carries_a_run_reference_and_a_record_brought_up_to_date_at_t
         updates[-1]["text/markdown"]
         == http.get(f"runs/{run_id}", headers={"Accept": "text/markdown"}).text
     )
-    # Which cell made the run, and its code as the notebook sent it (a refreshed
-    # page restores the run only under that code).
+    # Which cell made the run, its code as the notebook sent it (a refreshed
+    # page restores the run only under that code), and its kernel (the
+    # notebook tools act on it).
     assert http.get(f"runs/{run_id}").json()["metadata"] == {
         "cell_id": "cell-1",
         "cell_source": CELL,
         "cell_source_sha256": hashlib.sha256(CELL.encode()).hexdigest(),
+        "kernel_id": kernel.kernel_id,
     }
 
 

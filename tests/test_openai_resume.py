@@ -34,10 +34,10 @@ def fake(jp_asyncio_loop):
 def servers(tmp_path, store_config, fake):
     started = []
 
-    async def start(name, **env):
+    async def start(name, notebook_tools=False, agentruns=None, **env):
         config = {"OpenAIAgent": {"base_url": fake.url, "model": "fake-model", "tools": TOOLS,
-                                  "max_retries": 0}}  # fmt: skip
-        agentruns = {"lease_seconds": 1.5, **store_config}
+                                  "max_retries": 0, "notebook_tools": notebook_tools}}  # fmt: skip
+        agentruns = {"lease_seconds": 1.5, **store_config, **(agentruns or {})}
         server = ServerProcess(tmp_path / name, tmp_path / "agentruns.sqlite3", agentruns,
                                config=config)  # fmt: skip
         server.env.update(env)
@@ -166,3 +166,41 @@ async def test_an_idempotent_tool_call_its_server_died_in_is_made_again(servers,
     assert json.loads(asked[1]["messages"][-2]["tool_calls"][0]["function"]["arguments"]) == {
         "key": "k"
     }
+
+
+@pytest.mark.timeout(120)
+async def test_a_run_code_its_server_died_in_is_reported_interrupted_not_run_again(servers, fake):
+    code = "import time\nfor _ in range(600): time.sleep(0.1)"
+    fake.reply(tool_calls(("run_code", json.dumps({"code": code}))), answer("It was cut short."))
+    config = {"notebook_tools_approval": "never"}
+    first = await servers("a", notebook_tools=True, agentruns=config)
+    async with client(first) as api:
+        session = await api.post(
+            first.url + "api/sessions",
+            json={"path": "a.ipynb", "type": "notebook", "name": "a.ipynb",
+                  "kernel": {"name": "python3"}},
+        )  # fmt: skip
+        kernel_id = session.json()["kernel"]["id"]
+        body = {
+            "agent": "openai",
+            "input": {"prompt": "wait"},
+            "metadata": {"kernel_id": kernel_id},
+        }
+        run = (await api.post("runs", json=body)).json()
+        await until(api, run["run_id"], lambda r: [t["status"] for t in r["snapshot"]["tools"]]
+                    == ["running"], "runs the code")  # fmt: skip
+    first.kill()
+
+    second = await servers("b", notebook_tools=True, agentruns=config)
+    async with client(second) as api:
+        ended = await until(api, run["run_id"], lambda r: r["status"] in TERMINAL, "ends")
+        assert ended["status"] == "succeeded", ended["error"]
+        [call] = ended["snapshot"]["tools"]
+        assert call["name"] == "run_code" and call["error"]["type"] == "interrupted"
+        types = [e["type"] for e in await events_of(api, run["run_id"])]
+    assert types.count("tool.started") == 1  # never run again
+    asked = chat_requests(fake)
+    assert {t["function"]["name"] for t in asked[0]["tools"]} >= {"run_code", "list_variables"}
+    told = asked[1]["messages"][-1]
+    assert told["role"] == "tool" and told["content"].startswith("Error: interrupted:")
+    assert "not repeated" in told["content"]

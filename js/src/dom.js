@@ -59,6 +59,17 @@ export function element(tag, className, text) {
 }
 
 /**
+ * Code, preformatted as code (the notebook tools' run_code).
+ * @param {string} code
+ * @returns {HTMLElement}
+ */
+export function codeBlock(code) {
+  const pre = element("pre", "agentruns-code");
+  pre.appendChild(element("code", "language-python", code));
+  return pre;
+}
+
+/**
  * @param {string} text
  * @param {string} className
  * @returns {HTMLButtonElement}
@@ -93,6 +104,9 @@ export function inputCard(input, answer) {
   if (options !== null) {
     const tool = input.details.tool;
     if (isPlainObject(tool)) card.appendChild(aboutTool(tool));
+  } else if (isPlainObject(input.details) && typeof input.details.code === "string") {
+    // Code about to run (the notebook tools' run_code): shown as code, whole.
+    card.appendChild(codeBlock(input.details.code));
   } else if (input.details !== null && input.details !== undefined) {
     const text = typeof input.details === "string" ? input.details : compactJson(input.details, 400);
     card.appendChild(element("div", "agentruns-input-details", text));

@@ -91,6 +91,17 @@ const restorePlugin = {
    * @param {import("@jupyterlab/notebook").INotebookTracker} tracker
    */
   activate(app, tracker) {
+    // A run view's "Insert as cell": the code goes into a new cell below the run's cell.
+    document.addEventListener("agentruns:insert-cell", (event) => {
+      const asked = /** @type {CustomEvent<{code: string}>} */ (event);
+      const target = /** @type {Node} */ (asked.target);
+      const panel = tracker.find((candidate) => candidate.node.contains(target));
+      const model = panel ? panel.content.model : null;
+      if (!panel || model === null || typeof asked.detail?.code !== "string") return;
+      const index = panel.content.widgets.findIndex((cell) => cell.node.contains(target));
+      model.sharedModel.insertCell(index + 1, { cell_type: "code", source: asked.detail.code });
+      asked.preventDefault();
+    });
     tracker.widgetAdded.connect((_, panel) => {
       panel.context.ready
         .then(() => restorePanel(app, panel))

@@ -7,7 +7,7 @@
 import { apiBase, apiFetch, errorMessage, newIdempotencyKey, runsUrl } from "./api.js";
 import { getHub } from "./hub.js";
 import {
-  button, element, formatAgo, formatCost, formatTokens, inputCard, isCost, kindLabel, parseTime, toolContent,
+  button, codeBlock, element, formatAgo, formatCost, formatTokens, inputCard, isCost, kindLabel, parseTime, toolContent,
 } from "./dom.js";
 import { compactJson, hasOwn, isPlainObject } from "./json.js";
 import { MAX_MARKDOWN_CHARS, renderMarkdown } from "./markdown.js";
@@ -1040,16 +1040,77 @@ function toolCard(tool) {
   }
   head.appendChild(element("span", "agentruns-tool-status", tool.status));
   card.appendChild(head);
+  const code = ranCode(tool);
+  if (code !== null) card.appendChild(codeBlock(code));
   if (tool.status === "failed") {
     const error = tool.error;
     const text = error && error.message ? `${error.type || "error"}: ${error.message}` : compactJson(error, 160);
     card.appendChild(element("div", "agentruns-tool-result", text));
-  } else if (tool.status === "completed" && tool.result !== null && tool.result !== undefined) {
+  } else if (tool.status === "completed" && tool.result !== null && tool.result !== undefined && code === null) {
     card.appendChild(element("div", "agentruns-tool-result", compactJson(tool.result, 160)));
   }
   const content = toolContent(tool.content);
   if (content !== null) card.appendChild(content);
+  if (code !== null) {
+    for (const image of codeImages(tool)) card.appendChild(image);
+    card.appendChild(insertButton(code));
+  }
   return card;
+}
+
+/**
+ * The code of a notebook tools' run_code step (what ran, or is about to, in the kernel), else null.
+ * @param {Tool} tool
+ */
+function ranCode(tool) {
+  const args = /** @type {any} */ (tool.args);
+  return tool.name === "run_code" && args && typeof args.code === "string" ? args.code : null;
+}
+
+const IMAGE_TYPES = new Set(["image/png", "image/jpeg"]);
+const BASE64 = /^[A-Za-z0-9+/=\s]+$/;
+
+/**
+ * The images a run_code step's code displayed (kept in its result), as inline images:
+ * only PNG and JPEG, only base64 data, never a URL.
+ * @param {Tool} tool
+ * @returns {HTMLImageElement[]}
+ */
+function codeImages(tool) {
+  const result = /** @type {any} */ (tool.result);
+  /** @type {any[]} */
+  const images = result && Array.isArray(result.images) ? result.images : [];
+  return images
+    .filter((image) => image && IMAGE_TYPES.has(image.mime) && typeof image.data === "string" && BASE64.test(image.data))
+    .map((image) => {
+      const node = /** @type {HTMLImageElement} */ (element("img", "agentruns-tool-image"));
+      node.alt = "an image the code displayed";
+      node.src = `data:${image.mime};base64,${image.data.replace(/\s/g, "")}`;
+      return node;
+    });
+}
+
+/**
+ * "Insert as cell": asks the notebook around the view (the labextension listens for
+ * `agentruns:insert-cell`) to put the code into a new cell below the run's cell; where
+ * nothing answers (no JupyterLab), the code goes to the clipboard instead.
+ * @param {string} code
+ */
+function insertButton(code) {
+  const node = button("Insert as cell", "agentruns-insert-cell");
+  node.title = "Put this code into a new cell below this one";
+  node.addEventListener("click", () => {
+    // The page's own CustomEvent (the view may be in another window than this module's globals).
+    const page = /** @type {any} */ (node.ownerDocument.defaultView);
+    const asked = new page.CustomEvent("agentruns:insert-cell", { bubbles: true, cancelable: true, detail: { code } });
+    if (node.dispatchEvent(asked)) {
+      if (typeof navigator !== "undefined" && navigator.clipboard) void navigator.clipboard.writeText(code).catch(() => {});
+      node.textContent = "Copied";
+    } else {
+      node.textContent = "Inserted";
+    }
+  });
+  return node;
 }
 
 /**

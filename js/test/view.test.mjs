@@ -692,3 +692,31 @@ test("durations, ages and event summaries read well", () => {
 test("the mime type names a run", () => {
   assert.equal(MIME_TYPE, "application/vnd.jupyter.agentruns.run+json");
 });
+
+test("a run_code step shows its code, its output and images, and inserts its code as a cell", async () => {
+  const result = {
+    code: "df.describe()", stdout: "", stderr: "", result: "count 3", displays: [],
+    images: [{ mime: "image/png", data: "iVBORw0KGgo=" }, { mime: "image/svg+xml", data: "PHN2Zz4=" }, { mime: "image/png", data: "x\"><script>" }],
+  };
+  const tools = [{ call_id: "c1", name: "run_code", args: { code: "df.describe()" }, status: "completed", kind: "execute",
+    title: "Run code in the kernel: df.describe()", result, content: [{ type: "text", text: "result:\ncount 3" }] }];
+  await shown(fakeHost(), runObject({ snapshot: snapshotWith({ tools }) }));
+  const card = el.querySelector(".agentruns-tool");
+  assert.equal(card.querySelector("pre.agentruns-code code").textContent, "df.describe()");
+  assert.equal(card.querySelector(".agentruns-tool-text").textContent, "result:\ncount 3");
+  assert.equal(card.querySelector(".agentruns-tool-result"), null); // not the result's JSON
+  assert.deepEqual([...card.querySelectorAll("img")].map((img) => img.getAttribute("src")), ["data:image/png;base64,iVBORw0KGgo="]);
+  const asked = [];
+  document.addEventListener("agentruns:insert-cell", (event) => { asked.push(event.detail.code); event.preventDefault(); }, { once: true });
+  const insert = card.querySelector(".agentruns-insert-cell");
+  insert.click();
+  assert.deepEqual(asked, ["df.describe()"]);
+  assert.equal(insert.textContent, "Inserted");
+});
+
+test("an approval question about code shows the code as code", async () => {
+  const question = { request_id: "in_c", kind: "approval", title: "Run this code in the notebook's kernel?", choices: ["approve", "deny"],
+    status: "open", choice: null, details: { tool: "run_code", code: "import os\nos.listdir('.')", language: "python" } };
+  await shown(fakeHost(), runObject({ status: "waiting", snapshot: snapshotWith({ inputs: [question] }) }));
+  assert.equal(el.querySelector(".agentruns-input pre.agentruns-code").textContent, "import os\nos.listdir('.')");
+});

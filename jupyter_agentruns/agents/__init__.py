@@ -78,7 +78,15 @@ class Run(Protocol):
     owner: str
     session: str | None
     metadata: dict[str, Any]
-    """What the submit said about the run (``cell_id``, ``notebook``, ``title``, ...)."""
+    """What the submit said about the run (``cell_id``, ``notebook``, ``kernel_id``, ``title``, ...)."""
+
+    notebook_tools: Any
+    """The notebook tools on the kernel that submitted the run, or None (no kernel, or the
+    server's kernels are not all the run owner's). ``definitions``: ``[{name, description,
+    parameters}]``; ``await call(name, args)``: one call, recorded as a tool step (``run_code``
+    asks the person first unless ``notebook_tools_approval`` is ``"never"``), returning
+    ``.ok``, ``.text`` (what a model reads) and ``.images``; ``mcp_server()``: ``{"url",
+    "headers"}`` of the server's MCP endpoint with a token good for this run only."""
 
     @property
     def cancelled(self) -> bool:

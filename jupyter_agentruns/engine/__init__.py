@@ -40,6 +40,7 @@ from ..compaction import Compactor
 from ..errors import Problem
 from ..events import EVENT, Append
 from ..executor import Execution, Executor
+from ..notebook import NotebookAccess
 from ..reader import Reader
 from ..sessions import SessionPaths
 from ..settings import Settings
@@ -77,8 +78,11 @@ class Engine(LoggingConfigurable):
         on_activity: Callable[[], None] = lambda: None,
         served_owners: frozenset[str] | None = None,
         sessions: SessionPaths | None = None,
+        notebook: NotebookAccess | None = None,
     ):
         super().__init__(parent=parent)  # for its log: the server's
+        # The notebook tools (None: a server without them, e.g. the command line's).
+        self.notebook = notebook
         # A notebook's path in a session, relative to the server's root (none: as sent).
         self.sessions = sessions or SessionPaths(None)
         self.settings = settings
@@ -197,6 +201,7 @@ class Engine(LoggingConfigurable):
             history=self.reads.history,
             conversation=self.reads.conversation,
             max_resume_attempts=settings.max_resume_attempts,
+            notebook_tools=self.notebook.for_run if self.notebook is not None else None,
         )
         self.compactor = Compactor(
             writer=self.writer,
@@ -290,6 +295,8 @@ class Engine(LoggingConfigurable):
 
     def _run_finished(self, execution: Execution) -> None:
         self.reads.forget(execution.run_id)
+        if self.notebook is not None:
+            self.notebook.forget(execution.run_id)
         self.budgets.run_finished(execution)
         self._on_activity()
         if execution.row.get("session") is not None:
@@ -385,6 +392,14 @@ class Engine(LoggingConfigurable):
     async def delete(self, owner: str, run_id: str) -> None:
         await self.start()
         await self.controls.delete(owner, run_id)
+
+    def run_for_token(self, token: str) -> tuple[Execution, Any] | None:
+        """The live run a notebook tools token was made for, and a ``run`` on it; None once it ended."""
+        run_id = self.notebook.run_of(token) if self.notebook is not None else None
+        execution = self.live.get(run_id) if run_id is not None else None
+        if execution is None or execution.ending:
+            return None
+        return execution, self.executor.context(execution)
 
     async def owned_head(self, owner: str, run_id: str) -> dict[str, Any]:
         """The caller's run's owner, status and seqs, or 404/410 (a small read)."""

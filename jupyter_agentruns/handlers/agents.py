@@ -12,8 +12,18 @@ class AgentsHandler(AgentRunsHandler):
     @web.authenticated
     @authorized
     def get(self) -> None:
-        agents = [spec.describe() for _, spec in sorted(self.engine.agents.items())]
-        self.write_json({"agents": agents})
+        engine = self.engine
+        agents = [spec.describe() for _, spec in sorted(engine.agents.items())]
+        answer = {"agents": agents}
+        if engine.notebook is not None:
+            answer["notebook_tools"] = engine.notebook.describe()
+            if engine.notebook.available and not engine.notebook.serves(self.owner):
+                answer["notebook_tools"] = {
+                    "available": False,
+                    "reason": "the notebook tools act for this server's own user only: its "
+                    "kernels are theirs",
+                }
+        self.write_json(answer)
 
 
 default_handlers = [(r"api/agentruns/agents", AgentsHandler)]

@@ -12,7 +12,10 @@ STATUS = {
     "invalid_cursor": 400,
     "invalid_idempotency_key": 400,
     "request_too_large": 413,
+    # Who asks.
+    "forbidden": 403,
     # What it names.
+    "notebook_tools_unavailable": 404,
     "not_found": 404,
     "run_not_found": 404,
     "unknown_agent": 404,

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import openai
-from traitlets import Dict, Float, Int, List, TraitError, Unicode, validate
+from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from .. import error_object, import_object
@@ -19,7 +19,7 @@ from .conversation import conversation, input_schema
 from .errors import MaxToolIterationsExceeded, UpstreamError
 from .journal import Journal, brief
 from .stream import Turn, stream_turn
-from .tool_calls import call_tool, definition, tool_choice
+from .tool_calls import NOTEBOOK_TOOLS, call_tool, definition, notebook_definitions, tool_choice
 from .upstream import NO_KEY, retry_delay, retryable, server_name, upstream_error
 from .usage import Usage
 
@@ -73,6 +73,13 @@ class OpenAIAgent(Configurable):
         help="Python functions (sync or async) the model may call: name -> 'module:attr'.",
     ).tag(config=True)
 
+    notebook_tools = Bool(
+        False,
+        help="Offer the model the notebook tools (run_code, list_variables, describe, "
+        "read_notebook) on the kernel of the notebook that submitted the run, where the server "
+        "has them (see c.AgentRuns.notebook_tools_approval).",
+    ).tag(config=True)
+
     approve_tools = List(
         Unicode(),
         help="Tools a person must approve before each call: names, or ['*'] for all. "
@@ -123,7 +130,8 @@ class OpenAIAgent(Configurable):
         self.description = (
             f"Chat with {self.model} at {where} (an OpenAI-compatible server){offered}."
         )
-        self.input_schema = input_schema(sorted(self.registered))
+        notebook = sorted(set(NOTEBOOK_TOOLS) - set(self.registered)) if self.notebook_tools else []
+        self.input_schema = input_schema(sorted(self.registered), notebook)
 
     async def __call__(self, run, input: dict[str, Any]) -> dict[str, Any]:
         model = input.get("model") or self.model
@@ -137,9 +145,17 @@ class OpenAIAgent(Configurable):
         for option in ("temperature", "max_tokens"):
             if option in input:
                 request[option] = input[option]
-        if tools:
-            request["tools"] = [definition(spec) for spec in tools.values()]
-        first_choice = tool_choice(input.get("tool_choice"), tools)
+        notebook = getattr(run, "notebook_tools", None) if self.notebook_tools else None
+        offered = [definition(spec) for spec in tools.values()]
+        if notebook is not None:
+            offered += notebook_definitions(notebook, tools)
+        if offered:
+            request["tools"] = offered
+        # A run's tool_choice may name a notebook tool the run offers.
+        offered_names = {name: None for name in tools}
+        if notebook is not None:
+            offered_names.update({spec["name"]: None for spec in notebook.definitions})
+        first_choice = tool_choice(input.get("tool_choice"), offered_names)
         # What earlier attempts did (a run taken over after its server died).
         earlier = Journal(run) if getattr(run, "attempt", 1) > 1 else None
         turns: list[dict[str, Any]] = []
@@ -160,7 +176,9 @@ class OpenAIAgent(Configurable):
                         }
                     for call in saved["calls"]:
                         messages.append(
-                            await earlier.tool_result(run, tools, call, self.approve_tools)
+                            await earlier.tool_result(
+                                run, tools, call, self.approve_tools, notebook
+                            )
                         )
                 # A message the model was streaming when the server died: closed as
                 # it is; the model is asked again (that call is paid at most twice).
@@ -200,7 +218,9 @@ class OpenAIAgent(Configurable):
                 if rounds == self.max_tool_iterations:
                     break
                 for call in turn.tool_calls:
-                    messages.append(await call_tool(run, tools, call, self.approve_tools))
+                    messages.append(
+                        await call_tool(run, tools, call, self.approve_tools, notebook=notebook)
+                    )
                 # Every tool result is in the log before the model sees it: after a
                 # crash the log shows what ran, and nothing runs twice unnoticed.
                 await run.durable()

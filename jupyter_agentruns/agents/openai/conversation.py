@@ -25,7 +25,8 @@ def sendable(message: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-def input_schema(tool_names: list[str]) -> dict[str, Any]:
+def input_schema(tool_names: list[str], notebook_tool_names: list[str] = ()) -> dict[str, Any]:
+    """``notebook_tool_names``: the notebook tools, which ``tool_choice`` may name too."""
     return {
         "type": "object",
         "properties": {
@@ -58,7 +59,7 @@ def input_schema(tool_names: list[str]) -> dict[str, Any]:
                 "description": "At most this many tokens in each answer of the model.",
             },
             "tool_choice": {
-                "enum": ["auto", "none", "required", *tool_names],
+                "enum": ["auto", "none", "required", *tool_names, *notebook_tool_names],
                 "description": "For the first model call: let the model choose (auto), "
                 "no tool, some tool, or the tool named.",
             },

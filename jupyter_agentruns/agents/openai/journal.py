@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from ..tools import Tool, error_text, needs_approval, redo_tool, result_text
-from .tool_calls import call_tool
+from .tool_calls import call_tool, is_notebook_tool
 
 
 class Journal:
@@ -51,18 +51,31 @@ class Journal:
                 if not message.get("done") and m not in saved]  # fmt: skip
 
     async def tool_result(
-        self, run, tools: dict[str, Tool], call: dict[str, Any], approve: list[str]
+        self,
+        run,
+        tools: dict[str, Tool],
+        call: dict[str, Any],
+        approve: list[str],
+        notebook: Any = None,
     ) -> dict[str, Any]:
-        """The tool message for a call an earlier attempt was asked to make."""
+        """The tool message for a call an earlier attempt was asked to make.
+
+        A notebook tool's call (``notebook``: the run's notebook tools) that
+        started without a recorded result is never repeated: ``run_code`` may
+        have changed the kernel's state.
+        """
         name = call["function"]["name"]
         # Its approval was asked before it started (run_tool), in call order.
         asked = None
-        if needs_approval(approve, name, tools) and self._next_question < len(self._questions):
+        asks = needs_approval(approve, name, tools) or (
+            is_notebook_tool(notebook, tools, name) and notebook.asks(name)
+        )
+        if asks and self._next_question < len(self._questions):
             asked = self._questions[self._next_question]
             self._next_question += 1
         if self._next_tool >= len(self._tools):
             # Not started: its approval, if asked, is answered or still open.
-            return await call_tool(run, tools, call, approve, asked)
+            return await call_tool(run, tools, call, approve, asked, notebook)
         started = self._tools[self._next_tool]
         self._next_tool += 1
         if started.get("status") == "running":

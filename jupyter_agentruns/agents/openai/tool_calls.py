@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..tools import Tool, run_tool
+from ..tools import Tool, error_text, run_tool
 from .errors import InvalidInput
 
 
@@ -33,16 +33,41 @@ def tool_choice(choice: str | None, tools: dict[str, Tool]) -> str | dict[str, A
     return {"type": "function", "function": {"name": choice}}
 
 
+# The notebook tools' names, for the input schema (made before any run has its
+# run.notebook_tools, which define them).
+NOTEBOOK_TOOLS = ("describe", "list_variables", "read_notebook", "run_code")
+
+
+def notebook_definitions(notebook: Any, tools: dict[str, Tool]) -> list[dict[str, Any]]:
+    """The run's notebook tools (``run.notebook_tools``) as the ``tools`` list takes them."""
+    return [
+        {"type": "function", "function": dict(spec)}
+        for spec in notebook.definitions
+        if spec["name"] not in tools
+    ]
+
+
+def is_notebook_tool(notebook: Any, tools: dict[str, Tool], name: str) -> bool:
+    """Whether a call of ``name`` goes to the notebook tools (a registered tool of that name wins)."""
+    return (
+        notebook is not None
+        and name not in tools
+        and any(spec["name"] == name for spec in notebook.definitions)
+    )
+
+
 async def call_tool(
     run,
     tools: dict[str, Tool],
     call: dict[str, Any],
     approve: list[str] | None = None,
     asked: dict[str, Any] | None = None,
+    notebook: Any = None,
 ) -> dict[str, Any]:
     """Run one tool call the model asked for; returns the tool message that answers it.
 
-    ``approve`` and ``asked`` as :func:`~jupyter_agentruns.agents.tools.run_tool` takes them.
+    ``approve`` and ``asked`` as :func:`~jupyter_agentruns.agents.tools.run_tool` takes them;
+    ``notebook``: the run's notebook tools, when the model is offered them.
     """
     name, raw = call["function"]["name"], call["function"]["arguments"]
     try:
@@ -51,5 +76,15 @@ async def call_tool(
     except ValueError as exc:
         args, problem = None, f"the arguments are not JSON ({exc})"
     shown = args if isinstance(args, dict) else {"arguments": raw}
+    if is_notebook_tool(notebook, tools, name):
+        if problem is not None:
+            # One tool step per call all the same: a resumed run counts them.
+            error = {"type": "invalid_arguments", "message": problem}
+            call_id = await run.tool_started(name, shown)
+            await run.tool_completed(call_id, ok=False, error=error)
+            content = error_text(error)
+        else:
+            content = (await notebook.call(name, shown, asked=asked)).text
+        return {"role": "tool", "tool_call_id": call["id"], "content": content}
     content = await run_tool(run, tools, name, shown, problem=problem, approve=approve, asked=asked)
     return {"role": "tool", "tool_call_id": call["id"], "content": content}

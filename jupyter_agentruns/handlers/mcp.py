@@ -1,0 +1,150 @@
+"""``{base_url}api/agentruns/mcp``: the notebook tools' MCP server (Streamable HTTP).
+
+Two kinds of callers: a person with their own Jupyter token or login (each
+tool then takes a ``notebook`` path), and a run's agent with the run's own
+token (``Authorization: Bearer agr_…``), good for that run's owner while the
+run lives on this server, and for nothing else. The request is handed to the
+MCP SDK's transport (an ASGI application) as it came, and its answer written
+back as it goes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from tornado import web
+
+from ..errors import Problem
+from .base import AgentRunsHandler
+
+try:  # jupyter_server 2.13+: a handler that authenticates its callers itself
+    from jupyter_server.auth.decorator import allow_unauthenticated
+except ImportError:  # older ones let the handler's methods decide
+
+    def allow_unauthenticated(method):
+        return method
+
+
+BEARER = "bearer "
+
+
+class MCPHandler(AgentRunsHandler):
+    """Authenticates the caller, then lets the MCP SDK's transport answer."""
+
+    _run_caller: Any = None
+
+    async def prepare(self) -> None:
+        header = self.request.headers.get("Authorization", "")
+        if header[: len(BEARER)].lower() == BEARER and header[len(BEARER) :].startswith("agr_"):
+            engine = self.settings["agentruns_engine"]
+            found = engine.run_for_token(header[len(BEARER) :].strip()) if engine else None
+            if found is None:
+                raise Problem(
+                    "forbidden",
+                    "This run's token is not good (any more): a run's token works only while "
+                    "its run is live.",
+                )
+            self._run_caller = found
+        await super().prepare()
+
+    def on_finish(self) -> None:
+        super().on_finish()
+        self.waiter.release()  # the transport's wait for a disconnect ends with the answer
+
+    def check_xsrf_cookie(self) -> None:
+        if self._run_caller is not None:
+            return None  # a run's token in a header: no browser sends that by itself
+        return super().check_xsrf_cookie()
+
+    @allow_unauthenticated
+    async def get(self) -> None:
+        await self._serve()
+
+    @allow_unauthenticated
+    async def post(self) -> None:
+        await self._serve()
+
+    @allow_unauthenticated
+    async def delete(self) -> None:
+        await self._serve()
+
+    async def _serve(self) -> None:
+        from ..notebook.mcp import SCOPE_CALLER, Caller
+
+        self.check_body_size()
+        notebook_mcp = self.settings.get("agentruns_mcp")
+        access = self.engine.notebook
+        if self._run_caller is not None:
+            execution, run = self._run_caller
+            caller = Caller(run=run, stopping=execution.stopping)
+        else:
+            await self._person()
+            if access is None or not access.serves(self.owner):
+                raise Problem(
+                    "notebook_tools_unavailable",
+                    access.reason
+                    if access is not None and access.reason
+                    else "The notebook tools are not available for you on this server.",
+                )
+            caller = Caller()
+        if notebook_mcp is None:
+            raise Problem(
+                "notebook_tools_unavailable",
+                self.settings.get("agentruns_mcp_problem") or "The MCP server is not available.",
+            )
+        await notebook_mcp.handle(self._scope(caller, SCOPE_CALLER), self._receive, self._send)
+        if not self._finished:
+            self.finish()
+
+    @web.authenticated
+    @authorized
+    async def _person(self) -> None:
+        """A person's own token or login (403 otherwise), authorized for agentruns."""
+
+    def _scope(self, caller: Any, key: str) -> dict[str, Any]:
+        request = self.request
+        return {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": request.version.split("/")[-1],
+            "method": request.method,
+            "scheme": request.protocol,
+            "path": request.path,
+            "raw_path": request.path.encode(),
+            "root_path": "",
+            "query_string": request.query.encode(),
+            "headers": [
+                (name.lower().encode("latin-1"), value.encode("latin-1"))
+                for name, value in request.headers.get_all()
+            ],
+            "client": (request.remote_ip, 0),
+            "server": None,
+            "state": {},
+            key: caller,
+        }
+
+    async def _receive(self) -> dict[str, Any]:
+        if not getattr(self, "_body_given", False):
+            self._body_given = True
+            return {"type": "http.request", "body": bytes(self._body), "more_body": False}
+        await self.waiter.wait([], None)  # until the client goes
+        return {"type": "http.disconnect"}
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.set_status(message["status"])
+            self.clear_header("Content-Type")
+            for name, value in message.get("headers") or []:
+                self.add_header(name.decode("latin-1"), value.decode("latin-1"))
+        elif message["type"] == "http.response.body":
+            body = message.get("body") or b""
+            if body:
+                self.write(body)
+            if message.get("more_body"):
+                await self.flush()
+            elif not self._finished:
+                self.finish()
+
+
+default_handlers = [(r"api/agentruns/mcp", MCPHandler)]

@@ -1,0 +1,143 @@
+"""Notebook tools: agents working on the live data of the notebook that submitted their run.
+
+``kernels`` reaches a kernel (code run with a client of its own) and a saved
+notebook; ``tools`` defines the tools and records each call in its run;
+``mcp`` serves them as an MCP server. ``NotebookAccess`` is what the server
+wires: whether the tools exist here at all, the per-run tokens, and the
+``run.notebook_tools`` an agent receives.
+
+The tools act on a kernel only where every kernel of the server is the run
+owner's: a single-user server (the ``shared`` owner mode) or a JupyterHub
+single-user server (for its user's runs). Elsewhere (a server shared by
+several people) they are absent, and ``GET agents`` says why.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from .kernels import Kernels, KernelUnavailable, NotebookNotFound
+from .tools import TOOLS, NotebookTools, Outcome, definitions
+
+__all__ = [
+    "Kernels", "KernelUnavailable", "NotebookAccess", "NotebookNotFound", "NotebookTools",
+    "Outcome", "RunNotebookTools", "TOOLS", "availability", "definitions",
+]  # fmt: skip
+
+
+def availability(owner_mode: str, hub_user: str | None) -> tuple[bool, str | None]:
+    """Whether the server's kernels are all one owner's, and why not."""
+    if owner_mode == "shared":
+        return True, None
+    if hub_user:
+        return True, None
+    return False, (
+        "the notebook tools are off: this server runs in the per-user owner mode and is not a "
+        "JupyterHub single-user server, so its kernels may be other people's"
+    )
+
+
+class NotebookAccess:
+    """The notebook tools of one server: who may use them, and each run's token."""
+
+    def __init__(
+        self,
+        tools: NotebookTools,
+        *,
+        owner_mode: str,
+        hub_user: str | None = None,
+        mcp_url: Callable[[], str] | None = None,
+        mcp_problem: str | None = None,
+    ):
+        self.tools = tools
+        self.available, self.reason = availability(owner_mode, hub_user)
+        self._hub_user = hub_user if owner_mode != "shared" else None
+        # Where an agent of its own process reaches the MCP endpoint (asked when needed:
+        # the server's port is known once it listens).
+        self.mcp_url = mcp_url
+        # Why the MCP endpoint cannot serve (its SDK is not installed), or None.
+        self.mcp_problem = mcp_problem
+        self._tokens: dict[str, str] = {}  # token -> run_id
+        self._by_run: dict[str, str] = {}  # run_id -> token
+
+    def describe(self) -> dict[str, Any]:
+        """What ``GET agents`` says of them."""
+        described: dict[str, Any] = {"available": self.available}
+        if self.available:
+            described["tools"] = sorted(TOOLS)
+            described["approval"] = self.tools.approval
+            described["mcp"] = self.mcp_problem is None
+            if self.mcp_problem is not None:
+                described["reason"] = self.mcp_problem
+        else:
+            described["reason"] = self.reason
+        return described
+
+    def serves(self, owner: str) -> bool:
+        """Whether the tools may act for ``owner`` here (the kernels are theirs)."""
+        if not self.available:
+            return False
+        return self._hub_user is None or owner == self._hub_user
+
+    def for_run(self, run: Any) -> RunNotebookTools | None:
+        """What an agent's ``run.notebook_tools`` is: None when the run has no kernel of its owner's."""
+        kernel_id = (run.metadata or {}).get("kernel_id")
+        if not isinstance(kernel_id, str) or not self.serves(run.owner):
+            return None
+        return RunNotebookTools(self, run, kernel_id)
+
+    # Per-run tokens ---------------------------------------------------------
+
+    def token_for(self, run_id: str) -> str:
+        """The run's token for the MCP endpoint (made once; good while the run lives here)."""
+        token = self._by_run.get(run_id)
+        if token is None:
+            token = "agr_" + secrets.token_urlsafe(32)
+            self._by_run[run_id] = token
+            self._tokens[token] = run_id
+        return token
+
+    def run_of(self, token: str) -> str | None:
+        """The run a token was made for (None: not a run's token, or its run ended)."""
+        return self._tokens.get(token)
+
+    def forget(self, run_id: str) -> None:
+        """The run ended here: its token is good for nothing more."""
+        token = self._by_run.pop(run_id, None)
+        if token is not None:
+            self._tokens.pop(token, None)
+
+
+class RunNotebookTools:
+    """``run.notebook_tools``: the notebook tools on the kernel that submitted the run.
+
+    ``definitions``: ``[{name, description, parameters}]``; ``call(name, args)``
+    makes one call as a tool step of the run; ``mcp_server()``: where an agent
+    of its own process reaches the same tools (``{"url", "headers"}``).
+    """
+
+    def __init__(self, access: NotebookAccess, run: Any, kernel_id: str):
+        self._access = access
+        self._run = run
+        self.kernel_id = kernel_id
+        self.definitions = definitions(with_notebook=False)
+
+    def asks(self, name: str) -> bool:
+        """Whether a call of ``name`` asks a person first (an approval question)."""
+        return self._access.tools.asks(name)
+
+    async def call(
+        self, name: str, args: dict[str, Any], asked: dict[str, Any] | None = None
+    ) -> Outcome:
+        return await self._access.tools.call(
+            name, args, kernel_id=self.kernel_id, run=self._run, asked=asked
+        )
+
+    def mcp_server(self) -> dict[str, Any] | None:
+        """``{"url", "headers"}`` of the server's MCP endpoint with this run's token, if it serves."""
+        if self._access.mcp_url is None or self._access.mcp_problem is not None:
+            return None
+        token = self._access.token_for(self._run.run_id)
+        return {"url": self._access.mcp_url(), "headers": {"Authorization": f"Bearer {token}"}}

@@ -1,0 +1,275 @@
+"""A notebook's kernel, reached from the server: code run with a client of its own, and the saved cells.
+
+Every call opens its own kernel client on the kernel's connection (never the
+notebook's channels): what it runs shows in no cell, and the notebook's
+frontend ignores its messages (their parent is not one of its requests).
+The kernel runs requests in turn, so code sent while the person's cell runs
+waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jupyter_core.utils import ensure_async
+
+# How often a waiting call looks whether its kernel is still the one it sent to.
+POLL_SECONDS = 0.5
+MAX_STREAM_CHARS = 20_000
+MAX_TEXT_CHARS = 20_000
+MAX_INTROSPECTION_CHARS = 100_000
+MAX_CELL_CHARS = 4_000
+MAX_NOTEBOOK_CHARS = 40_000
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+class KernelUnavailable(Exception):
+    """The kernel died, restarted or was shut down: what was sent to it is lost."""
+
+    error_type = "kernel_unavailable"
+
+
+class NotebookNotFound(LookupError):
+    """No open notebook of that path (no kernel runs for it), or no such file."""
+
+    error_type = "notebook_not_found"
+
+
+@dataclass
+class Output:
+    """What one execution in the kernel showed."""
+
+    stdout: str = ""
+    stderr: str = ""
+    result: str | None = None
+    displays: list[str] = field(default_factory=list)
+    images: list[dict[str, str]] = field(default_factory=list)
+    error: dict[str, Any] | None = None
+
+    stream_limit: int = MAX_STREAM_CHARS
+
+    def add_stream(self, name: str, text: str) -> None:
+        if name == "stderr":
+            self.stderr = bounded(self.stderr + text, self.stream_limit)
+        else:
+            self.stdout = bounded(self.stdout + text, self.stream_limit)
+
+    def add_data(self, data: dict[str, Any], result: bool) -> None:
+        for mime in ("image/png", "image/jpeg"):
+            if isinstance(data.get(mime), str):
+                self.images.append({"mime": mime, "data": data[mime].strip()})
+        text = data.get("text/plain")
+        if isinstance(text, str):
+            if result:
+                self.result = bounded(text, MAX_TEXT_CHARS)
+            elif not any(mime.startswith("image/") for mime in data):
+                self.displays.append(bounded(text, MAX_TEXT_CHARS))
+
+
+def bounded(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n… ({len(text) - limit} more characters not shown)"
+
+
+class Kernels:
+    """The server's kernels and notebooks, as the notebook tools use them.
+
+    ``kernel_manager``, ``session_manager`` and ``contents_manager`` are the
+    server's own (jupyter_server's managers; only their documented methods are used).
+    """
+
+    def __init__(self, kernel_manager: Any, session_manager: Any, contents_manager: Any):
+        self.kernel_manager = kernel_manager
+        self.session_manager = session_manager
+        self.contents_manager = contents_manager
+
+    async def kernel_of(self, notebook: str) -> str:
+        """The id of the kernel of the open notebook ``notebook`` (relative to the server's root)."""
+        wanted = notebook.strip("/")
+        for session in await ensure_async(self.session_manager.list_sessions()):
+            if (session.get("path") or "").strip("/") == wanted and session.get("kernel"):
+                return session["kernel"]["id"]
+        raise NotebookNotFound(
+            f"no kernel runs for the notebook {notebook!r}: open it (its path is relative to "
+            "the server's root) and start its kernel"
+        )
+
+    async def notebook_of(self, kernel_id: str) -> str | None:
+        """The path of the notebook whose kernel this is, when one is open with it."""
+        for session in await ensure_async(self.session_manager.list_sessions()):
+            if (session.get("kernel") or {}).get("id") == kernel_id:
+                return session.get("path")
+        return None
+
+    def _manager(self, kernel_id: str) -> Any:
+        if kernel_id not in self.kernel_manager:
+            raise KernelUnavailable(
+                "the notebook's kernel is gone (shut down, or the server restarted): "
+                "re-run the cell that started the run in a running kernel"
+            )
+        return self.kernel_manager.get_kernel(kernel_id)
+
+    async def execute(
+        self,
+        kernel_id: str,
+        code: str,
+        *,
+        silent: bool = False,
+        on_waiting: Callable[[bool], Awaitable[None]] | None = None,
+        stream_limit: int = MAX_STREAM_CHARS,
+    ) -> Output:
+        """Run ``code`` in the kernel and collect what it shows.
+
+        Cancelled (the run was cancelled), the kernel is interrupted, not
+        restarted. A kernel that dies or restarts meanwhile raises
+        ``KernelUnavailable``. ``on_waiting(True)`` is awaited when the code
+        has to wait for the kernel to finish something else, and
+        ``on_waiting(False)`` when it goes.
+        """
+        manager = self._manager(kernel_id)
+        process = _process(manager)
+        told = False
+        # Sent only once the person's cell is done: a request queued behind it
+        # could not be taken back if the run were cancelled meanwhile.
+        while getattr(manager, "execution_state", "idle") == "busy":
+            if not told and on_waiting is not None:
+                told = True
+                await on_waiting(True)
+            await asyncio.sleep(POLL_SECONDS / 5)
+            await self._check(kernel_id, manager, process)
+        if told:
+            await on_waiting(False)
+        client = manager.client()
+        client.start_channels()
+        msg_id = None
+        ours = False  # the kernel began on our request (it said busy for it)
+        try:
+            msg_id = client.execute(code, silent=silent, store_history=False, allow_stdin=False)
+            output = Output(stream_limit=stream_limit)
+            while True:
+                try:
+                    msg = await client.get_iopub_msg(timeout=POLL_SECONDS)
+                except queue.Empty:
+                    await self._check(kernel_id, manager, process)
+                    continue
+                kind, content = msg["msg_type"], msg["content"]
+                restarted = content.get("execution_state") in ("starting", "restarting")
+                if ours and kind == "status" and restarted:
+                    # (Before ours began, that is a new kernel's first word.)
+                    raise KernelUnavailable("the kernel restarted while the code ran")
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                if kind == "status":
+                    if content["execution_state"] == "busy":
+                        ours = True
+                    elif content["execution_state"] == "idle":
+                        if output.error is not None and (
+                            getattr(manager, "shutting_down", False) or _process(manager) != process
+                        ):
+                            # Stopped by a restart or shutdown (it interrupts what runs).
+                            raise KernelUnavailable("the kernel restarted while the code ran")
+                        return output
+                elif kind == "stream":
+                    output.add_stream(content.get("name", "stdout"), content.get("text", ""))
+                elif kind in ("execute_result", "display_data"):
+                    output.add_data(content.get("data") or {}, result=kind == "execute_result")
+                elif kind == "error":
+                    output.error = {
+                        "ename": content.get("ename"),
+                        "evalue": content.get("evalue"),
+                        "traceback": bounded(
+                            ANSI.sub("", "\n".join(content.get("traceback") or [])), MAX_TEXT_CHARS
+                        ),
+                    }
+        except asyncio.CancelledError:
+            # Only what we sent: a cell of the person's that got in first is theirs.
+            if ours and kernel_id in self.kernel_manager:
+                await asyncio.shield(ensure_async(self.kernel_manager.interrupt_kernel(kernel_id)))
+            raise
+        finally:
+            client.stop_channels()
+
+    async def _check(self, kernel_id: str, manager: Any, process: Any) -> None:
+        if (
+            kernel_id not in self.kernel_manager
+            or self.kernel_manager.get_kernel(kernel_id) is not manager
+        ):
+            raise KernelUnavailable("the kernel was shut down while the code ran")
+        if _process(manager) != process:
+            raise KernelUnavailable("the kernel restarted while the code ran")
+        if not await ensure_async(manager.is_alive()):
+            raise KernelUnavailable("the kernel died while the code ran")
+
+    async def introspect(self, kernel_id: str, code: str) -> Any:
+        """Run one of our own snippets silently; it prints one JSON value, which is returned."""
+        output = await self.execute(
+            kernel_id, code, silent=True, stream_limit=MAX_INTROSPECTION_CHARS
+        )
+        if output.error is not None:
+            raise RuntimeError(f"{output.error['ename']}: {output.error['evalue']}")
+        try:
+            return json.loads(output.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise RuntimeError(
+                "the kernel's answer could not be read (something else printed, or it was too long)"
+            ) from None
+
+    async def read_notebook(self, path: str) -> str:
+        """The saved notebook's cells: source and text outputs, bounded."""
+        try:
+            model = await ensure_async(
+                self.contents_manager.get(path, content=True, type="notebook")
+            )
+        except Exception as exc:
+            raise NotebookNotFound(f"cannot read the notebook {path!r}: {exc}") from None
+        parts: list[str] = [f"Notebook {path} (as last saved)"]
+        total = 0
+        cells = model["content"].get("cells") or []
+        for index, cell in enumerate(cells):
+            text = _cell_text(index, cell)
+            total += len(text)
+            if total > MAX_NOTEBOOK_CHARS:
+                parts.append(f"… ({len(cells) - index} more cells not shown)")
+                break
+            parts.append(text)
+        return "\n\n".join(parts)
+
+
+def _process(manager: Any) -> Any:
+    """What identifies the kernel's process: a restart makes a new one."""
+    provisioner = getattr(manager, "provisioner", None)
+    return (id(provisioner), getattr(provisioner, "pid", None))
+
+
+def _cell_text(index: int, cell: dict[str, Any]) -> str:
+    source = cell.get("source") or ""
+    if isinstance(source, list):
+        source = "".join(source)
+    lines = [f"[{index}] {cell.get('cell_type', 'code')} cell {cell.get('id', '')}".rstrip()]
+    lines.append(bounded(source, MAX_CELL_CHARS))
+    for output in cell.get("outputs") or []:
+        kind = output.get("output_type")
+        if kind == "stream":
+            text = output.get("text") or ""
+            text = "".join(text) if isinstance(text, list) else text
+        elif kind in ("execute_result", "display_data"):
+            data = output.get("data") or {}
+            text = data.get("text/plain") or ""
+            text = "".join(text) if isinstance(text, list) else text
+            images = [mime for mime in data if mime.startswith("image/")]
+            if images:
+                text = f"{text}\n[{', '.join(images)}]".strip()
+        elif kind == "error":
+            text = f"{output.get('ename')}: {output.get('evalue')}"
+        else:
+            continue
+        lines.append("Output: " + bounded(ANSI.sub("", text), MAX_CELL_CHARS // 2))
+    return "\n".join(lines)

@@ -1,0 +1,271 @@
+"""The notebook tools: what each does, and each call recorded in its run as a tool step.
+
+A call acts on one kernel: the run's (the kernel that submitted it, its
+``metadata.kernel_id``), or, for a person calling with their own token, the
+kernel of the notebook they name. A call made for a run is a durable tool
+step of that run (``tool.started``, ``tool.completed``); ``run_code`` asks the
+person first (an ``input.requested`` of kind ``approval`` showing the code)
+unless ``notebook_tools_approval`` is ``"never"``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import error_object
+from . import snippets
+from .kernels import Kernels, KernelUnavailable, NotebookNotFound, Output, bounded
+
+RUN_CODE = "run_code"
+NOTEBOOK_ARGUMENT = {
+    "type": "string",
+    "description": "The notebook's path, relative to the server's root (as JupyterLab's file "
+    "browser shows it); its kernel must be running.",
+}
+TOOLS: dict[str, dict[str, Any]] = {
+    RUN_CODE: {
+        "description": "Run Python code in the notebook's kernel, where the notebook's variables "
+        "live; returns its stdout, stderr, result and displayed output. Variables it defines stay "
+        "in the kernel. A person may be asked to approve the code first.",
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "The code to run."}},
+            "required": ["code"],
+        },
+        "kind": "execute",
+    },
+    "list_variables": {
+        "description": "The variables of the notebook's kernel: name, type, and shape or length.",
+        "parameters": {"type": "object", "properties": {}},
+        "kind": "read",
+    },
+    "describe": {
+        "description": "One variable of the notebook's kernel: a DataFrame's dtypes, head and "
+        "summary; an array's dtype, shape and first values; else a short repr.",
+        "parameters": {
+            "type": "object",
+            "properties": {"name": {"type": "string", "description": "The variable's name."}},
+            "required": ["name"],
+        },
+        "kind": "read",
+    },
+    "read_notebook": {
+        "description": "The notebook's cells as last saved: each cell's source and text outputs.",
+        "parameters": {"type": "object", "properties": {}},
+        "kind": "read",
+    },
+}
+IMAGE_REFERENCE = "[{mime} image {index}, {size} bytes: kept with this tool step]"
+
+
+class InvalidArguments(ValueError):
+    """A call whose arguments are not what the tool takes."""
+
+    error_type = "invalid_arguments"
+
+
+def definitions(with_notebook: bool = False) -> list[dict[str, Any]]:
+    """``[{name, description, parameters}]``; ``with_notebook``: each takes the ``notebook`` path."""
+    found = []
+    for name, spec in TOOLS.items():
+        parameters = json.loads(json.dumps(spec["parameters"]))
+        if with_notebook:
+            parameters["properties"] = {"notebook": NOTEBOOK_ARGUMENT, **parameters["properties"]}
+            parameters["required"] = ["notebook", *parameters.get("required", [])]
+        found.append({"name": name, "description": spec["description"], "parameters": parameters})
+    return found
+
+
+@dataclass
+class Outcome:
+    """A call's answer: ``text`` for the caller (a model), ``result`` as the tool step keeps it."""
+
+    ok: bool
+    text: str
+    result: Any = None
+    error: dict[str, Any] | None = None
+    images: list[dict[str, str]] = field(default_factory=list)
+
+
+class NotebookTools:
+    """The four tools over the server's kernels; ``approval``: ``"ask"`` or ``"never"``."""
+
+    def __init__(self, kernels: Kernels, approval: str = "ask", max_event_bytes: int = 262144):
+        self.kernels = kernels
+        self.approval = approval
+        self.max_event_bytes = max_event_bytes
+
+    def asks(self, name: str) -> bool:
+        """Whether a call of ``name`` made for a run asks the person first."""
+        return name == RUN_CODE and self.approval != "never"
+
+    async def call(
+        self,
+        name: str,
+        args: dict[str, Any],
+        *,
+        kernel_id: str | None = None,
+        notebook: str | None = None,
+        run: Any = None,
+        asked: dict[str, Any] | None = None,
+    ) -> Outcome:
+        """Make one call on ``kernel_id`` (or the kernel of ``notebook``).
+
+        ``run``: the run it is made for (the agent API's ``run``): the call is
+        then a tool step of that run, and ``run_code`` is approved first.
+        ``asked``: that approval, asked already by an earlier attempt of the run.
+        """
+        if name not in TOOLS:
+            error = {"type": "unknown_tool", "message": f"there is no notebook tool {name!r}"}
+            return Outcome(False, _error_text(error), error=error)
+        if run is None:
+            return await self._call(name, args, kernel_id, notebook, run)
+        shown = dict(args)
+        denied = None
+        if self.asks(name) and isinstance(args.get("code"), str):
+            choice = await self._approval(run, args["code"], asked)
+            if choice != "approve":
+                denied = (
+                    f"a person denied running this code (they chose {choice!r}); it was not run"
+                )
+        call_id = await run.tool_started(
+            name, shown, kind=TOOLS[name]["kind"], title=_title(name, args)
+        )
+        if denied is not None:
+            error = {"type": "denied", "message": denied}
+            await run.tool_completed(call_id, ok=False, error=error)
+            return Outcome(False, _error_text(error), error=error)
+        await run.durable()  # the log shows the call before it has any effect
+        outcome = await self._call(name, args, kernel_id, notebook, run)
+        content = [{"type": "text", "text": outcome.text}]
+        if outcome.ok:
+            await run.tool_completed(call_id, outcome.result, content=content)
+        else:
+            await run.tool_completed(call_id, ok=False, error=outcome.error, content=content)
+        return outcome
+
+    async def _approval(self, run: Any, code: str, asked: dict[str, Any] | None) -> str:
+        if asked is not None and asked.get("status") == "resolved":
+            return asked.get("choice") or "unanswered"
+        if asked is not None:
+            return await run.answer_to(asked["request_id"])
+        return await run.ask(
+            "Run this code in the notebook's kernel?",
+            details={"tool": RUN_CODE, "code": code, "language": "python"},
+            choices=["approve", "deny"],
+            kind="approval",
+        )
+
+    async def _call(
+        self, name: str, args: dict[str, Any], kernel_id: str | None, notebook: str | None, run: Any
+    ) -> Outcome:
+        try:
+            return await self._act(name, args, kernel_id, notebook, run)
+        except Exception as exc:  # whatever it was, the caller reads it and the step records it
+            error = error_object(exc)
+            return Outcome(False, _error_text(error), error=error)
+
+    async def _act(
+        self, name: str, args: dict[str, Any], kernel_id: str | None, notebook: str | None, run: Any
+    ) -> Outcome:
+        if notebook is not None and kernel_id is None:
+            kernel_id = await self.kernels.kernel_of(notebook)
+        if kernel_id is None:
+            raise KernelUnavailable(
+                "this run was not submitted from a notebook's kernel, so it has none to work in"
+            )
+        if name == "read_notebook":
+            path = notebook or await self.kernels.notebook_of(kernel_id)
+            if path is None:
+                raise NotebookNotFound("the run's kernel has no notebook open with it")
+            text = await self.kernels.read_notebook(path)
+            return Outcome(True, text, result=text)
+        if name == "list_variables":
+            found = await self.kernels.introspect(kernel_id, snippets.list_variables())
+            return Outcome(True, json.dumps(found, ensure_ascii=False), result=found)
+        if name == "describe":
+            variable = args.get("name")
+            if not isinstance(variable, str) or not variable.isidentifier():
+                raise InvalidArguments("describe takes the name of a variable (an identifier)")
+            about = await self.kernels.introspect(kernel_id, snippets.describe(variable))
+            if "missing" in about:
+                raise InvalidArguments(f"the kernel has no variable {variable!r}")
+            return Outcome(True, json.dumps(about, ensure_ascii=False), result=about)
+        code = args.get("code")
+        if not isinstance(code, str) or not code.strip():
+            raise InvalidArguments("run_code takes the code to run, as text")
+
+        async def waiting(started: bool) -> None:
+            if run is not None:
+                await run.progress(
+                    None, "waiting for the kernel" if started else "running code in the kernel"
+                )
+
+        output = await self.kernels.execute(kernel_id, code, on_waiting=waiting)
+        return self._run_code_outcome(code, output)
+
+    def _run_code_outcome(self, code: str, output: Output) -> Outcome:
+        result: dict[str, Any] = {
+            "code": code,
+            "stdout": output.stdout,
+            "stderr": output.stderr,
+            "result": output.result,
+            "displays": output.displays,
+        }
+        # Images go with the step while they leave the event room for the rest.
+        room = self.max_event_bytes // 2 - len(json.dumps(result))
+        images, references = [], []
+        for index, image in enumerate(output.images, 1):
+            size = len(base64.b64decode(image["data"], validate=False))
+            if len(image["data"]) + 100 <= room:
+                room -= len(image["data"]) + 100
+                images.append(image)
+                references.append(
+                    IMAGE_REFERENCE.format(mime=image["mime"], index=index, size=size)
+                )
+            else:
+                references.append(
+                    f"[{image['mime']} image {index}, {size} bytes: too large to keep]"
+                )
+        result["images"] = images
+        text = _output_text(output, references)
+        # Code that raised still ran: the step completed, its result says how.
+        result["error"] = output.error
+        return Outcome(True, text, result=result, images=images)
+
+
+def _title(name: str, args: dict[str, Any]) -> str:
+    if name == RUN_CODE:
+        first = (args.get("code") or "").strip().splitlines()
+        return f"Run code in the kernel: {first[0][:60]}" if first else "Run code in the kernel"
+    if name == "describe":
+        return f"Describe {args.get('name')}"
+    return {"list_variables": "List the kernel's variables", "read_notebook": "Read the notebook"}[
+        name
+    ]
+
+
+def _output_text(output: Output, references: list[str]) -> str:
+    parts = []
+    if output.stdout:
+        parts.append("stdout:\n" + output.stdout)
+    if output.stderr:
+        parts.append("stderr:\n" + output.stderr)
+    for shown in output.displays:
+        parts.append("display:\n" + shown)
+    if output.result is not None:
+        parts.append("result:\n" + output.result)
+    parts.extend(references)
+    if output.error is not None:
+        parts.append(
+            f"error: {output.error['ename']}: {output.error['evalue']}\n"
+            + bounded(output.error["traceback"], 4000)
+        )
+    return "\n".join(parts) or "(no output)"
+
+
+def _error_text(error: dict[str, Any]) -> str:
+    return f"Error: {error.get('type')}: {error.get('message')}"

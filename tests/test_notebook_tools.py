@@ -1,0 +1,377 @@
+"""Notebook tools: a real server, a real ipykernel, the MCP SDK's own client, a scripted model.
+
+One server and one notebook kernel for the whole file (starting them is most
+of the cost); each test leaves the kernel idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import httpx
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from jupyter_agentruns.notebook import availability
+
+from fake_openai import FakeOpenAI, answer, tool_calls
+from servers import ServerProcess, wait_status
+from test_notebook_api import Kernel
+
+pytestmark = pytest.mark.timeout(120)
+NOTEBOOK = "work/analysis.ipynb"
+
+
+class FakeInThread:
+    """The scripted model on a loop of its own: the server is another process."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.fake = asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
+
+    async def _start(self) -> FakeOpenAI:
+        fake = FakeOpenAI()
+        await fake.start()
+        return fake
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.fake.stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def model():
+    fake = FakeInThread()
+    yield fake.fake
+    fake.close()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, model):
+    home = tmp_path_factory.mktemp("nbtools")
+    server = ServerProcess(
+        home / "home",
+        home / "agentruns.sqlite3",
+        {"agents": {"nb_mcp": "agents_for_tests:notebook_mcp_client"}},
+        config={"OpenAIAgent": {"base_url": model.url, "notebook_tools": True}},
+    ).start()
+    (server.home / "work").mkdir(exist_ok=True)
+    http = server.client()
+    kernel = Kernel(server, http, NOTEBOOK)
+    try:
+        yield server, http, kernel
+    finally:
+        try:
+            kernel.close()
+            http.close()
+        finally:
+            server.kill()
+
+
+def call_tools(server, calls, token=None):
+    """Make ``calls`` (``[(name, arguments)]``) with the SDK's client; returns each result."""
+
+    async def run():
+        headers = {"Authorization": token or f"token {server.token}"}
+        client = create_mcp_http_client(headers=headers)
+        url = server.url + "api/agentruns/mcp"
+        async with client, streamable_http_client(url, http_client=client) as streams:
+            async with ClientSession(streams[0], streams[1]) as session:
+                await session.initialize()
+                return [await session.call_tool(name, args) for name, args in calls]
+
+    return asyncio.run(run())
+
+
+def text(result) -> str:
+    return result.content[0].text
+
+
+def approve_next(http, run_id, choice="approve", asked=1):
+    """Answer the run's ``asked``-th question (waiting for it); returns its details."""
+    deadline = time.monotonic() + 30
+    while True:
+        run = http.get(f"runs/{run_id}").json()
+        inputs = run["snapshot"].get("inputs", [])
+        if len(inputs) >= asked and inputs[asked - 1]["status"] == "open":
+            question = inputs[asked - 1]
+            answered = http.post(
+                f"runs/{run_id}/inputs/{question['request_id']}", json={"choice": choice}
+            )
+            assert answered.status_code == 200, answered.text
+            return question
+        assert run["status"] not in ("succeeded", "failed", "cancelled"), run
+        assert time.monotonic() < deadline, run
+        time.sleep(0.05)
+
+
+def test_get_agents_says_the_notebook_tools_are_here(lab):
+    server, http, kernel = lab
+    tools = http.get("agents").json()["notebook_tools"]
+    assert tools == {
+        "available": True,
+        "tools": ["describe", "list_variables", "read_notebook", "run_code"],
+        "approval": "ask",
+        "mcp": True,
+    }
+
+
+def test_a_person_works_on_a_notebooks_kernel_with_an_mcp_client(lab):
+    server, http, kernel = lab
+    notebook = {
+        "cells": [
+            {"cell_type": "code", "id": "c-1", "metadata": {}, "execution_count": 1,
+             "source": "print('loaded')", "outputs": [
+                 {"output_type": "stream", "name": "stdout", "text": "loaded\n"}]},
+        ],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5,
+    }  # fmt: skip
+    saved = http.put(
+        server.url + f"api/contents/{NOTEBOOK}", json={"type": "notebook", "content": notebook}
+    )
+    assert saved.status_code in (200, 201), saved.text
+    code = (
+        "import pandas as pd\n"
+        "sales = pd.DataFrame({'city': ['a', 'b'], 'n': [3, 4]})\n"
+        "print('rows', len(sales))\n"
+        "int(sales.n.sum())"
+    )
+    ran, listed, described, read = call_tools(
+        server,
+        [
+            ("run_code", {"notebook": NOTEBOOK, "code": code}),
+            ("list_variables", {"notebook": NOTEBOOK}),
+            ("describe", {"notebook": NOTEBOOK, "name": "sales"}),
+            ("read_notebook", {"notebook": NOTEBOOK}),
+        ],
+    )
+    assert not ran.is_error and "rows 2" in text(ran) and "result:\n7" in text(ran)
+    variables = {v["name"]: v for v in json.loads(text(listed))}
+    assert variables["sales"] == {"name": "sales", "type": "pandas.DataFrame", "shape": [2, 2]}
+    about = json.loads(text(described))
+    assert (
+        about["dtypes"]["n"] == "int64" and "city" in about["head"] and "mean" in about["summary"]
+    )
+    assert "print('loaded')" in text(read) and "Output: loaded" in text(read)
+    # The variable is the kernel's: the notebook's own cells see it.
+    stdout, _, error = kernel.run_cell("print(sales.n.max())", "cell-x")
+    assert error is None and stdout.strip() == "4"
+
+
+def test_a_notebook_without_a_kernel_and_a_wrong_call_are_errors_the_caller_reads(lab):
+    server, http, kernel = lab
+    missing, unknown = call_tools(
+        server,
+        [
+            ("list_variables", {"notebook": "nowhere.ipynb"}),
+            ("describe", {"notebook": NOTEBOOK, "name": "no_such_variable"}),
+        ],
+    )
+    assert missing.is_error and "notebook_not_found" in text(missing)
+    assert unknown.is_error and "no variable 'no_such_variable'" in text(unknown)
+
+
+def test_submit_in_a_cell_records_its_kernel(lab):
+    server, http, kernel = lab
+    stdout, _, error = kernel.run_cell(
+        "from jupyter_agentruns import submit\n"
+        "run = submit('demo', {'prompt': 'hi', 'chunks': 2, 'delay': 0}, display=False)\n"
+        "print(run.run_id)",
+        "cell-submit",
+    )
+    assert error is None, error
+    run = http.get(f"runs/{stdout.strip()}").json()
+    assert run["metadata"]["kernel_id"] == kernel.kernel_id
+    assert run["metadata"]["cell_id"] == "cell-submit"
+
+
+def submit(http, agent, input, kernel_id):
+    response = http.post(
+        "runs", json={"agent": agent, "input": input, "metadata": {"kernel_id": kernel_id}}
+    )
+    assert response.status_code == 201, response.text
+    return response.json()["run_id"]
+
+
+def test_a_runs_agent_uses_its_token_the_person_approves_then_denies(lab):
+    server, http, kernel = lab
+    calls = [
+        ["list_variables", {}],
+        ["run_code", {"code": "approved = 7"}],
+        ["run_code", {"code": "denied = 8"}],
+    ]
+    run_id = submit(http, "nb_mcp", {"calls": calls}, kernel.kernel_id)
+    question = approve_next(http, run_id, "approve", asked=1)
+    assert question["kind"] == "approval" and question["details"]["code"] == "approved = 7"
+    approve_next(http, run_id, "deny", asked=2)
+    run = wait_status(http, run_id, ["succeeded", "failed"])
+    assert run["status"] == "succeeded", run["error"]
+    output = run["output"]
+    assert output["tools"] == ["describe", "list_variables", "read_notebook", "run_code"]
+    assert [a["error"] for a in output["answers"]] == [False, False, True]
+    assert "denied" in output["answers"][2]["text"]
+    steps = run["snapshot"]["tools"]
+    assert [(s["name"], s["status"]) for s in steps] == [
+        ("list_variables", "completed"),
+        ("run_code", "completed"),
+        ("run_code", "failed"),
+    ]
+    assert steps[1]["args"] == {"code": "approved = 7"}
+    stdout, _, _ = kernel.run_cell("print(approved, 'denied' in globals())", "cell-check")
+    assert stdout.strip() == "7 False"
+    # The run's token was good for the run's life only.
+    refused = httpx.post(
+        server.url + "api/agentruns/mcp",
+        headers={"Authorization": output["token"], "Accept": "application/json, text/event-stream"},
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+    )
+    assert refused.status_code == 403 and refused.json()["error"] == "forbidden"
+
+
+def test_run_code_waits_for_the_persons_cell_and_keeps_its_images_with_the_step(lab):
+    server, http, kernel = lab
+    kernel.client.execute("import time\ntime.sleep(3)")  # the person's cell, still running
+    deadline = time.monotonic() + 10
+    while (
+        http.get(server.url + f"api/kernels/{kernel.kernel_id}").json()["execution_state"] != "busy"
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    code = "from IPython.display import display\ndisplay({'image/png': 'iVBORw0KGgo='}, raw=True)"
+    run_id = submit(http, "nb_mcp", {"calls": [["run_code", {"code": code}]]}, kernel.kernel_id)
+    approve_next(http, run_id)
+    run = wait_status(http, run_id, ["succeeded", "failed"])
+    assert run["status"] == "succeeded", run["error"]
+    events = http.get(f"runs/{run_id}/events", params={"limit": 1000}).json()["events"]
+    said = [e["data"]["message"] for e in events if e["type"] == "progress"]
+    assert said == ["waiting for the kernel", "running code in the kernel"]
+    [step] = run["snapshot"]["tools"]
+    assert step["result"]["images"] == [{"mime": "image/png", "data": "iVBORw0KGgo="}]
+    assert "image/png image 1, 8 bytes" in run["output"]["answers"][0]["text"]
+
+
+def test_cancelling_a_run_interrupts_its_run_code_and_keeps_the_kernel(lab):
+    server, http, kernel = lab
+    kernel.run_cell("kept = 'still here'", "cell-kept")
+    calls = [["run_code", {"code": "import time\nfor _ in range(600): time.sleep(0.1)"}]]
+    run_id = submit(http, "nb_mcp", {"calls": calls}, kernel.kernel_id)
+    approve_next(http, run_id)
+    deadline = time.monotonic() + 30
+    while not http.get(f"runs/{run_id}").json()["snapshot"]["tools"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.5)  # the code runs
+    started = time.monotonic()
+    assert http.post(f"runs/{run_id}/cancel").status_code == 202
+    run = wait_status(http, run_id, ["cancelled"])
+    assert time.monotonic() - started < 10
+    # Interrupted, not restarted: the kernel is free and keeps its variables.
+    (after,) = call_tools(server, [("run_code", {"notebook": NOTEBOOK, "code": "kept"})])
+    assert "still here" in text(after), text(after)
+    assert run["snapshot"]["tools"][0]["name"] == "run_code"
+
+
+def test_a_kernel_restart_fails_the_call_with_kernel_unavailable(lab):
+    server, http, kernel = lab
+    results = []
+    code = "import time\nfor _ in range(600): time.sleep(0.1)"
+    caller = threading.Thread(
+        target=lambda: results.extend(
+            call_tools(server, [("run_code", {"notebook": NOTEBOOK, "code": code})])
+        )
+    )
+    caller.start()
+    time.sleep(1.5)
+    kernel.restart()
+    caller.join(30)
+    (result,) = results
+    assert result.is_error and "kernel_unavailable" in text(result), text(result)
+
+
+def test_the_openai_agent_works_on_the_notebook_with_the_tools(lab, model):
+    server, http, kernel = lab
+    kernel.run_cell("import pandas as pd\nprices = pd.DataFrame({'p': [1.5, 2.5]})", "cell-p")
+    model.reply(
+        tool_calls(("list_variables", "{}")),
+        tool_calls(("describe", json.dumps({"name": "prices"}))),
+        tool_calls(("run_code", json.dumps({"code": "total = float(prices.p.sum())\ntotal"}))),
+        answer("The total is 4."),
+    )
+    run_id = submit(http, "openai", {"prompt": "What do prices add up to?"}, kernel.kernel_id)
+    question = approve_next(http, run_id)
+    assert question["details"]["code"] == "total = float(prices.p.sum())\ntotal"
+    run = wait_status(http, run_id, ["succeeded", "failed"])
+    assert run["status"] == "succeeded", run["error"]
+    offered = {tool["function"]["name"] for tool in model.requests[-4]["body"]["tools"]}
+    assert offered == {"run_code", "list_variables", "describe", "read_notebook"}
+    tool_messages = [m for m in model.requests[-1]["body"]["messages"] if m["role"] == "tool"]
+    assert '"name": "prices"' in tool_messages[0]["content"]
+    assert "float64" in tool_messages[1]["content"]
+    assert "result:\n4.0" in tool_messages[2]["content"]
+    assert [s["name"] for s in run["snapshot"]["tools"]] == [
+        "list_variables",
+        "describe",
+        "run_code",
+    ]
+    stdout, _, _ = kernel.run_cell("print(total)", "cell-total")
+    assert stdout.strip() == "4.0"
+
+
+def test_the_openai_agents_tool_choice_may_name_a_notebook_tool(lab, model):
+    server, http, kernel = lab
+    model.reply(tool_calls(("list_variables", "{}")), answer("Listed."))
+    input = {"prompt": "What is there?", "tool_choice": "list_variables"}
+    run_id = submit(http, "openai", input, kernel.kernel_id)
+    run = wait_status(http, run_id, ["succeeded", "failed"])
+    assert run["status"] == "succeeded", run["error"]
+    forced = model.requests[-2]["body"]["tool_choice"]
+    assert forced == {"type": "function", "function": {"name": "list_variables"}}
+    assert [s["name"] for s in run["snapshot"]["tools"]] == ["list_variables"]
+
+
+def test_the_tools_exist_only_where_every_kernel_is_the_run_owners():
+    assert availability("shared", None) == (True, None)
+    assert availability("per-user", "alice") == (True, None)  # a hub's single-user server
+    available, reason = availability("per-user", None)  # a server several people share
+    assert not available and "other people's" in reason
+
+
+def test_on_a_hub_users_server_the_tools_act_for_its_user_only(tmp_path):
+    server = ServerProcess(
+        tmp_path / "home",
+        tmp_path / "agentruns.sqlite3",
+        {"owner_mode": "per-user"},
+        config={
+            "ServerApp": {
+                "jpserver_extensions": {"jupyter_agentruns": True},
+                "identity_provider_class": "identity.HeaderIdentityProvider",
+            }
+        },
+    )
+    server.env["JUPYTERHUB_USER"] = "alice"
+    server.start()
+    try:
+        with server.client() as http:
+            mcp = {"Accept": "application/json, text/event-stream"}
+            ping = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+            alice = http.get("agents", headers={"X-Test-User": "alice"}).json()
+            assert alice["notebook_tools"]["available"] is True
+            listed = http.post("mcp", headers={**mcp, "X-Test-User": "alice"}, json=ping)
+            assert listed.status_code == 200, listed.text
+            assert "run_code" in {tool["name"] for tool in listed.json()["result"]["tools"]}
+            bob = http.get("agents", headers={"X-Test-User": "bob"}).json()
+            assert bob["notebook_tools"]["available"] is False
+            refused = http.post("mcp", headers={**mcp, "X-Test-User": "bob"}, json=ping)
+            assert refused.status_code == 404, refused.text
+            anonymous = httpx.post(server.api_url + "mcp", headers=mcp, json=ping)
+            assert anonymous.status_code == 403 and anonymous.json()["error"] == "forbidden"
+    finally:
+        server.kill()
