@@ -8,6 +8,7 @@ import { Widget } from "@lumino/widgets";
 import { apiBase, pageOption } from "./api.js";
 import { RunsPanel } from "./panel.js";
 import { restoreOutputs, shownRunIds } from "./restore.js";
+import { OPEN_RUN, OPEN_TABLE, runPagesPlugin } from "./runpages.js";
 
 /**
  * @typedef {import("@jupyterlab/application").JupyterFrontEnd} JupyterFrontEnd
@@ -119,10 +120,12 @@ const panelPlugin = {
       baseUrl: apiBase(),
       serverRoot: pageOption("agentrunsServerRoot") || pageOption("serverRoot"),
       openPath: (path) => void app.commands.execute("docmanager:open", { path }),
+      openRun: (runId) => void app.commands.execute(OPEN_RUN, { run_id: runId }),
+      openTable: () => void app.commands.execute(OPEN_TABLE),
     });
     // Notebook 7 has a left area too (View > Left Sidebar); JupyterLab shows the tab.
     app.shell.add(new RunsPanelWidget(panel), "left", { rank: 900 });
   },
 };
 
-export default [restorePlugin, panelPlugin];
+export default [restorePlugin, panelPlugin, runPagesPlugin];
