@@ -197,7 +197,10 @@ export class RunsPanel {
     this.moreButton = button("More", "agentruns-panel-more");
     this.moreButton.hidden = true;
     this.moreButton.addEventListener("click", () => void this.more());
-    this.node.append(header, this.search, filters, this.message, this.empty, this.list, this.moreButton);
+    // Column names, shown by the table layout only.
+    const head = element("div", "agentruns-panel-table-head");
+    for (const name of ["status", "agent", "title", "notebook", "created", "time", "tokens"]) head.append(element("span", "", name));
+    this.node.append(header, this.search, filters, this.message, this.empty, head, this.list, this.moreButton);
   }
 
   /** The panel is on screen: read the runs now, then keep them fresh. */

@@ -113,32 +113,50 @@ export function eventWords(event, asked, tools) {
 }
 
 /**
- * The timeline of a run's events: one entry per event a person cares about;
- * the deltas of one text (or of the model's thinking) make one entry.
+ * What folds into an entry already made: the deltas of one message, and the
+ * progress and usage reports that follow each other (each replaces the last),
+ * until a step a person cares about comes between them.
+ * @param {Envelope} event
+ * @returns {string | null}
+ */
+function foldKey(event) {
+  if (event.type === "text.delta" || event.type === "reasoning.delta") {
+    const data = isPlainObject(event.data) ? event.data : {};
+    return `${event.type}:${typeof data.message_id === "string" ? data.message_id : ""}`;
+  }
+  return event.type === "progress" || event.type === "usage" ? event.type : null;
+}
+
+/**
+ * The timeline of a run's events: one entry per step a person cares about.
+ * The text of one message makes one entry ("wrote 420 characters"); progress
+ * and usage reports between two steps make one each (the last one said).
  * @param {Envelope[]} events in seq order
  * @param {Entry[]} [entries] the entries so far (a later page continues them)
- * @param {{asked: Map<string, any>, tools: Map<string, string>}} [memory]
+ * @param {{asked: Map<string, any>, tools: Map<string, string>, folds?: Map<string, Entry>}} [memory]
  * @returns {Entry[]}
  */
 export function timelineEntries(events, entries = [], memory = { asked: new Map(), tools: new Map() }) {
+  const folds = memory.folds || (memory.folds = new Map());
   for (const event of events) {
     if (!event || typeof event.seq !== "number" || typeof event.type !== "string") continue;
-    const delta = event.type === "text.delta" || event.type === "reasoning.delta";
-    if (delta) {
-      const chars = isPlainObject(event.data) && typeof event.data.delta === "string" ? [...event.data.delta].length : 0;
-      const last = entries[entries.length - 1];
-      if (last && last.type === event.type) {
-        last.count += chars;
-        last.last = event.seq;
-      } else {
-        entries.push({ seq: event.seq, last: event.seq, type: event.type, ts: event.ts, text: "", count: chars });
-      }
-      const entry = entries[entries.length - 1];
+    const key = foldKey(event);
+    const folded = key === null ? undefined : folds.get(key);
+    const entry = folded || { seq: event.seq, last: event.seq, type: event.type, ts: event.ts, text: "", count: 0 };
+    if (event.type === "text.delta" || event.type === "reasoning.delta") {
+      const delta = isPlainObject(event.data) && typeof event.data.delta === "string" ? event.data.delta : "";
+      entry.count += [...delta].length;
       entry.text = `${event.type === "text.delta" ? "wrote" : "thought"} ${plural(entry.count, "character")}`;
-      continue;
+    } else {
+      const text = eventWords(event, memory.asked, memory.tools);
+      if (text === null) continue;
+      entry.text = text;
     }
-    const text = eventWords(event, memory.asked, memory.tools);
-    if (text !== null) entries.push({ seq: event.seq, last: event.seq, type: event.type, ts: event.ts, text, count: 0 });
+    entry.last = event.seq;
+    if (folded !== undefined) continue;
+    entries.push(entry);
+    if (key !== null) folds.set(key, entry);
+    else folds.clear();
   }
   return entries;
 }
@@ -337,13 +355,15 @@ export class RunPage {
       this.cursor = Math.max(this.cursor, Number(body.snapshot.last_seq) || 0);
     }
     const events = Array.isArray(body.events) ? body.events : [];
-    const before = this.entries.length;
-    const last = this.entries[before - 1];
+    const from = this.cursor;
     timelineEntries(events, this.entries, this.memory);
     if (events.length > 0) this.cursor = events[events.length - 1].seq;
-    // The last entry may have grown (a text still streaming); the others are new.
-    if (last !== undefined) this._renderEntry(last);
-    for (const entry of this.entries.slice(before)) this.timeline.append(this._renderEntry(entry));
+    // New entries, and earlier ones that folded in this page's events (a text still streaming).
+    for (const entry of this.entries) {
+      if (entry.last <= from) continue;
+      const node = this._renderEntry(entry);
+      if (!node.isConnected) this.timeline.append(node);
+    }
     const ended = events.some((/** @type {Envelope} */ event) => isTerminalType(event.type));
     this.complete = ended || body.done === true || this.cursor >= (Number(body.last_seq) || 0);
     this.moreButton.hidden = this.complete;
@@ -355,8 +375,7 @@ export class RunPage {
    * @returns {HTMLElement}
    */
   _renderEntry(entry) {
-    /** @type {HTMLElement & {_entry?: Entry}} */
-    let node = /** @type {any} */ (this.timeline.querySelector(`[data-seq="${entry.seq}"]`));
+    let node = /** @type {HTMLElement | null} */ (this.timeline.querySelector(`[data-seq="${entry.seq}"]`));
     if (node === null) {
       node = element("li", "agentruns-runpage-event");
       node.dataset.seq = String(entry.seq);

@@ -85,7 +85,8 @@ async function openCell(app, path, cellId) {
   notebook.deselectAll();
   notebook.activeCellIndex = index;
   notebook.mode = "command";
-  await notebook.scrollToCell(notebook.widgets[index], "center");
+  // Its top in view: a run's cell with its output is often taller than the window.
+  await notebook.scrollToCell(notebook.widgets[index], "start");
 }
 
 /** @type {Plugin} */

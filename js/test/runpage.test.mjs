@@ -11,7 +11,7 @@ beforeEach(() => installPage());
 
 const at = (seconds) => new Date(Date.parse("2026-01-01T00:00:00.000Z") + seconds * 1000).toISOString();
 
-test("the timeline says each step once: a text's deltas are one entry, questions name their answer", () => {
+test("the timeline says each step once: a message's deltas are one entry, questions name their answer", () => {
   const events = [
     { seq: 1, type: "run.started", ts: at(0), data: {} },
     { seq: 2, type: "tool.started", ts: at(1), data: { call_id: "c1", name: "search", args: {} } },
@@ -33,17 +33,25 @@ test("the timeline says each step once: a text's deltas are one entry, questions
     "tool search completed",
     "asked: Write the answer?",
     "answered Write the answer?: approved",
-    "wrote 6 characters",
+    "wrote 12 characters",
     "usage: 1,234 tokens (1,000 in · 234 out) · cost 0.50",
-    "wrote 6 characters",
     "cancel requested: enough",
     "cancelled: enough",
   ]);
   // A later page goes on where the last one ended: the text still streaming grows.
-  const more = timelineEntries(events.slice(0, 7));
-  timelineEntries([{ seq: 8, type: "text.delta", ts: at(6), data: { message_id: "m1", delta: "abc" } }], more);
+  const memory = { asked: new Map(), tools: new Map() };
+  const more = timelineEntries(events.slice(0, 7), [], memory);
+  timelineEntries([{ seq: 8, type: "text.delta", ts: at(6), data: { message_id: "m1", delta: "abc" } }], more, memory);
   assert.equal(more[more.length - 1].text, "wrote 9 characters");
   assert.equal(offsetWords(at(4), Date.parse(at(0))), "+4.0 s");
+  // Progress reports between two steps are one entry, the last one said; a step starts the next.
+  const progress = timelineEntries([
+    { seq: 1, type: "progress", ts: at(0), data: { fraction: 0, message: "searching" } },
+    { seq: 2, type: "progress", ts: at(1), data: { fraction: 0.5, message: "half" } },
+    { seq: 3, type: "tool.started", ts: at(1), data: { call_id: "c", name: "t" } },
+    { seq: 4, type: "progress", ts: at(2), data: { fraction: 1, message: "done" } },
+  ]);
+  assert.deepEqual(progress.map((entry) => [entry.seq, entry.text]), [[1, "progress 50%: half"], [3, "tool t started"], [4, "progress 100%: done"]]);
 });
 
 test("a run's cell comes from its metadata; a path on disk opens nothing", () => {
