@@ -281,14 +281,22 @@ def test_a_runs_page_shows_its_timeline_and_answer_goes_to_its_cell_and_deletes_
             if (!active || cells.indexOf(active) !== 8) return false;
             const box = active.getBoundingClientRect();
             const view = active.closest('.jp-WindowedPanel-outer, .jp-Notebook').getBoundingClientRect();
-            return box.top >= view.top - 1 && box.top < view.bottom;
+            // Its top in view (give or take the notebook's scroll padding).
+            return box.top >= view.top - 20 && box.top < view.bottom - 40;
         }""",
         timeout=30_000,
     )
     page.screenshot(path=picture("run-page-go-to-cell.png"))
 
+    # The run id in the cell's view opens the run's page too.
+    page.locator(".lm-TabBar-tab", has_text="the page of a run").locator(
+        ".lm-TabBar-tabCloseIcon"
+    ).click()
+    run_page.wait_for(state="detached", timeout=10_000)
+    page.locator(f".jp-Notebook .agentruns-run[data-run-id='{run_id}'] .agentruns-run-id").click()
+    run_page.wait_for(timeout=30_000)
+
     # Delete, after a confirmation: the run is gone from the server and the panel.
-    page.locator(".lm-TabBar-tab", has_text="the page of a run").click()
     run_page.locator(".agentruns-runpage-delete").click()
     assert panel_row(page, run_id).count() == 1  # nothing deleted before the confirmation
     run_page.locator(".agentruns-runpage-delete-yes").click()

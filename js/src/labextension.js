@@ -120,8 +120,9 @@ const panelPlugin = {
       baseUrl: apiBase(),
       serverRoot: pageOption("agentrunsServerRoot") || pageOption("serverRoot"),
       openPath: (path) => void app.commands.execute("docmanager:open", { path }),
-      openRun: (runId) => void app.commands.execute(OPEN_RUN, { run_id: runId }),
-      openTable: () => void app.commands.execute(OPEN_TABLE),
+      // Where run pages exist (JupyterLab, not Notebook 7).
+      openRun: (runId) => void (app.commands.hasCommand(OPEN_RUN) && app.commands.execute(OPEN_RUN, { run_id: runId })),
+      openTable: () => void (app.commands.hasCommand(OPEN_TABLE) && app.commands.execute(OPEN_TABLE)),
     });
     // Notebook 7 has a left area too (View > Left Sidebar); JupyterLab shows the tab.
     app.shell.add(new RunsPanelWidget(panel), "left", { rank: 900 });

@@ -9,7 +9,7 @@ import { apiFetch, errorMessage, newIdempotencyKey, runsUrl, withSlash } from ".
 import { getHub } from "./hub.js";
 import { openInputs } from "./reducer.js";
 import { RunState } from "./runstate.js";
-import { RUN_DELETED_EVENT } from "./links.js";
+import { RUN_DELETED_EVENT, runPagesOpen } from "./links.js";
 import { STATUSES } from "./status.js";
 import { button, element, formatAgo, formatCost, formatTokens, inputCard, isCost, isTokenCount, parseTime } from "./dom.js";
 import { runTitle, timingWords } from "./words.js";
@@ -142,12 +142,14 @@ export class RunsPanel {
     this.refreshButton = button("Refresh", "agentruns-panel-refresh");
     this.refreshButton.addEventListener("click", () => void this.refresh());
     header.append(element("span", "agentruns-spacer"), this.refreshButton);
+    /** @type {HTMLButtonElement | null} */
+    this.tableButton = null;
     if (options.openTable) {
       const open = options.openTable;
-      const tableButton = button("Table", "agentruns-panel-open-table");
-      tableButton.title = "Open the runs as a table in the main area";
-      tableButton.addEventListener("click", () => open());
-      header.append(tableButton);
+      this.tableButton = button("Table", "agentruns-panel-open-table");
+      this.tableButton.title = "Open the runs as a table in the main area";
+      this.tableButton.addEventListener("click", () => open());
+      header.append(this.tableButton);
     }
 
     const filters = element("div", "agentruns-panel-filters");
@@ -207,6 +209,8 @@ export class RunsPanel {
   show() {
     if (this.visible) return;
     this.visible = true;
+    // Only where run pages (and the table) exist: JupyterLab, not Notebook 7.
+    if (this.tableButton !== null) this.tableButton.hidden = !runPagesOpen();
     void this.refresh();
     // A browser tab in the background asks nothing: the next look after it comes back does.
     this.refreshTimer = this.setInterval(() => {
@@ -464,7 +468,7 @@ export class RunsPanel {
     const title = element("a", "agentruns-panel-run-title");
     title.addEventListener("click", (event) => {
       event.preventDefault();
-      if (this.openRun) this.openRun(runId);
+      if (this.openRun && runPagesOpen()) this.openRun(runId);
     });
     const where = element("div", "agentruns-panel-line");
     where.append(notebook);
@@ -478,9 +482,8 @@ export class RunsPanel {
     const note = element("div", "agentruns-panel-note");
     note.hidden = true;
     const id = element("div", "agentruns-panel-id", runId);
-    id.title = this.openRun ? "Open this run's page" : "";
     id.addEventListener("click", () => {
-      if (this.openRun) this.openRun(runId);
+      if (this.openRun && runPagesOpen()) this.openRun(runId);
     });
     node.append(top, title, where, second, inputs, note, id);
     /** @type {Row} */
@@ -502,8 +505,10 @@ export class RunsPanel {
     row.chip.textContent = state.attempt > 1 && !state.terminal ? `${state.status} (attempt ${state.attempt})` : state.status;
     row.agent.textContent = run ? run.agent : "";
     row.title.textContent = run ? runTitle(run) : "";
-    row.title.title = this.openRun ? `${row.title.textContent}: open this run's page` : row.title.textContent;
-    if (this.openRun) row.title.setAttribute("href", "#");
+    const pages = this.openRun !== null && runPagesOpen();
+    row.title.title = pages ? `${row.title.textContent}: open this run's page` : row.title.textContent;
+    if (pages) row.title.setAttribute("href", "#");
+    else row.title.removeAttribute("href");
     const session = run && typeof run.session === "string" ? run.session : "";
     row.notebook.textContent = session ? baseName(session) : "no notebook";
     const path = this._notebookPath(row);

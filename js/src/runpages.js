@@ -1,6 +1,7 @@
 // JupyterLab's side of a run's own page and of the runs table: the commands
 // that open them in the main area, and the way to a run's cell.
 
+import { ILabShell } from "@jupyterlab/application";
 import { Widget } from "@lumino/widgets";
 
 import { apiBase, pageOption } from "./api.js";
@@ -87,6 +88,10 @@ async function openCell(app, path, cellId) {
   notebook.mode = "command";
   // Its top in view: a run's cell with its output is often taller than the window.
   await notebook.scrollToCell(notebook.widgets[index], "start");
+  // A notebook just opened still draws outputs above the cell, which moves it:
+  // once they are drawn (a moment later), scroll to it again.
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  if (!notebook.isDisposed && notebook.activeCellIndex === index) await notebook.scrollToCell(notebook.widgets[index], "start");
 }
 
 /** @type {Plugin} */
@@ -94,8 +99,14 @@ export const runPagesPlugin = {
   id: "jupyter-agentruns:run-pages",
   description: "A run's own page and the table of runs, in the main area.",
   autoStart: true,
-  /** @param {JupyterFrontEnd} app */
-  activate(app) {
+  // JupyterLab's tabs: Notebook 7 shows one document a page, and no run pages.
+  optional: [ILabShell],
+  /**
+   * @param {JupyterFrontEnd} app
+   * @param {import("@jupyterlab/application").ILabShell | null} labShell
+   */
+  activate(app, labShell) {
+    if (labShell === null) return;
     /** @type {Map<string, RunPageWidget>} */
     const pages = new Map();
     /** @type {RunsTableWidget | null} */

@@ -475,6 +475,7 @@ test("the list sorts the runs it shows by time, status or title", async () => {
 
 test("the search asks the server once the typing pauses, and a run's title opens its page", async () => {
   const server = fakeServer([runObject("run_a")]);
+  document.body.dataset.agentrunsRunPages = "true";
   const opened = [];
   const { panel } = makePanel(fakeHub(), { openRun: (runId) => opened.push(runId) });
   panel.show();
