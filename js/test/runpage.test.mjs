@@ -96,3 +96,45 @@ test("Delete asks first, then deletes and tells the lists", async () => {
   assert.equal(page.node.dataset.deleted, "true");
   page.dispose();
 });
+
+test("the timeline reads the events a page at a time: Load more reads the next", async () => {
+  const events = [
+    { seq: 1, type: "run.started", ts: at(0), data: {} },
+    { seq: 2, type: "tool.started", ts: at(1), data: { call_id: "a", name: "one" } },
+    { seq: 3, type: "tool.completed", ts: at(2), data: { call_id: "a", ok: true } },
+    { seq: 4, type: "tool.started", ts: at(3), data: { call_id: "b", name: "two" } },
+    { seq: 5, type: "run.succeeded", ts: at(4), data: {} },
+  ];
+  const asked = [];
+  globalThis.fetch = async (url) => {
+    const parsed = new URL(url, "http://localhost");
+    if (parsed.pathname.endsWith("/events")) {
+      const after = Number(parsed.searchParams.get("after"));
+      const limit = Number(parsed.searchParams.get("limit"));
+      asked.push([after, limit]);
+      const page = events.filter((event) => event.seq > after).slice(0, limit);
+      return Response.json({ events: page, last_seq: 5, status: "succeeded", done: page.at(-1)?.seq === 5 });
+    }
+    if (parsed.pathname === "/api/agentruns/runs") return Response.json({ runs: [], next: null });
+    return Response.json({
+      run_id: "run_p", agent: "demo", status: "succeeded", session: null, metadata: {}, input: {}, retry_of: null,
+      created_at: at(0), started_at: at(0), finished_at: at(4), last_seq: 5, first_seq: 1,
+      snapshot: { messages: [], tools: [], progress: null, usage: null, inputs: [] }, output: null, error: null, cancel: null,
+    });
+  };
+  const page = new RunPage({ baseUrl: "/", runId: "run_p", pageSize: 2 });
+  document.body.append(page.node);
+  await page.load();
+  const steps = () => Array.from(page.timeline.querySelectorAll(".agentruns-runpage-event-text"), (node) => node.textContent);
+  assert.deepEqual(steps(), ["started", "tool one started"]);
+  assert.equal(page.moreButton.hidden, false);
+  page.moreButton.click();
+  await sleep(10);
+  page.moreButton.click();
+  await sleep(10);
+  assert.deepEqual(steps(), ["started", "tool one started", "tool one completed", "tool two started", "succeeded"]);
+  assert.equal(page.moreButton.hidden, true);
+  assert.deepEqual(asked, [[0, 2], [2, 2], [4, 2]]);
+  assert.equal(page.cellButton.disabled, true); // no notebook: nowhere to go
+  page.dispose();
+});
