@@ -32,6 +32,16 @@ class RunPageWidget extends Widget {
     this.title.closable = true;
   }
 
+  /**
+   * Closing the tab ends the page (a closed Lumino widget is only detached):
+   * it stops following its run, and the next open makes a new one.
+   * @param {import("@lumino/messaging").Message} msg
+   */
+  onCloseRequest(msg) {
+    super.onCloseRequest(msg);
+    this.dispose();
+  }
+
   dispose() {
     this.page.dispose();
     super.dispose();
@@ -60,6 +70,12 @@ class RunsTableWidget extends Widget {
 
   onBeforeHide() {
     this.panel.hide();
+  }
+
+  /** @param {import("@lumino/messaging").Message} msg */
+  onCloseRequest(msg) {
+    super.onCloseRequest(msg);
+    this.dispose();
   }
 
   dispose() {
