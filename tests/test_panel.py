@@ -17,6 +17,7 @@ from test_browser import (  # noqa: F401  (fixtures are found by name)
     pytestmark,
     run_cell,
     save,
+    set_theme,
     write_notebook,
 )
 
@@ -408,3 +409,21 @@ def test_the_panel_fits_the_default_sidebar_searches_sorts_and_opens_as_a_table(
     page.locator(f".agentruns-runpage[data-run-id='{made['apple harvest']}']").wait_for(
         timeout=30_000
     )
+
+    # The dark theme: the panel and a run's page keep their contrast.
+    set_theme(lab, "JupyterLab Dark")
+    try:
+        page.goto(f"{lab.url}lab?token={lab.token}&reset")
+        page.locator(".jp-LabShell").wait_for(timeout=90_000)
+        page.wait_for_function(
+            "() => document.body.dataset.jpThemeLight === 'false'", timeout=30_000
+        )
+        open_panel(page)
+        run_page = open_run_page(page, made["apple harvest"])
+        run_page.locator(".agentruns-runpage-event[data-type='run.succeeded']").wait_for(
+            timeout=30_000
+        )
+        page.wait_for_timeout(300)  # the theme's fonts and colours settle
+        page.screenshot(path=picture("run-page-dark.png"))
+    finally:
+        set_theme(lab, "JupyterLab Light")
