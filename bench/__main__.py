@@ -21,6 +21,7 @@ import jupyter_server
 import tornado
 
 from .acp import SCENARIOS as ACP_SCENARIOS
+from .frontend import SCENARIOS as FRONTEND_SCENARIOS
 from .postgres import SCENARIOS as POSTGRES_SCENARIOS
 from .scenarios import FULL, QUICK, Bench, Row, format_value, say
 from .scenarios import SCENARIOS as SQLITE_SCENARIOS
@@ -28,7 +29,7 @@ from .servers import raise_open_files_limit
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # The PostgreSQL ones last: each skips when no PostgreSQL answers.
-SCENARIOS = {**SQLITE_SCENARIOS, **ACP_SCENARIOS, **POSTGRES_SCENARIOS}
+SCENARIOS = {**SQLITE_SCENARIOS, **ACP_SCENARIOS, **FRONTEND_SCENARIOS, **POSTGRES_SCENARIOS}
 
 
 def machine() -> dict:

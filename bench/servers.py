@@ -98,8 +98,12 @@ class EngineServer(Subprocess):
     The SQLite file at ``db_path``, unless ``agentruns`` names a ``store_url``.
     """
 
-    def __init__(self, home: Path, db_path: Path, agentruns: dict | None = None):
+    def __init__(
+        self, home: Path, db_path: Path, agentruns: dict | None = None, app: str = "jupyter_server"
+    ):
         self.home = home
+        # "jupyterlab" for the front-end scenarios: the same server with JupyterLab's pages.
+        self.app = app
         self.db_path = db_path
         # A PostgreSQL store when the config names one; else the SQLite file at db_path.
         self.store_url = (agentruns or {}).get("store_url")
@@ -131,8 +135,22 @@ class EngineServer(Subprocess):
                 p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p
             ),
         }
+        if app == "jupyterlab":
+            # No news or update pop-ups over what is measured.
+            settings = home / "lab-settings"
+            notification = settings / "@jupyterlab" / "apputils-extension"
+            notification.mkdir(parents=True, exist_ok=True)
+            (notification / "notification.jupyterlab-settings").write_text(
+                json.dumps({"fetchNews": "false", "checkForUpdates": False})
+            )
+            self.env["JUPYTERLAB_SETTINGS_DIR"] = str(settings)
+            self.env["JUPYTERLAB_WORKSPACES_DIR"] = str(home / "lab-workspaces")
         self.log_path = home / f"server-{self.port}.log"
         self._log = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
 
     @property
     def api_url(self) -> str:
@@ -148,7 +166,7 @@ class EngineServer(Subprocess):
     def start(self, timeout: float = 60) -> EngineServer:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 (the server writes it until stop())
         command = [
-            sys.executable, "-m", "jupyter_server",
+            sys.executable, "-m", self.app,
             f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
             "--ServerApp.ip=127.0.0.1", "--ServerApp.open_browser=False",
             "--ServerApp.allow_root=True", f"--IdentityProvider.token={self.token}",

@@ -20,6 +20,7 @@ from test_browser import (  # noqa: F401  (fixtures are found by name)
     pytestmark,
     run_cell,
     save,
+    set_theme,
     write_notebook,
 )
 
@@ -213,6 +214,222 @@ def test_notebook_7_shows_the_panel_in_its_left_sidebar_with_links_to_open(tmp_p
         assert link.get_attribute("title") == "Open seven.ipynb"
     finally:
         server.kill()
+
+
+def open_run_page(page, run_id: str):
+    """Click the run's title in the panel: its page opens in the main area."""
+    panel_row(page, run_id).locator(".agentruns-panel-run-title").click()
+    run_page = page.locator(f".agentruns-runpage[data-run-id='{run_id}']")
+    run_page.wait_for(timeout=30_000)
+    return run_page
+
+
+def test_a_runs_page_shows_its_timeline_and_answer_goes_to_its_cell_and_deletes_it(lab, page):
+    # The run's cell is far down the notebook: Go to cell has to scroll to it.
+    filler = ["# filler\n" + "\n".join(f"x_{n} = {n}" for n in range(12))] * 8
+    source = (
+        "from jupyter_agentruns import submit\n"
+        'run = submit("demo", {"prompt": "the page of a run", "chunks": 12, "ask": True})'
+    )
+    write_notebook(lab.home / "run_page.ipynb", [*filler, source])
+    open_notebook(page, lab, "run_page.ipynb")
+    run_cell(page, 8)
+    run_id = cell_run_id(page, 8)
+    choices = page.locator(".jp-Notebook .agentruns-run .agentruns-choice")
+    choices.first.wait_for(timeout=60_000)
+    choices.first.click()
+    page.wait_for_function(
+        "(runId) => !!document.querySelector(`.agentruns-run[data-run-id='${runId}']"
+        "[data-status='succeeded']`)",
+        arg=run_id,
+        timeout=60_000,
+    )
+    save(page)
+    page.locator(".lm-TabBar-tab.jp-mod-current .lm-TabBar-tabCloseIcon").click()
+    page.locator(".jp-Notebook").wait_for(state="detached", timeout=30_000)
+
+    open_panel(page)
+    run_page = open_run_page(page, run_id)
+    run_page.locator(".agentruns-runpage-title", has_text="the page of a run").wait_for()
+    assert (
+        '"prompt": "the page of a run"' in run_page.locator(".agentruns-runpage-input").inner_text()
+    )
+    page.wait_for_function(
+        "(runId) => { const el = document.querySelector(`.agentruns-runpage[data-run-id='${runId}']`);"
+        " return !!el && el.dataset.status === 'succeeded'"
+        " && el.querySelector('.agentruns-runpage-event[data-type=\"run.succeeded\"]'); }",
+        arg=run_id,
+        timeout=30_000,
+    )
+    steps = run_page.locator(".agentruns-runpage-event-text").all_inner_texts()
+    assert steps[0] == "started" and steps[-1] == "succeeded"
+    assert any(step.startswith("asked: ") for step in steps)
+    assert any(step.startswith("answered ") for step in steps)
+    assert any(step.startswith("wrote ") for step in steps)
+    assert any(step.startswith("tool ") for step in steps)
+    # The answer as the notebook's view renders it: Markdown, its code block the prompt.
+    answer = run_page.locator(".agentruns-message .agentruns-markdown")
+    assert answer.locator("h2").inner_text() == "Demo answer about the page of a run"
+    assert answer.locator("pre code").inner_text().strip() == "the page of a run"
+    assert "tokens" in run_page.locator(".agentruns-usage").inner_text()
+    page.screenshot(path=picture("run-page.png"))
+    run_page.locator(".agentruns-runpage-timeline").scroll_into_view_if_needed()
+    page.screenshot(path=picture("run-page-timeline.png"))
+
+    # Go to cell: the notebook opens with the run's cell selected and in view.
+    run_page.locator(".agentruns-runpage-cell").click()
+    page.wait_for_function(
+        """() => {
+            const cells = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell')];
+            const active = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell.jp-mod-active');
+            if (!active || cells.indexOf(active) !== 8) return false;
+            const box = active.getBoundingClientRect();
+            const view = active.closest('.jp-WindowedPanel-outer, .jp-Notebook').getBoundingClientRect();
+            // Its top in view (give or take the notebook's scroll padding).
+            return box.top >= view.top - 20 && box.top < view.bottom - 40;
+        }""",
+        timeout=30_000,
+    )
+    page.screenshot(path=picture("run-page-go-to-cell.png"))
+
+    # The run id in the cell's view opens the run's page too.
+    page.locator(".lm-TabBar-tab", has_text="the page of a run").locator(
+        ".lm-TabBar-tabCloseIcon"
+    ).click()
+    run_page.wait_for(state="detached", timeout=10_000)
+    page.locator(f".jp-Notebook .agentruns-run[data-run-id='{run_id}'] .agentruns-run-id").click()
+    run_page.wait_for(timeout=30_000)
+
+    # Delete, after a confirmation: the run is gone from the server and the panel.
+    run_page.locator(".agentruns-runpage-delete").click()
+    assert panel_row(page, run_id).count() == 1  # nothing deleted before the confirmation
+    run_page.locator(".agentruns-runpage-delete-yes").click()
+    page.wait_for_function(
+        "(runId) => document.querySelector(`.agentruns-runpage[data-run-id='${runId}']`)"
+        ".dataset.deleted === 'true'",
+        arg=run_id,
+        timeout=30_000,
+    )
+    panel_row(page, run_id).wait_for(state="detached", timeout=10_000)
+    with lab.client() as client:
+        assert client.get(f"runs/{run_id}").status_code == 404
+
+
+def test_the_panel_fits_the_default_sidebar_searches_sorts_and_opens_as_a_table(lab, page):
+    made = {}
+    with lab.client() as client:
+        for prompt, session in [
+            ("zebra crossing", "fit/one.ipynb"),
+            ("apple harvest", "fit/two.ipynb"),
+            ("mango season", "fit/two.ipynb"),
+        ]:
+            made[prompt] = client.post(
+                "runs",
+                json={
+                    "agent": "demo",
+                    "input": {"prompt": prompt, "chunks": 2},
+                    "session": session,
+                },
+            ).json()["run_id"]
+        for run_id in made.values():
+            wait_status(client, run_id, {"succeeded"})
+    page.goto(f"{lab.url}lab?token={lab.token}&reset")
+    page.locator(".jp-LabShell").wait_for(timeout=90_000)
+    open_panel(page)
+    for run_id in made.values():
+        panel_row(page, run_id).wait_for(timeout=30_000)
+    # At JupyterLab's default sidebar width nothing is cut: not the buttons, not the filters.
+    page.locator(PANEL).screenshot(path=picture("panel-default-width.png"))
+    clipped = page.evaluate(
+        """(selector) => {
+            const panel = document.querySelector(selector);
+            const edge = panel.getBoundingClientRect().right;
+            const cut = [];
+            for (const node of panel.querySelectorAll('button:not([hidden]), select, input')) {
+                const box = node.getBoundingClientRect();
+                if (box.width === 0) continue;
+                if (box.right > edge + 0.5 || node.scrollWidth > node.clientWidth + 1)
+                    cut.push(node.className || node.tagName);
+                // A select cuts the option it shows without overflowing: measure its text.
+                if (node.tagName === 'SELECT') {
+                    const style = getComputedStyle(node);
+                    const pen = document.createElement('canvas').getContext('2d');
+                    pen.font = `${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+                    const text = node.options[node.selectedIndex].text;
+                    // Its padding and the arrow take about 24 px.
+                    if (pen.measureText(text).width + 24 > node.clientWidth) cut.push(node.className);
+                }
+            }
+            return cut;
+        }""",
+        PANEL,
+    )
+    assert clipped == []
+    again = panel_row(page, made["apple harvest"]).locator(".agentruns-again")
+    assert again.inner_text() == "Run again"
+
+    def listed():
+        return page.eval_on_selector_all(
+            f"{PANEL} .agentruns-panel-run", "rows => rows.map(row => row.dataset.runId)"
+        )
+
+    # Sorting by title orders the runs; newest first is the server's order.
+    page.locator(f"{PANEL} .agentruns-panel-sort").select_option("title")
+    order = [run_id for run_id in listed() if run_id in made.values()]
+    assert order == [made["apple harvest"], made["mango season"], made["zebra crossing"]]
+    page.locator(f"{PANEL} .agentruns-panel-sort").select_option("newest")
+    order = [run_id for run_id in listed() if run_id in made.values()]
+    assert order == [made["mango season"], made["apple harvest"], made["zebra crossing"]]
+
+    # The search asks the server: by title, then by notebook.
+    page.locator(f"{PANEL} .agentruns-panel-search").fill("ZEBRA")
+    page.wait_for_function(
+        "([selector, runId]) => { const rows = [...document.querySelectorAll(selector)];"
+        " return rows.length === 1 && rows[0].dataset.runId === runId; }",
+        arg=[f"{PANEL} .agentruns-panel-run", made["zebra crossing"]],
+        timeout=30_000,
+    )
+    page.locator(f"{PANEL} .agentruns-panel-search").fill("fit/two")
+    page.wait_for_function(
+        "(selector) => { const rows = [...document.querySelectorAll(selector)];"
+        " return rows.length === 2 && rows.every(row =>"
+        " row.querySelector('.agentruns-panel-notebook').textContent === 'two.ipynb'); }",
+        arg=f"{PANEL} .agentruns-panel-run",
+        timeout=30_000,
+    )
+    page.locator(f"{PANEL} .agentruns-panel-search").fill("")
+
+    # The same list as a table in the main area; a title there opens the run's page.
+    page.locator(f"{PANEL} .agentruns-panel-open-table").click()
+    table = page.locator("#jupyter-agentruns-runs-table")
+    table.locator(f".agentruns-panel-run[data-run-id='{made['apple harvest']}']").wait_for(
+        timeout=30_000
+    )
+    page.screenshot(path=picture("runs-table.png"))
+    table.locator(
+        f".agentruns-panel-run[data-run-id='{made['apple harvest']}'] .agentruns-panel-run-title"
+    ).click()
+    page.locator(f".agentruns-runpage[data-run-id='{made['apple harvest']}']").wait_for(
+        timeout=30_000
+    )
+
+    # The dark theme: the panel and a run's page keep their contrast.
+    set_theme(lab, "JupyterLab Dark")
+    try:
+        page.goto(f"{lab.url}lab?token={lab.token}&reset")
+        page.locator(".jp-LabShell").wait_for(timeout=90_000)
+        page.wait_for_function(
+            "() => document.body.dataset.jpThemeLight === 'false'", timeout=30_000
+        )
+        open_panel(page)
+        run_page = open_run_page(page, made["apple harvest"])
+        run_page.locator(".agentruns-runpage-event[data-type='run.succeeded']").wait_for(
+            timeout=30_000
+        )
+        page.wait_for_timeout(300)  # the theme's fonts and colours settle
+        page.screenshot(path=picture("run-page-dark.png"))
+    finally:
+        set_theme(lab, "JupyterLab Light")
 
 
 STATUS_ITEM = "#jp-main-statusbar .agentruns-status-item"

@@ -61,6 +61,35 @@ async def test_list_filters_by_status_and_session(api):
     assert [r["run_id"] for r in runs] == [b.json()["run_id"]]
 
 
+async def test_search_finds_runs_by_title_agent_or_notebook_in_any_case_and_pages(api):
+    made = {}
+    for name, input, body in [
+        ("weather", demo_input(prompt="Weather in Shanghai\nand more", chunks=1), {}),
+        ("titled", demo_input(prompt="x", chunks=1), {"metadata": {"title": "Café 100%_done"}}),
+        ("notebook", demo_input(prompt="y", chunks=1), {"session": "work/Report.ipynb"}),
+        ("input only", demo_input(prompt="z", chunks=1, tools=False), {}),
+    ]:
+        made[name] = (await submit(api, input=input, **body)).json()["run_id"]
+    for run_id in made.values():
+        await wait_run(api, run_id)
+
+    async def found(q, **params):
+        runs = (await api.get("runs", params={"q": q, **params})).json()["runs"]
+        return [run["run_id"] for run in runs]
+
+    assert await found("WEATHER") == [made["weather"]]
+    assert await found("100%_") == [made["titled"]]  # LIKE's wildcards are text here
+    assert await found("CAFÉ") == [made["titled"]]  # beyond ASCII too
+    assert await found("report") == [made["notebook"]]
+    # The agent's name matches every run; a later page goes on from the cursor.
+    page = (await api.get("runs", params={"q": "dem", "limit": 3})).json()
+    rest = (await api.get("runs", params={"q": "dem", "before": page["next"]})).json()
+    assert [r["run_id"] for r in page["runs"] + rest["runs"]] == list(made.values())[::-1]
+    # Only the title, agent and notebook: a word deeper in the input is not a match.
+    assert await found("and more") == [] and await found("chunks") == []
+    assert (await api.get("runs", params={"q": "x" * 201})).status_code == 400
+
+
 @pytest.mark.parametrize(
     "params", [{"limit": 0}, {"limit": 501}, {"limit": "ten"}, {"before": "x"}, {"status": "done"}]
 )

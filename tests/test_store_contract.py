@@ -197,6 +197,36 @@ def test_runs_list_newest_first_and_page_by_created_at_and_id(conn):
     assert rest[0]["input"] == {"prompt": "p"} and rest[0]["metadata"] == {}
 
 
+def test_a_search_narrows_the_list_in_any_case_of_ascii_letters_and_pages(conn):
+    with conn.transaction():
+        for index in range(4):
+            conn.insert_run(
+                run_row(
+                    f"run_{index}",
+                    created_at=f"2026-01-01T00:00:0{index}Z",
+                    input={"prompt": f"Weather {index}" if index % 2 else "other"},
+                )
+            )
+        conn.insert_run(run_row("run_pct", input={"prompt": "50%"}))
+        conn.insert_run(run_row("run_under", input={"prompt": "a_b"}))
+    listed = conn.list_runs("me", status=None, session=None, limit=1, before=None, search="wEATHER")
+    assert [r["run_id"] for r in listed] == ["run_3"]
+    after = (listed[0]["created_at"], listed[0]["run_id"])
+    rest = conn.list_runs("me", status=None, session=None, limit=9, before=after, search="weather")
+    assert [r["run_id"] for r in rest] == ["run_1"]
+    # LIKE's wildcards are matched as text.
+    ids = [
+        r["run_id"]
+        for r in conn.list_runs("me", status=None, session=None, limit=9, before=None, search="%")
+    ]
+    assert ids == ["run_pct"]
+    ids = [
+        r["run_id"]
+        for r in conn.list_runs("me", status=None, session=None, limit=9, before=None, search="a_b")
+    ]
+    assert ids == ["run_under"]
+
+
 def test_a_session_queue_is_in_submit_order(conn):
     with conn.transaction():
         conn.insert_run(run_row("run_z", session="s", status="running"))

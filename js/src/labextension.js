@@ -14,6 +14,7 @@ import { RunWatch } from "./attention.js";
 import { Attention } from "./notify.js";
 import { RunsPanel, contentsPath } from "./panel.js";
 import { restoreOutputs, shownRunIds } from "./restore.js";
+import { OPEN_RUN, OPEN_TABLE, runPagesPlugin } from "./runpages.js";
 
 /**
  * @typedef {import("@jupyterlab/application").JupyterFrontEnd} JupyterFrontEnd
@@ -177,6 +178,9 @@ const panelPlugin = {
       baseUrl: apiBase(),
       serverRoot,
       openPath: (path) => void app.commands.execute("docmanager:open", { path }),
+      // Where run pages exist (JupyterLab, not Notebook 7).
+      openRun: (runId) => void (app.commands.hasCommand(OPEN_RUN) && app.commands.execute(OPEN_RUN, { run_id: runId })),
+      openTable: () => void (app.commands.hasCommand(OPEN_TABLE) && app.commands.execute(OPEN_TABLE)),
     });
     // Notebook 7 has a left area too (View > Left Sidebar); JupyterLab shows the tab.
     const tab = new RunsPanelWidget(panel);
@@ -239,4 +243,4 @@ const panelPlugin = {
   },
 };
 
-export default [restorePlugin, panelPlugin];
+export default [restorePlugin, panelPlugin, runPagesPlugin];

@@ -9,6 +9,7 @@ import { apiFetch, errorMessage, newIdempotencyKey, runsUrl, withSlash } from ".
 import { getHub } from "./hub.js";
 import { openInputs } from "./reducer.js";
 import { RunState } from "./runstate.js";
+import { RUN_DELETED_EVENT, runPagesOpen } from "./links.js";
 import { STATUSES } from "./status.js";
 import { button, element, formatAgo, formatCost, formatTokens, inputCard, isCost, isTokenCount, parseTime } from "./dom.js";
 import { runTitle, timingWords } from "./words.js";
@@ -21,6 +22,10 @@ export const MAX_SHOWN = 500;
 export const REFRESH_MS = 5000;
 /** How often ages and running durations move on. */
 export const TICK_MS = 1000;
+/** How long the search waits for the typing to pause before it asks the server. */
+export const SEARCH_DELAY_MS = 250;
+/** The orders the list can be sorted in: the server's (newest first), or by a run's status or title. */
+export const SORTS = Object.freeze(["newest", "oldest", "status", "title"]);
 
 /**
  * @typedef {import("./runstate.js").Run} Run
@@ -28,6 +33,9 @@ export const TICK_MS = 1000;
  * @typedef {{
  *   baseUrl: string,
  *   openPath?: (path: string) => void,
+ *   openRun?: (runId: string) => void,
+ *   openTable?: () => void,
+ *   layout?: "sidebar" | "table",
  *   serverRoot?: string | null,
  *   hub?: Hub,
  *   now?: () => number,
@@ -98,6 +106,8 @@ export class RunsPanel {
   constructor(options) {
     this.baseUrl = withSlash(options.baseUrl);
     this.openPath = options.openPath || null;
+    this.openRun = options.openRun || null;
+    this.layout = options.layout || "sidebar";
     this.serverRoot = options.serverRoot || null;
     this.hub = options.hub || getHub({ baseUrl: this.baseUrl });
     this.now = options.now || Date.now;
@@ -128,12 +138,21 @@ export class RunsPanel {
     /** @type {Set<string>} runs shown on request (showRuns), marked until the next request */
     this.marked = new Set();
 
-    this.node = element("div", "agentruns-panel");
+    this.node = element("div", `agentruns-panel agentruns-panel--${this.layout}`);
     const header = element("div", "agentruns-panel-header");
     header.append(element("span", "agentruns-panel-title", "Agent runs"));
     this.refreshButton = button("Refresh", "agentruns-panel-refresh");
     this.refreshButton.addEventListener("click", () => void this.refresh());
     header.append(element("span", "agentruns-spacer"), this.refreshButton);
+    /** @type {HTMLButtonElement | null} */
+    this.tableButton = null;
+    if (options.openTable) {
+      const open = options.openTable;
+      this.tableButton = button("Table", "agentruns-panel-open-table");
+      this.tableButton.title = "Open the runs as a table in the main area";
+      this.tableButton.addEventListener("click", () => open());
+      header.append(this.tableButton);
+    }
 
     const filters = element("div", "agentruns-panel-filters");
     this.statusFilter = /** @type {HTMLSelectElement} */ (element("select", "agentruns-filter-status"));
@@ -146,7 +165,33 @@ export class RunsPanel {
     for (const select of [this.statusFilter, this.sessionFilter]) {
       select.addEventListener("change", () => void this.reload());
     }
-    filters.append(this.statusFilter, this.sessionFilter);
+    this.sortSelect = /** @type {HTMLSelectElement} */ (element("select", "agentruns-panel-sort"));
+    this.sortSelect.title = "Order of the runs listed";
+    this.sortSelect.append(option("newest first", "newest"), option("oldest first", "oldest"), option("by status", "status"), option("by title", "title"));
+    this.sortSelect.addEventListener("change", () => this._renderList());
+    filters.append(this.statusFilter, this.sessionFilter, this.sortSelect);
+    // The search asks the server (title, agent, notebook), so it finds runs not listed yet.
+    this.search = /** @type {HTMLInputElement} */ (element("input", "agentruns-panel-search"));
+    this.search.type = "search";
+    this.search.placeholder = "Search title, agent, notebook";
+    this.search.title = "Show runs whose title, agent or notebook contains this text";
+    /** @type {any} */
+    this.searchTimer = null;
+    this.search.addEventListener("input", () => {
+      if (this.searchTimer !== null) clearTimeout(this.searchTimer);
+      this.searchTimer = setTimeout(() => {
+        this.searchTimer = null;
+        void this.reload();
+      }, SEARCH_DELAY_MS);
+    });
+    this.onDeleted = (/** @type {Event} */ event) => {
+      const runId = /** @type {CustomEvent} */ (event).detail?.runId;
+      if (typeof runId !== "string") return;
+      this._remove(runId);
+      this.order = this.order.filter((id) => id !== runId);
+      this._renderList();
+    };
+    if (typeof document !== "undefined") document.addEventListener(RUN_DELETED_EVENT, this.onDeleted);
 
     this.message = element("div", "agentruns-panel-message");
     this.message.hidden = true;
@@ -156,13 +201,18 @@ export class RunsPanel {
     this.moreButton = button("More", "agentruns-panel-more");
     this.moreButton.hidden = true;
     this.moreButton.addEventListener("click", () => void this.more());
-    this.node.append(header, filters, this.message, this.empty, this.list, this.moreButton);
+    // Column names, shown by the table layout only.
+    const head = element("div", "agentruns-panel-table-head");
+    for (const name of ["status", "agent", "title", "notebook", "created", "time", "tokens"]) head.append(element("span", "", name));
+    this.node.append(header, this.search, filters, this.message, this.empty, head, this.list, this.moreButton);
   }
 
   /** The panel is on screen: read the runs now, then keep them fresh. */
   show() {
     if (this.visible) return;
     this.visible = true;
+    // Only where run pages (and the table) exist: JupyterLab, not Notebook 7.
+    if (this.tableButton !== null) this.tableButton.hidden = !runPagesOpen();
     void this.refresh();
     // A browser tab in the background asks nothing: the next look after it comes back does.
     this.refreshTimer = this.setInterval(() => {
@@ -182,6 +232,8 @@ export class RunsPanel {
     this.disposed = true;
     this.generation += 1;
     this.hide();
+    if (this.searchTimer !== null) clearTimeout(this.searchTimer);
+    if (typeof document !== "undefined") document.removeEventListener(RUN_DELETED_EVENT, this.onDeleted);
     for (const row of this.rows.values()) this._unfollow(row);
     this.rows.clear();
   }
@@ -199,6 +251,7 @@ export class RunsPanel {
       this._renderSessions();
     }
     this.statusFilter.value = "";
+    this.search.value = "";
     this.sessionFilter.value = session ?? "";
     await this.reload();
     const first = runIds.map((id) => this.rows.get(id)).find((row) => row !== undefined);
@@ -266,6 +319,8 @@ export class RunsPanel {
     for (const [name, value] of Object.entries(params)) query.set(name, String(value));
     if (this.statusFilter.value) query.set("status", this.statusFilter.value);
     if (this.sessionFilter.value) query.set("session", this.sessionFilter.value);
+    const search = this.search.value.trim();
+    if (search) query.set("q", search);
     this.loading = true;
     this.node.dataset.loading = "true";
     try {
@@ -431,7 +486,12 @@ export class RunsPanel {
     const age = element("span", "agentruns-panel-age");
     top.append(chip, agent, element("span", "agentruns-spacer"), age);
     // What the run was asked: user text, shown as text (cut with an ellipsis by the stylesheet).
-    const title = element("div", "agentruns-panel-run-title");
+    // A link to the run's own page.
+    const title = element("a", "agentruns-panel-run-title");
+    title.addEventListener("click", (event) => {
+      event.preventDefault();
+      if (this.openRun && runPagesOpen()) this.openRun(runId);
+    });
     const where = element("div", "agentruns-panel-line");
     where.append(notebook);
     const second = element("div", "agentruns-panel-line agentruns-panel-detail");
@@ -444,6 +504,9 @@ export class RunsPanel {
     const note = element("div", "agentruns-panel-note");
     note.hidden = true;
     const id = element("div", "agentruns-panel-id", runId);
+    id.addEventListener("click", () => {
+      if (this.openRun && runPagesOpen()) this.openRun(runId);
+    });
     node.append(top, title, where, second, inputs, note, id);
     /** @type {Row} */
     const row = {
@@ -467,7 +530,10 @@ export class RunsPanel {
     row.chip.textContent = state.attempt > 1 && !state.terminal ? `${state.status} (attempt ${state.attempt})` : state.status;
     row.agent.textContent = run ? run.agent : "";
     row.title.textContent = run ? runTitle(run) : "";
-    row.title.title = row.title.textContent;
+    const pages = this.openRun !== null && runPagesOpen();
+    row.title.title = pages ? `${row.title.textContent}: open this run's page` : row.title.textContent;
+    if (pages) row.title.setAttribute("href", "#");
+    else row.title.removeAttribute("href");
     const session = run && typeof run.session === "string" ? run.session : "";
     row.notebook.textContent = session ? baseName(session) : "no notebook";
     const path = this._notebookPath(row);
@@ -516,17 +582,37 @@ export class RunsPanel {
   }
 
   _renderList() {
-    const children = this.order.map((id) => this.rows.get(id)).filter((row) => row !== undefined).map((row) => /** @type {Row} */ (row).node);
+    const children = this._sorted().map((row) => row.node);
     // Moving a node that is already in place would lose a half-done click on it.
     const current = Array.from(this.list.children);
     if (current.length !== children.length || current.some((node, index) => node !== children[index])) {
       this.list.replaceChildren(...children);
     }
     this.empty.hidden = this.order.length > 0 || this.loading;
-    this.empty.textContent = this.statusFilter.value || this.sessionFilter.value
+    this.empty.textContent = this.statusFilter.value || this.sessionFilter.value || this.search.value.trim()
       ? "No runs match these filters."
       : "No runs yet. Start one from a notebook: submit(\"demo\", {...}).";
     this.moreButton.hidden = this.next === null;
+  }
+
+  /**
+   * The rows listed, in the order chosen: the server's (newest first), its
+   * reverse, or by status (active ones first) or title, newest first within.
+   * @returns {Row[]}
+   */
+  _sorted() {
+    const rows = /** @type {Row[]} */ (this.order.map((id) => this.rows.get(id)).filter((row) => row !== undefined));
+    const sort = this.sortSelect.value;
+    if (sort === "oldest") return rows.reverse();
+    if (sort === "status") {
+      const rank = (/** @type {Row} */ row) => STATUSES.indexOf(row.state.status);
+      return rows.map((row, index) => ({ row, index })).sort((a, b) => rank(a.row) - rank(b.row) || a.index - b.index).map(({ row }) => row);
+    }
+    if (sort === "title") {
+      const title = (/** @type {Row} */ row) => (row.state.run ? runTitle(row.state.run) : "").toLocaleLowerCase();
+      return rows.map((row, index) => ({ row, index })).sort((a, b) => title(a.row).localeCompare(title(b.row)) || a.index - b.index).map(({ row }) => row);
+    }
+    return rows;
   }
 
   _renderSessions() {

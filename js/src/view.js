@@ -10,6 +10,7 @@ import {
   button, codeBlock, element, formatAgo, formatCost, formatTokens, inputCard, isCost, kindLabel, parseTime, toolContent,
 } from "./dom.js";
 import { compactJson, hasOwn, isPlainObject } from "./json.js";
+import { runPagesOpen, requestRunPage } from "./links.js";
 import { MAX_MARKDOWN_CHARS, renderMarkdown } from "./markdown.js";
 import { RunState } from "./runstate.js";
 import { ACTIVE_STATUSES, isTerminal } from "./status.js";
@@ -235,6 +236,10 @@ export class RunView {
     this.detail = element("div", "agentruns-detail");
     this.meta = element("div", "agentruns-meta");
     this.runIdText = element("code", "agentruns-run-id");
+    // Where the labextension runs, the run id opens the run's own page.
+    this.runIdText.addEventListener("click", () => {
+      if (this.runId && runPagesOpen()) requestRunPage(this.runId);
+    });
     this.copyButton = button("copy", "agentruns-copy");
     this.copyButton.title = "Copy the run id";
     this.copyButton.addEventListener("click", () => this._copyRunId());
@@ -663,6 +668,9 @@ export class RunView {
     const runId = state ? state.runId : "";
     this.meta.hidden = runId === "";
     this.runIdText.textContent = runId;
+    const linked = runPagesOpen();
+    this.runIdText.classList.toggle("agentruns-run-id--link", linked);
+    this.runIdText.title = linked ? "Open this run's page" : "";
     const followed = this.host.followed();
     const created = parseTime(state && state.run ? state.run.created_at : null);
     let note = "";

@@ -8,7 +8,7 @@ export function installPage(config = { baseUrl: "/" }) {
     { url: "http://localhost/" }
   );
   const { window } = dom;
-  for (const name of ["window", "document", "navigator", "HTMLElement", "Node", "DocumentFragment", "Element"]) {
+  for (const name of ["window", "document", "navigator", "HTMLElement", "Node", "DocumentFragment", "Element", "Event", "CustomEvent"]) {
     Object.defineProperty(globalThis, name, { value: name === "window" ? window : window[name], configurable: true, writable: true });
   }
   window.document.cookie = "_xsrf=tok";

@@ -454,3 +454,48 @@ test("each card says what its run was asked and how it went, in the same words a
   assert.equal(text(a, ".agentruns-panel-timing"), "not started yet");
   panel.dispose();
 });
+
+test("the list sorts the runs it shows by time, status or title", async () => {
+  fakeServer([
+    runObject("run_c", { status: "succeeded", input: { prompt: "beta" } }),
+    runObject("run_b", { status: "running", input: { prompt: "gamma" } }),
+    runObject("run_a", { status: "failed", input: { prompt: "Alpha" } }),
+  ]);
+  const { panel } = makePanel(fakeHub());
+  panel.show();
+  await sleep(10);
+  const order = () => rows(panel).map((row) => row.dataset.runId);
+  assert.deepEqual(order(), ["run_c", "run_b", "run_a"]);
+  for (const [sort, expected] of [["oldest", ["run_a", "run_b", "run_c"]], ["status", ["run_b", "run_c", "run_a"]], ["title", ["run_a", "run_c", "run_b"]], ["newest", ["run_c", "run_b", "run_a"]]]) {
+    panel.sortSelect.value = sort;
+    panel.sortSelect.dispatchEvent(new window.Event("change"));
+    assert.deepEqual(order(), expected, sort);
+  }
+});
+
+test("the search asks the server once the typing pauses, and a run's title opens its page", async () => {
+  const server = fakeServer([runObject("run_a")]);
+  document.body.dataset.agentrunsRunPages = "true";
+  const opened = [];
+  const { panel } = makePanel(fakeHub(), { openRun: (runId) => opened.push(runId) });
+  panel.show();
+  await sleep(10);
+  panel.search.value = "weath";
+  panel.search.dispatchEvent(new window.Event("input"));
+  panel.search.value = "weather";
+  panel.search.dispatchEvent(new window.Event("input"));
+  await sleep(400);
+  const searches = server.requests.filter((request) => request.query.get("q") !== null);
+  assert.deepEqual(searches.map((request) => request.query.get("q")), ["weather"]);
+  rows(panel)[0].querySelector(".agentruns-panel-run-title").click();
+  assert.deepEqual(opened, ["run_a"]);
+});
+
+test("a run deleted on its page leaves the list at once", async () => {
+  fakeServer([runObject("run_b"), runObject("run_a")]);
+  const { panel } = makePanel(fakeHub());
+  panel.show();
+  await sleep(10);
+  document.dispatchEvent(new window.CustomEvent("agentruns:run-deleted", { detail: { runId: "run_a" } }));
+  assert.deepEqual(rows(panel).map((row) => row.dataset.runId), ["run_b"]);
+});

@@ -28,6 +28,9 @@ SNAPSHOT_CACHE_BYTES = 64 * 1024 * 1024
 # run.conversation() looks this far back in a session for an earlier run's checkpoint.
 CONVERSATION_RUNS = 1000
 LIST_PAGE_BYTES = 16 * 1024 * 1024
+# Runs a search reads from the store at a time (the store's match is wider than
+# the search's: each is checked here).
+SEARCH_BATCH = 200
 RUN_FIELDS = (
     "run_id", "agent", "status", "session", "metadata", "input", "retry_of",
     "created_at", "started_at", "finished_at", "last_seq", "first_seq", "attempt",
@@ -144,24 +147,40 @@ class Reads:
         limit: int,
         before: str | None,
         retry_of: str | None = None,
+        search: str | None = None,
     ) -> bytes:
         """One page of the owner's runs, newest first, with the ``before`` of the next page: JSON.
 
         Made off the event loop, and bounded: a page stops early before the
         run that would take its JSON over ``LIST_PAGE_BYTES`` (its ``next``
         goes on from there); only a page of one run may be larger.
+        ``search``: only runs whose title, agent or notebook contain this text
+        (any case).
         """
         after = parse_page_cursor(before) if before else None
 
+        def matching(conn: StoreConnection, wanted: int) -> list[dict[str, Any]]:
+            query = {
+                "status": status,
+                "session": None if session is None else self.sessions.forms(session),
+                "retry_of": retry_of,
+            }
+            if not search:
+                return conn.list_runs(owner, limit=wanted, before=after, **query)
+            found: list[dict[str, Any]] = []
+            cursor = after
+            while len(found) < wanted:
+                rows = conn.list_runs(
+                    owner, limit=SEARCH_BATCH, before=cursor, search=search, **query
+                )
+                found.extend(row for row in rows if self._found(row, search))
+                if len(rows) < SEARCH_BATCH:
+                    break
+                cursor = (rows[-1]["created_at"], rows[-1]["run_id"])
+            return found[:wanted]
+
         def page(conn: StoreConnection) -> bytes:
-            rows = conn.list_runs(
-                owner,
-                status=status,
-                session=None if session is None else self.sessions.forms(session),
-                limit=limit + 1,
-                before=after,
-                retry_of=retry_of,
-            )
+            rows = matching(conn, limit + 1)
             encoded: list[str] = []
             size = 0
             last: dict[str, Any] | None = None
@@ -182,6 +201,19 @@ class Reads:
             ).encode("utf-8")
 
         return await self.reader.run(in_one_read(page))
+
+    def _found(self, row: dict[str, Any], search: str) -> bool:
+        """Whether a run's title, agent or notebook hold ``search``, in any case."""
+        metadata = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
+        notebook = metadata.get("notebook") if isinstance(metadata.get("notebook"), str) else ""
+        places = (
+            words.run_title(metadata, row.get("input"), row["agent"]),
+            row["agent"],
+            self.sessions.relative(row.get("session")) or "",
+            self.sessions.relative(notebook) or "",
+        )
+        needle = search.casefold()
+        return any(needle in place.casefold() for place in places)
 
     async def history(self, run_id: str) -> list[dict[str, Any]]:
         """A run's kept events, decoded (for a resumed agent's ``run.history()``)."""

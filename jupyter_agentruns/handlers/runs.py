@@ -32,6 +32,8 @@ SEND_BYTES = 256 * 1024
 ANSWER_ATTEMPTS = 3
 LIST_LIMIT_DEFAULT = 50
 LIST_LIMIT_MAX = 500
+# A search longer than any title, agent or notebook name finds nothing: refused.
+SEARCH_MAX_CHARS = 200
 
 
 def check_run_id(run_id: str) -> None:
@@ -104,6 +106,9 @@ class RunsHandler(AgentRunsHandler):
         limit = self.int_argument("limit", LIST_LIMIT_DEFAULT, 1, LIST_LIMIT_MAX)
         session = self.get_argument("session", None)
         notebook = self.get_argument("notebook", None)
+        search = self.get_argument("q", None) or None
+        if search is not None and len(search) > SEARCH_MAX_CHARS:
+            raise invalid_request(f"q is at most {SEARCH_MAX_CHARS} characters.")
         if notebook:
             if session is not None:
                 raise invalid_request("Give session or notebook, not both.")
@@ -115,6 +120,7 @@ class RunsHandler(AgentRunsHandler):
             limit=limit,
             before=self.get_argument("before", None) or None,
             retry_of=self.get_argument("retry_of", None) or None,
+            search=search,
         )
         self.write_json(page)
 

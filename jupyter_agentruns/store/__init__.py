@@ -135,10 +135,15 @@ class StoreConnection(abc.ABC):
         limit: int,
         before: tuple[str, str] | None,
         retry_of: str | None = None,
+        search: str | None = None,
     ) -> list[dict[str, Any]]:
         """The owner's runs, newest first (``created_at``, then ``run_id``), after the ``before`` one.
 
         ``session``: one, or any of several (the forms a notebook's path was recorded in).
+        ``search``: only runs whose agent, session, metadata or input hold this
+        text, ignoring the case of ASCII letters (more than the title, agent
+        and notebook a search means: the caller checks those); a search with
+        other characters than ASCII filters nothing here.
 
         Without their snapshots (``get_run`` has them): a page of runs must not
         cost the sum of their texts.

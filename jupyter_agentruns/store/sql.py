@@ -195,6 +195,7 @@ class SQLConnection(StoreConnection):
         limit: int,
         before: tuple[str, str] | None,
         retry_of: str | None = None,
+        search: str | None = None,
     ) -> list[dict[str, Any]]:
         where = ["owner = ?"]
         params: list[Any] = [owner]
@@ -211,6 +212,15 @@ class SQLConnection(StoreConnection):
         if before is not None:
             where.append("(created_at, run_id) < (?, ?)")
             params.extend(before)
+        if search and search.isascii():
+            # lower() folds ASCII letters alike in both databases (other
+            # letters differ): a search with others is matched by the caller.
+            escaped = search.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            where.append(
+                "lower(agent || ' ' || coalesce(session, '') || ' ' || coalesce(metadata, '') "
+                "|| ' ' || coalesce(input, '')) LIKE ? ESCAPE '\\'"
+            )
+            params.append(f"%{escaped}%")
         params.append(limit)
         rows = self._dicts(
             f"SELECT * FROM runs WHERE {' AND '.join(where)} "

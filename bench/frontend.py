@@ -1,0 +1,293 @@
+"""What a person waits for in JupyterLab, measured in a real Chromium.
+
+``views``: a notebook whose 50 cells kept the outputs of 50 finished runs,
+opened with no widget models (as after a kernel restart or on another day):
+how long after the page's ``load`` event every run's view shows its run.
+
+``panel``: the runs panel opened on a store holding 10,000 runs of the user:
+how long from the click on its tab until its first page is drawn (the
+server's answer and the render), and how long the server takes to answer
+that page and a search through all 10,000 runs on its own.
+
+Both need Chromium (``/usr/bin/chromium``), Playwright, and the built
+labextension where JupyterLab finds it (an editable install links it, or
+``JUPYTER_PATH``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import time
+import uuid
+
+import httpx
+import nbformat
+
+from .scenarios import Bench, Row, median, say, wait_until
+from .servers import EngineServer
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+MIME = "application/vnd.jupyter.agentruns.run+json"
+VIEWS = 50
+STORED_RUNS = 10_000
+PANEL = "#jupyter-agentruns-runs"
+# The panel's first page (panel.js PAGE_SIZE).
+FIRST_PAGE = 20
+
+
+def lab_server(bench: Bench, name: str, **config) -> EngineServer:
+    """A JupyterLab server with the extension; refuses to measure without the labextension."""
+    home = bench.path(name)
+    server = EngineServer(home, home / "agentruns.sqlite3", config, app="jupyterlab")
+    server.start(timeout=120)
+    server.http = server.client()
+    page = httpx.get(f"{server.url}lab", params={"token": server.token}, timeout=60).text
+    if "jupyter-agentruns" not in page:
+        server.stop()
+        raise RuntimeError(
+            "JupyterLab does not load the jupyter-agentruns labextension: build the front end "
+            "(cd js && npm run build) and install it (pip install -e .) or point JUPYTER_PATH at it"
+        )
+    return server
+
+
+def finished_runs(server: EngineServer, count: int) -> list[str]:
+    """``count`` demo runs, submitted at once, each finished."""
+    ids = []
+    for index in range(count):
+        response = server.http.post(
+            "runs",
+            json={
+                "agent": "demo",
+                "input": {"prompt": f"question {index} about the weather", "chunks": 12},
+            },
+        )
+        response.raise_for_status()
+        ids.append(response.json()["run_id"])
+
+    def done() -> bool:
+        listed = server.http.get("runs", params={"limit": 500}).json()["runs"]
+        return sum(run["status"] == "succeeded" for run in listed) >= count
+
+    wait_until(done, 300, f"{count} demo runs to finish", interval=0.2)
+    return ids
+
+
+def saved_notebook(server: EngineServer, run_ids: list[str], name: str) -> None:
+    """A notebook with one cell per run, keeping the output its run left when it was saved."""
+    cells = []
+    for run_id in run_ids:
+        run = server.http.get(f"runs/{run_id}").json()
+        record = server.http.get(f"runs/{run_id}", headers={"Accept": "text/markdown"}).text
+        cell = nbformat.v4.new_code_cell(f'run = submit("demo", {run["input"]!r})')
+        cell.outputs = [
+            nbformat.v4.new_output(
+                "display_data",
+                data={
+                    MIME: {
+                        "run_id": run_id,
+                        "status": run["status"],
+                        "last_seq": run["last_seq"],
+                        "agent": run["agent"],
+                    },
+                    "text/markdown": record,
+                    "text/plain": f"Run(run_id={run_id!r}, status={run['status']!r})",
+                    "application/vnd.jupyter.widget-view+json": {
+                        "model_id": uuid.uuid4().hex,
+                        "version_major": 2,
+                        "version_minor": 1,
+                    },
+                },
+            )
+        ]
+        cells.append(cell)
+    # No kernelspec: JupyterLab opens it without starting a kernel, so no widget model exists.
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), server.home / name)
+    # The baseline: the same cells, each output only its text.
+    for cell in cells:
+        cell.outputs = [nbformat.v4.new_output("stream", text=cell.outputs[0].data["text/plain"])]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), server.home / f"plain-{name}")
+
+
+def shown_after_load(browser, url: str, selector: str, count: int) -> dict:
+    """In a fresh browser context: ms from the page's load event until the notebook's
+    ``count`` cells are there (``cells``) and ``count`` elements match (``shown``)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(url)
+        handle = page.wait_for_function(
+            SHOWN_AFTER_LOAD, arg=[selector, count], polling="raf", timeout=120_000
+        )
+        return handle.json_value()
+    finally:
+        context.close()
+
+
+def chromium():
+    from playwright.sync_api import sync_playwright
+
+    playwright = sync_playwright().start()
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    return playwright, browser
+
+
+# Polled each animation frame: how long after the page's load event the
+# notebook's `count` cells are there, and `count` elements match `selector`
+# (every run view showing its finished run; for the baseline, every plain output).
+SHOWN_AFTER_LOAD = """([selector, count]) => {
+    const load = performance.getEntriesByType('navigation')[0].loadEventEnd;
+    if (!(load > 0)) return false;
+    const seen = window.__agentrunsBench || (window.__agentrunsBench = {});
+    if (seen.cells === undefined && document.querySelectorAll('.jp-Notebook .jp-Cell').length >= count)
+        seen.cells = performance.now() - load;
+    if (seen.cells === undefined || document.querySelectorAll(selector).length < count) return false;
+    return {cells: seen.cells, shown: performance.now() - load};
+}"""
+RUN_VIEWS = '.jp-Notebook .agentruns-run[data-status="succeeded"] .agentruns-markdown'
+PLAIN_OUTPUTS = ".jp-Notebook .jp-OutputArea-output"
+
+
+def views(bench: Bench) -> None:
+    """Every run's view in a notebook of 50 finished runs, opened without a kernel, after the page's load event."""
+    server = lab_server(bench, "views")
+    playwright, browser = chromium()
+    try:
+        saved_notebook(server, finished_runs(server, VIEWS), "fifty.ipynb")
+        samples, plain, own = [], [], []
+        url = f"{server.url}lab/tree/{{}}?token={server.token}&reset"
+        # The first opening builds JupyterLab's caches (and the browser's): not measured.
+        for rep in range(bench.repeat + 1):
+            views = shown_after_load(browser, url.format("fifty.ipynb"), RUN_VIEWS, VIEWS)
+            base = shown_after_load(browser, url.format("plain-fifty.ipynb"), PLAIN_OUTPUTS, VIEWS)
+            if rep > 0:
+                samples.append(views["shown"])
+                own.append(views["shown"] - views["cells"])
+                plain.append(base["shown"])
+                say(
+                    f"  rep {rep}/{bench.repeat}: all {VIEWS} run views {views['shown']:.0f} ms "
+                    f"after the load event ({own[-1]:.0f} ms after the notebook's cells); "
+                    f"{VIEWS} plain outputs {base['shown']:.0f} ms"
+                )
+    finally:
+        browser.close()
+        playwright.stop()
+        server.http.close()
+        server.stop()
+    value, base = median(samples), median(plain)
+    bench.add(Row(
+        "views", f"{VIEWS} finished runs' views after a notebook's load event", value, "ms",
+        base, value / base, target="≤ 1,500 ms", ok=value <= 1500,
+        note=f"a saved notebook of {VIEWS} cells, each with its run's output, opened with no "
+             "kernel in Chromium (1280×900); from the load event until every view shows its "
+             "finished run with the answer drawn as Markdown; baseline: the same notebook with "
+             "a line of text for each output (JupyterLab's own start and notebook); the views "
+             f"were all drawn {median(own):.0f} ms (median) after the notebook's cells appeared",
+        samples=samples, baseline_samples=plain, details={"after_cells_ms": own},
+    ))  # fmt: skip
+
+
+def clone_runs(db_path, template: str, count: int) -> None:
+    """``count`` copies of a finished run (its row, events and snapshot), each older than the last."""
+    new_id = "'run_bench' || printf('%06d', n.i)"
+    replaced = {
+        "run_id": new_id,
+        "created_at": "strftime('%Y-%m-%dT%H:%M:%fZ', t.created_at, '-' || n.i || ' minutes')",
+        "input": "json_set(t.input, '$.prompt', 'stored run ' || n.i)",
+    }
+    conn = sqlite3.connect(db_path, timeout=60)
+    try:
+        with conn:
+            for table in ("runs", "events", "snapshots", "snapshot_parts"):
+                columns = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+                columns = [c for c in columns if c != "position"]  # the store numbers it
+                expressions = [
+                    replaced.get(c, f"t.{c}") if table == "runs" or c == "run_id" else f"t.{c}"
+                    for c in columns
+                ]
+                conn.execute(
+                    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
+                    f"INSERT INTO {table} ({', '.join(columns)}) "
+                    f"SELECT {', '.join(expressions)} FROM {table} AS t, n WHERE t.run_id = ?",
+                    [count, template],
+                )
+    finally:
+        conn.close()
+
+
+TAB = ".jp-SideBar [data-id='jupyter-agentruns-runs']"
+# When the panel's tab is pressed (Lumino's tab bars act on the pointer going down).
+PRESS_NOTED = """(selector) => document.querySelector(selector).addEventListener(
+    'pointerdown', () => { window.__agentrunsPressed = performance.now(); }, {capture: true})"""
+# Polled each animation frame: how long after the press the first page is drawn.
+FIRST_PAGE_DRAWN = """([selector, rows]) =>
+    window.__agentrunsPressed !== undefined && document.querySelectorAll(selector).length >= rows
+        ? performance.now() - window.__agentrunsPressed : false"""
+
+
+def timed_get(server: EngineServer, params: dict, times: int = 20) -> float:
+    """The median time of ``GET runs`` with ``params``, in ms (one warm-up first)."""
+    values = []
+    for index in range(times + 1):
+        began = time.perf_counter()
+        server.http.get("runs", params=params).raise_for_status()
+        if index:
+            values.append((time.perf_counter() - began) * 1000)
+    return median(values)
+
+
+def panel(bench: Bench) -> None:
+    """The runs panel's first page, drawn, with 10,000 runs of the user in the store."""
+    server = lab_server(bench, "panel", max_stored_runs_per_user=0)
+    playwright, browser = chromium()
+    try:
+        template = finished_runs(server, 1)[0]
+        clone_runs(server.db_path, template, STORED_RUNS - 1)
+        total = len(server.http.get("runs", params={"limit": 500}).json()["runs"])
+        assert total == 500, f"the store lists {total} runs, not 500 of {STORED_RUNS}"
+        answer = timed_get(server, {"limit": FIRST_PAGE})
+        search = timed_get(server, {"limit": FIRST_PAGE, "q": "stored run 9999"}, times=5)
+        say(
+            f"  GET runs?limit={FIRST_PAGE}: {answer:.1f} ms; a search of all runs: {search:.0f} ms"
+        )
+        samples = []
+        for rep in range(bench.repeat + 1):
+            context = browser.new_context(viewport={"width": 1280, "height": 900})
+            page = context.new_page()
+            page.goto(f"{server.url}lab?token={server.token}&reset")
+            page.locator(TAB).wait_for(timeout=120_000)
+            page.wait_for_load_state("networkidle")
+            page.evaluate(PRESS_NOTED, TAB)
+            page.locator(TAB).click()
+            value = page.wait_for_function(
+                FIRST_PAGE_DRAWN,
+                arg=[f"{PANEL} .agentruns-panel-run", FIRST_PAGE],
+                polling="raf",
+                timeout=60_000,
+            ).json_value()
+            context.close()
+            if rep > 0:
+                samples.append(value)
+                say(f"  rep {rep}/{bench.repeat}: first page drawn in {value:.0f} ms")
+    finally:
+        browser.close()
+        playwright.stop()
+        server.http.close()
+        server.stop()
+    value = median(samples)
+    bench.add(Row(
+        "panel", f"runs panel's first page with {STORED_RUNS:,} runs stored", value, "ms",
+        target="≤ 300 ms", ok=value <= 300,
+        note=f"from the click on the panel's tab until its first {FIRST_PAGE} runs are drawn, "
+             f"in Chromium; the server alone answers GET runs?limit={FIRST_PAGE} in "
+             f"{answer:.1f} ms and a search through all {STORED_RUNS:,} (q=) in {search:.0f} ms",
+        samples=samples, details={"answer_ms": answer, "search_ms": search},
+    ))  # fmt: skip
+
+
+SCENARIOS = {"views": views, "panel": panel}

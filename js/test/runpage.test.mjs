@@ -1,0 +1,140 @@
+// A run's own page: its timeline's words, where its cell is, and deleting it.
+import assert from "node:assert/strict";
+import { beforeEach, test } from "node:test";
+
+import { installPage, sleep } from "./dom.mjs";
+
+installPage();
+const { offsetWords, runCell, timelineEntries, RunPage } = await import("../src/runpage.js");
+
+beforeEach(() => installPage());
+
+const at = (seconds) => new Date(Date.parse("2026-01-01T00:00:00.000Z") + seconds * 1000).toISOString();
+
+test("the timeline says each step once: a message's deltas are one entry, questions name their answer", () => {
+  const events = [
+    { seq: 1, type: "run.started", ts: at(0), data: {} },
+    { seq: 2, type: "tool.started", ts: at(1), data: { call_id: "c1", name: "search", args: {} } },
+    { seq: 3, type: "tool.completed", ts: at(2), data: { call_id: "c1", ok: true } },
+    { seq: 4, type: "input.requested", ts: at(3), data: { request_id: "q1", kind: "approval", title: "Write the answer?", choices: ["approve", "deny"] } },
+    { seq: 5, type: "input.resolved", ts: at(4), data: { request_id: "q1", choice: "approve", note: null, by: "Anonymous Io" } },
+    { seq: 6, type: "message.started", ts: at(5), data: { message_id: "m1", role: "assistant" } },
+    { seq: 7, type: "text.delta", ts: at(5), data: { message_id: "m1", delta: "Hello " } },
+    { seq: 8, type: "usage", ts: at(6), data: { input_tokens: 1000, output_tokens: 234, cost: 0.5 } },
+    { seq: 9, type: "text.delta", ts: at(6), data: { message_id: "m1", delta: "world" } },
+    { seq: 10, type: "text.delta", ts: at(6), data: { message_id: "m1", delta: "!" } },
+    { seq: 11, type: "run.cancel_requested", ts: at(7), data: { reason: "enough" } },
+    { seq: 12, type: "run.cancelled", ts: at(7), data: { reason: "enough" } },
+  ];
+  const entries = timelineEntries(events);
+  assert.deepEqual(entries.map((entry) => entry.text), [
+    "started",
+    "tool search started",
+    "tool search completed",
+    "asked: Write the answer?",
+    "answered Write the answer?: approved",
+    "wrote 12 characters",
+    "usage: 1,234 tokens (1,000 in · 234 out) · cost 0.50",
+    "cancel requested: enough",
+    "cancelled: enough",
+  ]);
+  // A later page goes on where the last one ended: the text still streaming grows.
+  const memory = { asked: new Map(), tools: new Map() };
+  const more = timelineEntries(events.slice(0, 7), [], memory);
+  timelineEntries([{ seq: 8, type: "text.delta", ts: at(6), data: { message_id: "m1", delta: "abc" } }], more, memory);
+  assert.equal(more[more.length - 1].text, "wrote 9 characters");
+  assert.equal(offsetWords(at(4), Date.parse(at(0))), "+4.0 s");
+  // Progress reports between two steps are one entry, the last one said; a step starts the next.
+  const progress = timelineEntries([
+    { seq: 1, type: "progress", ts: at(0), data: { fraction: 0, message: "searching" } },
+    { seq: 2, type: "progress", ts: at(1), data: { fraction: 0.5, message: "half" } },
+    { seq: 3, type: "tool.started", ts: at(1), data: { call_id: "c", name: "t" } },
+    { seq: 4, type: "progress", ts: at(2), data: { fraction: 1, message: "done" } },
+  ]);
+  assert.deepEqual(progress.map((entry) => [entry.seq, entry.text]), [[1, "progress 50%: half"], [3, "tool t started"], [4, "progress 100%: done"]]);
+});
+
+test("a run's cell comes from its metadata; a path on disk opens nothing", () => {
+  assert.deepEqual(runCell({ session: "a/b.ipynb", metadata: { notebook: "a/b.ipynb", cell_id: "c-1" } }), { path: "a/b.ipynb", cellId: "c-1" });
+  assert.deepEqual(runCell({ session: "a/b.ipynb", metadata: {} }), { path: "a/b.ipynb", cellId: null });
+  assert.deepEqual(runCell({ session: "/home/me/b.ipynb", metadata: {} }), { path: null, cellId: null });
+  assert.deepEqual(runCell({ session: null, metadata: {} }), { path: null, cellId: null });
+});
+
+test("Delete asks first, then deletes and tells the lists", async () => {
+  const run = {
+    run_id: "run_x", agent: "demo", status: "succeeded", session: "n.ipynb", metadata: { cell_id: "c1" }, input: { prompt: "hi" },
+    retry_of: null, created_at: at(0), started_at: at(0), finished_at: at(1), last_seq: 1, first_seq: 1,
+    snapshot: { messages: [], tools: [], progress: null, usage: null, inputs: [] }, output: null, error: null, cancel: null,
+  };
+  const requests = [];
+  globalThis.fetch = async (url, init = {}) => {
+    const parsed = new URL(url, "http://localhost");
+    requests.push(`${init.method || "GET"} ${parsed.pathname}${parsed.search}`);
+    if (init.method === "DELETE") return new Response(null, { status: 204 });
+    if (parsed.pathname.endsWith("/events")) return Response.json({ events: [{ seq: 1, type: "run.succeeded", ts: at(1), data: {} }], last_seq: 1, status: "succeeded", done: true });
+    if (parsed.pathname === "/api/agentruns/runs") return Response.json({ runs: [], next: null });
+    return Response.json(run);
+  };
+  const cells = [];
+  const page = new RunPage({ baseUrl: "/", runId: "run_x", openCell: (path, cellId) => cells.push([path, cellId]) });
+  document.body.append(page.node);
+  await page.load();
+  assert.equal(page.titleNode.textContent, "hi");
+  assert.equal(page.timeline.textContent.includes("succeeded"), true);
+  await page.goToCell();
+  assert.deepEqual(cells, [["n.ipynb", "c1"]]);
+  const deleted = [];
+  document.addEventListener("agentruns:run-deleted", (event) => deleted.push(event.detail.runId));
+  page.deleteButton.click();
+  assert.equal(page.confirm.hidden, false);
+  assert.equal(requests.some((line) => line.startsWith("DELETE")), false);
+  page.node.querySelector(".agentruns-runpage-delete-yes").click();
+  await sleep(10);
+  assert.ok(requests.includes("DELETE /api/agentruns/runs/run_x"));
+  assert.deepEqual(deleted, ["run_x"]);
+  assert.equal(page.node.dataset.deleted, "true");
+  page.dispose();
+});
+
+test("the timeline reads the events a page at a time: Load more reads the next", async () => {
+  const events = [
+    { seq: 1, type: "run.started", ts: at(0), data: {} },
+    { seq: 2, type: "tool.started", ts: at(1), data: { call_id: "a", name: "one" } },
+    { seq: 3, type: "tool.completed", ts: at(2), data: { call_id: "a", ok: true } },
+    { seq: 4, type: "tool.started", ts: at(3), data: { call_id: "b", name: "two" } },
+    { seq: 5, type: "run.succeeded", ts: at(4), data: {} },
+  ];
+  const asked = [];
+  globalThis.fetch = async (url) => {
+    const parsed = new URL(url, "http://localhost");
+    if (parsed.pathname.endsWith("/events")) {
+      const after = Number(parsed.searchParams.get("after"));
+      const limit = Number(parsed.searchParams.get("limit"));
+      asked.push([after, limit]);
+      const page = events.filter((event) => event.seq > after).slice(0, limit);
+      return Response.json({ events: page, last_seq: 5, status: "succeeded", done: page.at(-1)?.seq === 5 });
+    }
+    if (parsed.pathname === "/api/agentruns/runs") return Response.json({ runs: [], next: null });
+    return Response.json({
+      run_id: "run_p", agent: "demo", status: "succeeded", session: null, metadata: {}, input: {}, retry_of: null,
+      created_at: at(0), started_at: at(0), finished_at: at(4), last_seq: 5, first_seq: 1,
+      snapshot: { messages: [], tools: [], progress: null, usage: null, inputs: [] }, output: null, error: null, cancel: null,
+    });
+  };
+  const page = new RunPage({ baseUrl: "/", runId: "run_p", pageSize: 2 });
+  document.body.append(page.node);
+  await page.load();
+  const steps = () => Array.from(page.timeline.querySelectorAll(".agentruns-runpage-event-text"), (node) => node.textContent);
+  assert.deepEqual(steps(), ["started", "tool one started"]);
+  assert.equal(page.moreButton.hidden, false);
+  page.moreButton.click();
+  await sleep(10);
+  page.moreButton.click();
+  await sleep(10);
+  assert.deepEqual(steps(), ["started", "tool one started", "tool one completed", "tool two started", "succeeded"]);
+  assert.equal(page.moreButton.hidden, true);
+  assert.deepEqual(asked, [[0, 2], [2, 2], [4, 2]]);
+  assert.equal(page.cellButton.disabled, true); // no notebook: nowhere to go
+  page.dispose();
+});
