@@ -94,12 +94,18 @@ async def stubborn(run, input):
 
 
 async def slow_to_stop(run, input):
-    """Cancelled, its ``finally`` block takes ``seconds``: a stopping server waits that long."""
+    """Cancelled, its ``finally`` block takes ``seconds``: a stopping server waits that long.
+
+    With ``until`` (a path), it ends as soon as that file exists: the test ends the stop.
+    """
     await run.text("working")
     try:
         await asyncio.sleep(3600)
     finally:
-        await asyncio.sleep(input.get("seconds", 1))
+        deadline = time.monotonic() + input.get("seconds", 1)
+        until = input.get("until")
+        while time.monotonic() < deadline and not (until and os.path.exists(until)):
+            await asyncio.sleep(0.01)
 
 
 async def big_text(run, input):

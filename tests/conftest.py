@@ -84,11 +84,13 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f"add {sorted(unlisted)} to SHARED_FILES in tests/conftest.py")
     # The longest first (the workers take the next test as they free up): a two-minute
     # test started last would keep the others waiting for it at the end.
-    items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)
+    order = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: order.get(item.path.name, len(order)))
 
 
-# Files with tests of a minute or more (kills, restarts, a browser): see --durations.
-LONGEST_FIRST = {
+# Files with tests of a minute or more (kills, restarts, a browser), the longest
+# first: see --durations. (pytest-xdist hands out the shared files first anyway.)
+LONGEST_FIRST = [
     "test_resume.py",
     "test_faults.py",
     "test_browser.py",
@@ -99,7 +101,7 @@ LONGEST_FIRST = {
     "test_copy.py",
     "test_acp_realagent.py",
     "test_hub.py",
-}
+]
 
 
 def picture(name: str) -> str:

@@ -13,6 +13,21 @@ import time
 from pathlib import Path
 
 import httpx
+from jupyter_core.paths import ENV_CONFIG_PATH, SYSTEM_CONFIG_PATH
+from jupyter_server.extension.config import ExtensionConfigManager
+
+# The other server extensions installed beside this one (JupyterLab, its language
+# servers, terminals, the notebook...): off in a plain ``jupyter server``, whose start
+# they slowed by a second; ``app="jupyterlab"`` keeps them.
+OTHER_EXTENSIONS_OFF = {
+    name: False
+    for name, enabled in ExtensionConfigManager(
+        read_config_path=[*ENV_CONFIG_PATH, *SYSTEM_CONFIG_PATH]
+    )
+    .get_jpserver_extensions()
+    .items()
+    if enabled and name != "jupyter_agentruns"
+}
 
 
 def children(pid: int) -> list[int]:
@@ -61,10 +76,15 @@ class ServerProcess:
         home.mkdir(parents=True, exist_ok=True)
         config_dir = home / "config"
         config_dir.mkdir(exist_ok=True)
+        others = {} if app == "jupyterlab" else OTHER_EXTENSIONS_OFF
+        config = dict(config or {})  # other classes' settings, e.g. OpenAIAgent
         config = {
-            "ServerApp": {"jpserver_extensions": {"jupyter_agentruns": True}},
+            **config,
+            "ServerApp": {
+                "jpserver_extensions": {**others, "jupyter_agentruns": True},
+                **config.get("ServerApp", {}),
+            },
             "AgentRuns": {"db_path": str(db_path), **(agentruns or {})},
-            **(config or {}),  # other classes' settings, e.g. OpenAIAgent
         }
         (config_dir / "jupyter_server_config.json").write_text(json.dumps(config))
         self.env = {
@@ -75,7 +95,11 @@ class ServerProcess:
             "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
             "IPYTHONDIR": str(home / "ipython"),
             "PYTHONPATH": os.pathsep.join(
-                [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
+                [
+                    str(Path(__file__).parent),
+                    str(Path(__file__).parent / "startup"),  # its sitecustomize: a faster start
+                    os.environ.get("PYTHONPATH", ""),
+                ]
             ),
         }
         if app == "jupyterlab":

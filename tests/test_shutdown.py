@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import threading
 import time
 
@@ -22,6 +23,7 @@ class Stream(threading.Thread):
         self.server, self.path, self.params = server, path, params
         self.status: int | None = None
         self.ended: str | None = None
+        self.answered = threading.Event()
 
     def run(self) -> None:
         try:
@@ -65,6 +67,8 @@ class RequestLoop(threading.Thread):
         super().__init__(daemon=True)
         self.server, self.paths = server, paths
         self.answers: list[tuple[str, int, dict, str | None]] = []
+        self.ended: str | None = None
+        self.answered = threading.Event()
 
     def run(self) -> None:
         with self.server.client() as client:
@@ -72,11 +76,24 @@ class RequestLoop(threading.Thread):
                 for path in self.paths:
                     try:
                         response = client.get(path)
-                    except httpx.HTTPError:
+                    except httpx.HTTPError as exc:
+                        self.ended = repr(exc)
                         return  # refused: the server no longer listens
                     body = response.json() if response.status_code != 200 else {}
                     retry_after = response.headers.get("Retry-After")
                     self.answers.append((path, response.status_code, body, retry_after))
+                    self.answered.set()
+
+
+def wait_text(client: httpx.Client, run_id: str, text: str, timeout: float = 30) -> None:
+    """Wait until the run's first message reads ``text`` (its agent wrote it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        messages = client.get(f"runs/{run_id}").json()["snapshot"].get("messages") or [{}]
+        if messages[0].get("text") == text:
+            return
+        assert time.monotonic() < deadline, f"{run_id} wrote {messages}, not {text!r}"
+        time.sleep(0.02)
 
 
 def wait_open_streams(server: ServerProcess, expected: dict[str, int], timeout: float = 30) -> None:
@@ -99,6 +116,7 @@ def wait_open_streams(server: ServerProcess, expected: dict[str, int], timeout: 
 
 @pytest.mark.timeout(120)
 def test_a_server_stopping_under_open_streams_ends_them_and_answers_503(tmp_path, store_config):
+    released = tmp_path / "released"
     server = ServerProcess(
         tmp_path / "server",
         tmp_path / "agentruns.sqlite3",
@@ -123,14 +141,18 @@ def test_a_server_stopping_under_open_streams_ends_them_and_answers_503(tmp_path
             asking = client.post(
                 "runs", json={"agent": "demo", "input": {"prompt": "q", "ask": True}}
             ).json()["run_id"]
-            # Its cancellation takes a second: the stop lasts that long at least, and the
-            # requests that go on meanwhile are answered 503.
-            client.post("runs", json={"agent": "slow_to_stop", "input": {"seconds": 1}})
+            # Cancelled at the stop, it holds the stop until the test has seen what was
+            # answered meanwhile (then ``released`` exists): no request can come too late.
+            slow = client.post(
+                "runs",
+                json={"agent": "slow_to_stop", "input": {"seconds": 30, "until": str(released)}},
+            ).json()["run_id"]
             done = client.post(
                 "runs", json={"agent": "demo", "input": {"prompt": "d", "chunks": 3, "delay": 0}}
             ).json()["run_id"]
             waiting = wait_status(client, asking, {"waiting"})
             wait_status(client, done, {"succeeded"})
+            wait_text(client, slow, "working")  # in its try: its finally will hold the stop
         page = f"{live}:0,{queued}:0,{asking}:{waiting['last_seq']}"
         streams = [
             Stream(server, f"runs/{live}/events", {}),
@@ -146,12 +168,20 @@ def test_a_server_stopping_under_open_streams_ends_them_and_answers_503(tmp_path
         for thread in [*streams, *polls, *requests]:
             thread.start()
         wait_open_streams(server, {"run": 2, "page": 1, "poll": 2})
-        time.sleep(0.2)  # the requests go on
-        assert server.terminate(60) == 0
+        for thread in requests:  # each on a connection of its own, kept alive
+            assert thread.answered.wait(30), thread.ended
+        server.process.send_signal(signal.SIGTERM)
+        # Each loop sends on its connection until the server closes it (its 503 does);
+        # meanwhile the stop waits for the slow run, which waits for ``released``.
+        for thread in requests:
+            thread.join(30)
+        released.touch()
+        assert server.process.wait(60) == 0
         for thread in [*streams, *polls, *requests]:
             thread.join(30)
             assert not thread.is_alive()
     finally:
+        released.touch()
         server.kill()
 
     log = server.log_path.read_text(errors="replace")
@@ -166,4 +196,5 @@ def test_a_server_stopping_under_open_streams_ends_them_and_answers_503(tmp_path
         if status != 200:
             assert (status, body["error"]) == (503, "shutting_down"), (path, status, body)
             assert body["message"] and retry_after
-    assert any(status == 503 for _, status, _, _ in answers), "no request came during the stop"
+    # The stop waited for the loops (``released``): requests came during it, answered 503.
+    assert any(status == 503 for _, status, _, _ in answers), [t.ended for t in requests]
