@@ -124,7 +124,9 @@ class Run(anywidget.AnyWidget):
             update_display(self._bundle()[0], raw=True, display_id=self._display_id)
 
     def _bundle(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        data, metadata = self._repr_mimebundle_()
+        # None once the widget is closed (ipywidgets sets it so): the record alone then.
+        shown = self._repr_mimebundle_() if self._repr_mimebundle_ is not None else None
+        data, metadata = shown or ({}, {})
         data = {
             **data,
             MIME_TYPE: {
