@@ -1,4 +1,4 @@
-"""Token budgets: a run's limit, and an owner's over a sliding day (the README's Token budgets).
+"""Token budgets: a run's limit, and an owner's over a sliding day (docs/how-to/budgets-and-quotas.md).
 
 Plain functions over a run's usage totals and an owner's runs of the last
 day; the engine reads those from the store and keeps live runs' totals.

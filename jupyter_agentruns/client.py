@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import jsonio
+from .idempotency import fingerprinted_metadata
 from .lifecycle import TERMINAL_STATUSES
 
 
@@ -500,6 +501,12 @@ def _sse_frames(
 def cell_context() -> tuple[str | None, str | None]:
     """``(notebook path, cell id)`` of the executing cell, when there is one."""
     notebook = os.environ.get("JPY_SESSION_NAME")
+    cell_id = _parent_request().get("metadata", {}).get("cellId")
+    return notebook, cell_id
+
+
+def _parent_request() -> dict[str, Any]:
+    """The kernel message being executed (the cell's execute request), or ``{}``."""
     try:
         from IPython import get_ipython
 
@@ -507,10 +514,34 @@ def cell_context() -> tuple[str | None, str | None]:
         parent = (
             shell.kernel.get_parent() if shell is not None and hasattr(shell, "kernel") else None
         )
-        cell_id = (parent or {}).get("metadata", {}).get("cellId")
+        return parent if isinstance(parent, dict) else {}
     except Exception:
-        cell_id = None
-    return notebook, cell_id
+        return {}
+
+
+# Longer code is recorded by its hash only: the run's metadata is not a copy of the notebook.
+MAX_CELL_SOURCE_CHARS = 20_000
+
+
+def cell_source() -> str | None:
+    """The executing cell's code, exactly as the front end sent it, when there is one.
+
+    The execute request's ``code``: what the notebook's cell held when it was
+    run (``In[-1]`` is the code after IPython's transformations).
+    """
+    parent = _parent_request()
+    if parent.get("header", {}).get("msg_type") != "execute_request":
+        return None
+    code = parent.get("content", {}).get("code")
+    return code if isinstance(code, str) else None
+
+
+def source_digest(source: str) -> str | None:
+    """The SHA-256 (hex) of a cell's code in UTF-8, as the front end computes it."""
+    try:
+        return hashlib.sha256(source.encode("utf-8")).hexdigest()
+    except UnicodeEncodeError:  # a lone surrogate: the browser's encoder would differ
+        return None
 
 
 def default_key(notebook: str | None, cell_id: str | None, body: dict[str, Any]) -> str:
@@ -522,7 +553,10 @@ def default_key(notebook: str | None, cell_id: str | None, body: dict[str, Any])
     """
     if not notebook or not cell_id:
         return "py-" + uuid.uuid4().hex
+    # What the server leaves out of the fingerprint stays out of the key too.
+    kept = {**body, "metadata": fingerprinted_metadata(body.get("metadata"))}
+    kept = {name: value for name, value in kept.items() if value is not None}
     canonical = json.dumps(
-        {"notebook": notebook, "cell": cell_id, **body}, sort_keys=True, separators=(",", ":")
+        {"notebook": notebook, "cell": cell_id, **kept}, sort_keys=True, separators=(",", ":")
     )
     return "nb-" + hashlib.sha256(canonical.encode()).hexdigest()

@@ -53,7 +53,7 @@ TERMINAL_EVENTS = {
 CANCELLABLE = (RunStatus.QUEUED.value, RunStatus.RUNNING.value, RunStatus.WAITING.value)
 
 
-# What a submit to a session that has an active run does (the README's Session policy).
+# What a submit to a session that has an active run does (docs/reference/rest-api.md, Session policy).
 SESSION_POLICIES = ("parallel", "reject", "enqueue", "interrupt")
 
 

@@ -39,7 +39,8 @@ class SettingsTraits(HasTraits):
     """The ``c.AgentRuns.*`` traits, with their defaults, help and checks."""
 
     db_path = Unicode(
-        help="The SQLite file holding runs and events (on a local disk: WAL needs one)."
+        help="The SQLite file holding runs and events. It must be on a local disk (WAL needs "
+        "one): on NFS, SMB or FUSE the server refuses it and says so (use store_url there)."
     ).tag(config=True)
     store_url = Unicode(
         help=(
@@ -110,9 +111,11 @@ class SettingsTraits(HasTraits):
         30,
         help="A stream whose client reads nothing for this long is dropped (it resumes from its cursor).",
     ).tag(config=True)
-    lease_seconds = Float(30, help="How long a run's executor lease lasts without renewal.").tag(
-        config=True
-    )
+    lease_seconds = Float(
+        30,
+        help="How long a run's executor lease lasts without renewal. After a crash, once it "
+        "expired, a resumable agent's run is taken over and any other ends interrupted.",
+    ).tag(config=True)
     max_body_bytes = Int(1048576, help="Request body limit (413 beyond).").tag(config=True)
     max_event_bytes = Int(
         262144, help="One event's data limit; an agent exceeding it fails its run."
@@ -130,7 +133,7 @@ class SettingsTraits(HasTraits):
     max_resume_attempts = Int(
         3,
         help="Takeovers of a resumable agent's run (after its server died or stopped) before "
-        "it ends interrupted.",
+        "it ends interrupted; 0: never taken over.",
     ).tag(config=True)
     max_tokens_per_run = Int(
         0,

@@ -1,7 +1,7 @@
 """Interpreter settings the engine changes while it runs, for the whole server process.
 
 Each is a setting (see ``settings.py``), measured by the benchmarks
-(``python -m bench``; the README's Performance section has the figures), and
+(``python -m bench``; docs/explanation/performance.md has the figures), and
 undone when the engine stops:
 
 - ``freeze_gc_at_start``: ``gc.freeze()`` moves every object alive at start

@@ -23,12 +23,15 @@ import traitlets
 
 from . import jsonio
 from .client import (
+    MAX_CELL_SOURCE_CHARS,
     AgentRunsError,
     Client,
     ServerNotFound,
     cell_context,
+    cell_source,
     default_key,
     find_server,
+    source_digest,
 )
 from .lifecycle import TERMINAL_STATUSES
 from .questions import choice_for
@@ -264,8 +267,15 @@ def submit(
     notebook, cell_id = cell_context()
     metadata = dict(metadata or {})
     if cell_id:
-        # Which cell started the run: a page refreshed before saving finds it there again.
+        # Which cell started the run, and with what code: a page refreshed
+        # before saving finds it there again, under that code only.
         metadata.setdefault("cell_id", cell_id)
+        source = cell_source()
+        digest = source_digest(source) if source is not None else None
+        if digest is not None:
+            metadata.setdefault("cell_source_sha256", digest)
+            if len(source) <= MAX_CELL_SOURCE_CHARS:
+                metadata.setdefault("cell_source", source)
     if notebook and session is not None and session != notebook:
         # The session no longer says which notebook this is: an agent working in
         # the notebook's directory (an ACP agent) finds it here.

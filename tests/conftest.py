@@ -103,7 +103,7 @@ LONGEST_FIRST = {
 
 def picture(name: str) -> str:
     """Where a browser test saves a screenshot: ``AGENTRUNS_SCREENSHOTS`` (``docs`` to
-    refresh the README's pictures) or ``test-artifacts/``, never a tracked file by default."""
+    refresh the pictures of the docs) or ``test-artifacts/``, never a tracked file by default."""
     folder = os.environ.get("AGENTRUNS_SCREENSHOTS") or os.path.join(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test-artifacts"
     )

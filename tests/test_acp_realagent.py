@@ -1,6 +1,6 @@
 """A real ACP agent nobody here wrote: opencode (npm ``opencode-ai``) against a small local model.
 
-opencode runs as the README's "Use an ACP agent" sets it up for people
+opencode runs as the docs' "ACP agents" tutorial sets it up for people
 without an API key: an ``opencode.json`` in the working directory whose
 provider is llama-cpp-python's server with SmolLM2-135M-Instruct (started
 with the model file's own chat template), a private ``HOME``, and an agent
@@ -31,12 +31,12 @@ from conftest import all_events, submit, wait_run
 # What it tests is above the store: one store is enough.
 pytestmark = [pytest.mark.realagent, pytest.mark.sqlite_only, pytest.mark.timeout(420)]
 
-README = (Path(__file__).parent.parent / "README.md").read_text()
+TUTORIAL = (Path(__file__).parent.parent / "docs" / "tutorials" / "acp-agents.md").read_text()
 
 
 def readme_opencode_json() -> dict:
-    """The ``opencode.json`` of the README's "Use an ACP agent"."""
-    section = README.split("## Use an ACP agent", 1)[1]
+    """The ``opencode.json`` of the "ACP agents" tutorial."""
+    section = TUTORIAL.split("## opencode against a small local model", 1)[1]
     return json.loads(re.search(r"```json\n(.*?)```", section, re.DOTALL).group(1))
 
 
@@ -51,7 +51,7 @@ def opencode() -> str:
 
 
 class TemplateLlamaServer(LlamaServer):
-    """The README's command for opencode: the model file's own chat template, a context of 4,096."""
+    """The tutorial's command for opencode: the model file's own chat template, a context of 4,096."""
 
     def __init__(self, model: str, log: Path):
         with contextlib.closing(socket.socket()) as sock:
@@ -97,7 +97,7 @@ def agentruns_config(tmp_path, llama):
 
 @pytest.fixture
 def project(jp_serverapp, llama):
-    """The server's root as the README sets it up: its opencode.json names the local model."""
+    """The server's root as the tutorial sets it up: its opencode.json names the local model."""
     config = readme_opencode_json()
     config["provider"]["llama"]["options"]["baseURL"] = llama.url
     (Path(jp_serverapp.root_dir) / "opencode.json").write_text(json.dumps(config))

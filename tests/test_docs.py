@@ -1,24 +1,145 @@
-"""The README's examples run as written."""
+"""The documentation: its examples run as written, and its reference misses nothing.
 
+The reference pages are generated from the code when the site is built
+(docs/_ext/agentruns_reference.py); these tests call the generator itself,
+without Sphinx (``bash scripts/docs`` builds the site).
+"""
+
+import asyncio
 import re
 import sys
 from pathlib import Path
 
 import pytest
+from jupyter_server.extension.application import ExtensionApp
+from prometheus_client import REGISTRY
+from traitlets.config import Configurable
+
+import jupyter_agentruns
+from jupyter_agentruns import executor, lifecycle, widget
+from jupyter_agentruns.agents.openai.agent import OpenAIAgent
+from jupyter_agentruns.agents.tools import describe_tool
+from jupyter_agentruns.app import AgentRuns
+from jupyter_agentruns.cli import build_parser
+from jupyter_agentruns.settings import SettingsTraits
 
 from conftest import all_events, submit, wait_run
 
-README = (Path(__file__).parent.parent / "README.md").read_text()
+ROOT = Path(__file__).parent.parent
+DOCS = ROOT / "docs"
+README = (ROOT / "README.md").read_text()
+sys.path.insert(0, str(DOCS / "_ext"))
+import agentruns_reference as reference  # noqa: E402
 
 
-def python_block_after(marker: str) -> str:
-    start = README.index(marker)
-    return re.search(r"```python\n(.*?)```", README[start:], re.S).group(1)
+def python_block_after(text: str, marker: str) -> str:
+    """The first Python block after ``marker``, or the one that ``marker`` begins."""
+    start = text.index(marker)
+    opening = text.rfind("```python\n", 0, start)
+    if opening != -1 and text.rfind("```", 0, start) == opening:  # the marker is in it
+        start = opening
+    return re.search(r"```python\n(.*?)```", text[start:], re.S).group(1)
+
+
+def page(name: str) -> str:
+    return (DOCS / name).read_text()
+
+
+# The README -----------------------------------------------------------------
+
+
+def test_the_readme_starts_with_the_two_commands_and_fits_on_a_page():
+    assert README.startswith(
+        "# jupyter_agentruns\n\n```bash\n"
+        "bash scripts/lab    # JupyterLab with the extension, opened on notebooks/quickstart.ipynb\n"
+        "bash scripts/test   # installs what the tests need (.venv, Chromium) and runs them\n"
+        "```\n"
+    )
+    assert README.count("\n") <= 200
+
+
+def test_every_link_of_the_readme_and_the_pages_leads_to_a_file():
+    links = [(ROOT, target) for target in re.findall(r"\]\(([^)#\s]+)\)", README)]
+    for path in DOCS.rglob("*.md"):
+        links += [(path.parent, t) for t in re.findall(r"\]\(([^)#\s:]+)\)", path.read_text())]
+    for base, target in links:
+        if "://" not in target:
+            assert (base / target).exists(), f"{base}: {target}"
+
+
+# The reference misses nothing -----------------------------------------------
+
+
+def test_every_setting_has_its_entry_with_default_and_help():
+    text = reference.settings_markdown()
+    ours = {
+        "AgentRuns": reference.own_traits(AgentRuns, ExtensionApp),
+        "OpenAIAgent": reference.own_traits(OpenAIAgent, Configurable),
+    }
+    assert set(SettingsTraits.class_traits(config=True)) <= set(ours["AgentRuns"])
+    assert "base_url" in ours["OpenAIAgent"] and "log_level" not in ours["AgentRuns"]
+    for owner, traits in ours.items():
+        for name, trait in traits.items():
+            entry = text.split(f"`c.{owner}.{name}` ·", 1)
+            assert len(entry) == 2, f"c.{owner}.{name}"
+            first_line, rest = entry[1].split("\n", 1)
+            assert "default:" in first_line, f"c.{owner}.{name}"
+            assert trait.help and rest.strip().startswith(reference.escape(trait.help)[:20])
+
+
+def test_every_command_and_option_has_its_entry():
+    text = reference.cli_markdown()
+    parser = build_parser()
+    [commands] = [a for a in parser._actions if a.dest == "command"]
+    for name, sub in commands.choices.items():
+        section = text.split(f"### `jupyter agentruns {name}`", 1)
+        assert len(section) == 2, name
+        section = section[1].split("\n### ", 1)[0]
+        for action in sub._actions:
+            if action.help in (None,) and not action.option_strings:
+                continue
+            if action.dest in ("help", "read_timeout"):  # argparse's own; a hidden one
+                continue
+            shown = action.option_strings[-1] if action.option_strings else action.metavar
+            assert f"`{shown}" in section or f", {shown}" in section, (name, shown)
+
+
+def test_every_endpoint_has_its_entry():
+    text = reference.rest_markdown()
+    served = reference.endpoints()
+    assert ("POST", "/runs") in served and ("GET", "/runs/{run_id}/events") in served
+    for method, path in served:
+        assert f"### `{method} {path.lstrip('/')}`" in text, (method, path)
+
+
+def test_every_metric_has_its_entry():
+    text = reference.metrics_markdown()
+    names = {
+        metric.name + ("_total" if metric.type == "counter" else "")
+        for metric in REGISTRY.collect()
+        if metric.name.startswith("agentruns_")
+    }
+    assert len(names) >= 18
+    for name in names:
+        assert f"### `{name}`" in text, name
+
+
+def test_every_event_type_has_its_entry():
+    table = page("reference/events.md")
+    source = "\n".join(p.read_text() for p in Path(jupyter_agentruns.__file__).parent.rglob("*.py"))
+    types = set(re.findall(r'"((?:run|input)\.[a-z_]+)"', source))
+    types |= executor.AGENT_EVENT_TYPES | set(lifecycle.TERMINAL_EVENTS)
+    assert {"run.resumed", "plan.updated", "input.resolved"} <= types
+    for type in types:
+        assert f"| `{type}` |" in table, type
+
+
+# The examples run -----------------------------------------------------------
 
 
 @pytest.fixture
-def readme_agents(tmp_path, monkeypatch):
-    code = python_block_after("## Write an agent")
+def docs_agents(tmp_path, monkeypatch):
+    code = python_block_after(page("how-to/write-an-agent.md"), "# my_agents.py")
     assert code.startswith("# my_agents.py")
     (tmp_path / "my_agents.py").write_text(code)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -27,11 +148,11 @@ def readme_agents(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def agentruns_config(readme_agents):
+def agentruns_config(docs_agents):
     return {"agents": {"counter": "my_agents:counter"}}
 
 
-async def test_the_readme_agent_runs_as_documented(api):
+async def test_the_guides_agent_runs_as_documented(api):
     response = await submit(api, agent="counter", input={"to": 3})
     assert response.status_code == 201, response.text
     run = await wait_run(api, response.json()["run_id"])
@@ -47,3 +168,89 @@ async def test_the_readme_agent_runs_as_documented(api):
     assert types[:4] == ["run.started", "tool.started", "tool.completed", "message.started"]
     bad = await submit(api, agent="counter", input={"to": 0})
     assert bad.status_code == 400 and bad.json()["error"] == "invalid_input"
+
+
+@pytest.fixture
+def notebook(api_url, token, monkeypatch):
+    """Runs a page's notebook code against this test's server; returns what it printed."""
+    # Outside a kernel the code finds the server as a script does: AGENTRUNS_URL and _TOKEN.
+    monkeypatch.setenv("AGENTRUNS_URL", api_url.removesuffix("api/agentruns/"))
+    monkeypatch.setenv("AGENTRUNS_TOKEN", token)
+    monkeypatch.setattr(widget, "_clients", {})  # found once a process: this test's server
+    printed: list[str] = []
+    namespace = {"print": lambda *args: printed.append(" ".join(map(str, args)))}
+
+    async def run(*blocks: str) -> list[str]:
+        for code in blocks:  # on a thread: the server answers on this one
+            await asyncio.wait_for(asyncio.to_thread(exec, code, namespace), 60)
+        return printed
+
+    run.namespace = namespace
+    return run
+
+
+async def test_the_readmes_notebook_lines_run_against_a_server(notebook):
+    code = python_block_after(README, "## In a notebook")
+    assert code.startswith("from jupyter_agentruns import submit\n")
+    printed = await notebook(code)
+    assert notebook.namespace["run"].status == "succeeded"
+    assert printed and printed[0].startswith("## Demo answer about weather in Shanghai")
+
+
+async def test_the_tutorials_question_is_asked_and_answered_from_the_kernel(notebook):
+    tutorial = page("tutorials/asking-a-person.md")
+    ask = python_block_after(tutorial, 'run = submit("demo"')
+    answer = python_block_after(tutorial, "## Answer")
+    printed = await notebook(ask, answer)
+    assert printed == ["Write the answer about deploy?", "succeeded"]
+    [question] = notebook.namespace["run"].run["snapshot"]["inputs"]
+    assert question["choice"] == "approve" and question["note"] == "go ahead"
+
+
+def test_the_tools_tutorials_function_is_a_tool_as_described(tmp_path):
+    code = python_block_after(page("tutorials/tools.md"), "# my_tools.py")
+    namespace: dict = {}
+    exec(compile(code, str(tmp_path / "my_tools.py"), "exec"), namespace)
+    tool = describe_tool("get_weather", namespace["get_weather"])
+    assert tool.description == "The current weather in a city."
+    assert tool.parameters["required"] == ["city"]
+    assert tool.parameters["properties"]["unit"]["enum"] == ["celsius", "fahrenheit"]
+    assert namespace["get_weather"]("Shanghai")["city"] == "Shanghai"
+
+
+def test_every_configuration_the_pages_show_is_one_the_server_takes(tmp_path, monkeypatch):
+    from traitlets.config import Config
+
+    # The tools the pages register, as the tools tutorial writes them.
+    (tmp_path / "my_tools.py").write_text(
+        python_block_after(page("tutorials/tools.md"), "# my_tools.py")
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_tools", raising=False)
+
+    from jupyter_agentruns.settings import from_config
+
+    pages = [README, *(path.read_text() for path in sorted(DOCS.rglob("*.md")))]
+    blocks = [
+        block
+        for text in pages
+        for block in re.findall(r"```python\n(.*?)```", text, re.S)
+        if re.search(r"^c\.(AgentRuns|OpenAIAgent)\.", block, re.M)
+        and "c.JupyterHub" not in block
+        and "c.Spawner" not in block
+    ]
+    assert len(blocks) >= 8
+    try:
+        for block in blocks:
+            config = Config()
+            exec(block, {"c": config})
+            for owner, cls, base in (
+                ("AgentRuns", AgentRuns, ExtensionApp),
+                ("OpenAIAgent", OpenAIAgent, Configurable),
+            ):
+                unknown = set(config[owner]) - set(reference.own_traits(cls, base))
+                assert not unknown, (owner, unknown, block)
+            from_config(config)  # each value as the server checks it
+            OpenAIAgent(config=config)
+    finally:
+        sys.modules.pop("my_tools", None)

@@ -8,7 +8,7 @@ home of their own. The extension is on there because it is installed, and
 its owner mode is ``auto``: ``per-user`` under the hub. Each server reaches
 the team's schema as a PostgreSQL role of its user's own, through the
 ``AGENTRUNS_STORE_URL`` that a callable ``c.Spawner.environment`` builds:
-that part of the hub's configuration is read from the README, as written
+that part of the hub's configuration is read from the docs' JupyterHub guide, as written
 there. Every request goes through the proxy with a hub token, as a
 browser's or a script's would.
 
@@ -53,7 +53,7 @@ CULL_TIMEOUT, CULL_EVERY = 3, 1
 # How long a resumable run may wait for an answer and still keep its server from being culled.
 WAITING_ACTIVITY_SECONDS = 2
 
-# The hub's configuration, with this test's ports and paths; the store's part is the README's.
+# The hub's configuration, with this test's ports and paths; the store's part is the guide's.
 HUB_CONFIG = string.Template("""\
 c = get_config()  # noqa: F821
 
@@ -262,8 +262,8 @@ class Hub:
 
 
 def readme_store_config(address: str, role_prefix: str, secret: Path) -> str:
-    """The README's hub configuration of the store, with this test's database, names and secret."""
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    """The JupyterHub guide's configuration of the store, with this test's database, names and secret."""
+    readme = (Path(__file__).parent.parent / "docs" / "how-to" / "jupyterhub.md").read_text()
     marker = "# jupyterhub_config.py: each user's server reaches the team's schema"
     block = readme[readme.index(marker) :].split("```", 1)[0]
     for pattern, value in (
@@ -272,7 +272,7 @@ def readme_store_config(address: str, role_prefix: str, secret: Path) -> str:
         (r'open\(".*?", "rb"\)', f'open({str(secret)!r}, "rb")'),
     ):
         block, found = re.subn(pattern, lambda _, value=value: value, block, flags=re.M)
-        assert found == 1, f"the README's hub configuration has no {pattern}"
+        assert found == 1, f"the guide's hub configuration has no {pattern}"
     return block
 
 
@@ -280,7 +280,7 @@ def readme_store_config(address: str, role_prefix: str, secret: Path) -> str:
 def store(postgres_database, tmp_path_factory):
     """The team's schema, made by its owner (postgres), and a role of each user's own on it.
 
-    Yields the store's URL as its owner, and the README's configuration that
+    Yields the store's URL as its owner, and the guide's configuration that
     gives each user's server its role's URL.
     """
     url = f"{postgres_database}?schema=team"

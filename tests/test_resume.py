@@ -208,8 +208,8 @@ def test_a_run_killed_again_and_again_still_ends_with_the_uninterrupted_answer(s
 
 
 @pytest.mark.timeout(120)
-def test_the_readmes_resumable_agent_does_each_step_once_across_a_kill(servers, tmp_path):
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+def test_the_docs_resumable_agent_does_each_step_once_across_a_kill(servers, tmp_path):
+    readme = (Path(__file__).parent.parent / "docs" / "how-to" / "write-an-agent.md").read_text()
     start = readme.index("# resumable_agents.py")
     code = textwrap.dedent(
         readme[readme.rindex("```python", 0, start) + 9 : readme.index("```", start)]

@@ -55,6 +55,34 @@ async def test_every_fingerprinted_field_counts(api, field, value):
     assert response.status_code == 422
 
 
+async def test_the_code_of_the_submitting_cell_is_recorded_but_not_fingerprinted(api):
+    # A cell re-run with edited code (the same input) finds the run its first code made.
+    metadata = {"cell_id": "c1", "cell_source": "submit(1)", "cell_source_sha256": "ab" * 32}
+    first = await api.post(
+        "runs",
+        json={"agent": "demo", "input": demo_input(), "metadata": metadata},
+        headers={"Idempotency-Key": "cell"},
+    )
+    edited = {
+        "cell_id": "c1",
+        "cell_source": "submit(1)  # edited",
+        "cell_source_sha256": "cd" * 32,
+    }
+    again = await api.post(
+        "runs",
+        json={"agent": "demo", "input": demo_input(), "metadata": edited},
+        headers={"Idempotency-Key": "cell"},
+    )
+    assert again.status_code == 200 and again.json()["run_id"] == first.json()["run_id"]
+    assert again.json()["metadata"] == metadata
+    other_cell = await api.post(
+        "runs",
+        json={"agent": "demo", "input": demo_input(), "metadata": {**edited, "cell_id": "c2"}},
+        headers={"Idempotency-Key": "cell"},
+    )
+    assert other_cell.status_code == 422
+
+
 async def test_fifty_concurrent_identical_submits_create_exactly_one_run(api):
     responses = await asyncio.gather(
         *(submit(api, key="race", input=demo_input(delay=0.01)) for _ in range(50))

@@ -1,12 +1,18 @@
 // The labextension's plugins: notebooks get back the run outputs a refresh
-// lost, and the left sidebar gets the runs panel.
+// lost, and the left sidebar gets the runs panel, with toasts, a status-bar
+// item and a badge on its tab when a run needs the person.
 
+import { Notification } from "@jupyterlab/apputils";
 import { INotebookTracker } from "@jupyterlab/notebook";
+import { ISettingRegistry } from "@jupyterlab/settingregistry";
+import { IStatusBar } from "@jupyterlab/statusbar";
 import { LabIcon } from "@jupyterlab/ui-components";
 import { Widget } from "@lumino/widgets";
 
 import { apiBase, pageOption } from "./api.js";
-import { RunsPanel } from "./panel.js";
+import { RunWatch } from "./attention.js";
+import { Attention } from "./notify.js";
+import { RunsPanel, contentsPath } from "./panel.js";
 import { restoreOutputs, shownRunIds } from "./restore.js";
 
 /**
@@ -16,11 +22,15 @@ import { restoreOutputs, shownRunIds } from "./restore.js";
  * @typedef {import("@jupyterlab/cells").ICodeCellModel} ICodeCellModel
  */
 
+const SHOW_RUNS = "jupyter-agentruns:show-runs";
+
 /**
- * Add the outputs of runs that cells of `panel` started after it was last saved.
+ * Add the outputs of runs that cells of `panel` started after it was last
+ * saved, and tell of the runs whose cells are not in the saved notebook.
+ * @param {JupyterFrontEnd} app
  * @param {NotebookPanel} panel
  */
-async function restorePanel(panel) {
+async function restorePanel(app, panel) {
   const context = panel.context;
   const notebook = panel.content.model;
   if (notebook === null) return;
@@ -31,19 +41,43 @@ async function restorePanel(panel) {
     const outputs = cell.type === "code" ? /** @type {ICodeCellModel} */ (cell).outputs : null;
     if (outputs !== null) byId.set(cell.id, /** @type {ICodeCellModel} */ (cell));
     const shown = outputs === null ? [] : Array.from({ length: outputs.length }, (_, i) => outputs.get(i).toJSON());
-    cells.push({ id: cell.id, type: cell.type, runIds: shownRunIds(/** @type {any[]} */ (shown)) });
+    cells.push({ id: cell.id, type: cell.type, runIds: shownRunIds(/** @type {any[]} */ (shown)), source: cell.sharedModel.getSource() });
   }
-  const restored = await restoreOutputs({
+  const { restored, gone } = await restoreOutputs({
     fetch: (url, init) => fetch(url, init),
     baseUrl: apiBase(),
     path: context.path,
     lastModified: context.contentsModel ? context.contentsModel.last_modified : null,
     cells,
   });
-  for (const { cellId, output } of restored) {
+  for (const { cellId, outputs } of restored) {
     const cell = byId.get(cellId);
-    if (cell !== undefined) cell.outputs.add(/** @type {any} */ (output));
+    if (cell !== undefined) for (const output of outputs) cell.outputs.add(/** @type {any} */ (output));
   }
+  if (gone.length > 0) goneNotice(app, context.path, gone);
+}
+
+/**
+ * One notice for the runs whose cells the saved notebook does not have, with a way to see them.
+ * @param {JupyterFrontEnd} app
+ * @param {string} path
+ * @param {import("./runstate.js").Run[]} runs
+ */
+function goneNotice(app, path, runs) {
+  const name = path.split("/").pop() || path;
+  const count = runs.length === 1 ? "1 run" : `${runs.length} runs`;
+  const message = `${count} of ${name} came from cells that are not in the saved notebook (never saved, or deleted).`;
+  const session = runs.find((run) => typeof run.session === "string" && run.session)?.session ?? null;
+  /** @type {import("@jupyterlab/apputils").Notification.IAction[]} */
+  const actions = [];
+  if (app.commands.hasCommand(SHOW_RUNS)) {
+    actions.push({
+      label: "Show in the runs panel",
+      caption: "List them in the runs panel, marked",
+      callback: () => void app.commands.execute(SHOW_RUNS, { session, runIds: runs.map((run) => run.run_id) }),
+    });
+  }
+  Notification.warning(message, { autoClose: false, actions });
 }
 
 /** @type {Plugin} */
@@ -59,7 +93,7 @@ const restorePlugin = {
   activate(app, tracker) {
     tracker.widgetAdded.connect((_, panel) => {
       panel.context.ready
-        .then(() => restorePanel(panel))
+        .then(() => restorePanel(app, panel))
         .catch((error) => console.warn("agentruns: could not restore run outputs", error));
     });
   },
@@ -108,20 +142,89 @@ class RunsPanelWidget extends Widget {
   }
 }
 
-/** @type {Plugin} */
+const PANEL_PLUGIN_ID = "jupyter-agentruns:runs-panel";
+
+/** @type {import("@jupyterlab/application").JupyterFrontEndPlugin<void>} */
 const panelPlugin = {
-  id: "jupyter-agentruns:runs-panel",
-  description: "A sidebar listing your agent runs, live, with cancel, run again and answers to questions.",
+  id: PANEL_PLUGIN_ID,
+  description:
+    "A sidebar listing your agent runs, live, with cancel, run again and answers to questions; " +
+    "toasts, a status-bar item and a badge when a run needs you.",
   autoStart: true,
-  /** @param {JupyterFrontEnd} app */
-  activate(app) {
+  optional: [ISettingRegistry, IStatusBar, INotebookTracker],
+  /**
+   * @param {JupyterFrontEnd} app
+   * @param {ISettingRegistry | null} settingRegistry
+   * @param {IStatusBar | null} statusBar
+   * @param {import("@jupyterlab/notebook").INotebookTracker | null} tracker
+   */
+  activate(app, settingRegistry, statusBar, tracker) {
+    const serverRoot = pageOption("agentrunsServerRoot") || pageOption("serverRoot");
+    /** @param {any} run */
+    const notebookPath = (run) => (typeof run.session === "string" && run.session ? contentsPath(run.session, serverRoot) : null);
     const panel = new RunsPanel({
       baseUrl: apiBase(),
-      serverRoot: pageOption("agentrunsServerRoot") || pageOption("serverRoot"),
+      serverRoot,
       openPath: (path) => void app.commands.execute("docmanager:open", { path }),
     });
     // Notebook 7 has a left area too (View > Left Sidebar); JupyterLab shows the tab.
-    app.shell.add(new RunsPanelWidget(panel), "left", { rank: 900 });
+    const tab = new RunsPanelWidget(panel);
+    app.shell.add(tab, "left", { rank: 900 });
+
+    app.commands.addCommand(SHOW_RUNS, {
+      label: "Show agent runs in the runs panel",
+      execute: (args) => {
+        app.shell.activateById(tab.id);
+        const runIds = Array.isArray(args.runIds) ? args.runIds.map(String) : [];
+        void panel.showRuns(typeof args.session === "string" ? args.session : null, runIds);
+      },
+    });
+
+    const watch = new RunWatch({ baseUrl: apiBase() });
+    const attention = new Attention({
+      watch,
+      tab,
+      openPanel: () => app.shell.activateById(tab.id),
+      openNotebook: (run) => {
+        const path = notebookPath(run);
+        if (path === null) return false;
+        void app.commands.execute("docmanager:open", { path });
+        return true;
+      },
+      // The person sees the run's notebook: the page is visible and the notebook is the current one.
+      inView: (run) => {
+        const path = notebookPath(run);
+        const current = tracker ? tracker.currentWidget : null;
+        return (
+          path !== null &&
+          document.visibilityState === "visible" &&
+          current !== null &&
+          current.isVisible &&
+          current.context.path === path
+        );
+      },
+    });
+    if (statusBar) {
+      statusBar.registerStatusItem("jupyter-agentruns:run-counts", {
+        item: attention.statusItem,
+        align: "left",
+        rank: 900,
+        isActive: () => attention.statusItem.active,
+        activeStateChanged: attention.statusItem.activeStateChanged,
+      });
+    }
+    if (settingRegistry) {
+      settingRegistry
+        .load(PANEL_PLUGIN_ID)
+        .then((settings) => {
+          attention.configure(/** @type {any} */ (settings.composite));
+          settings.changed.connect(() => attention.configure(/** @type {any} */ (settings.composite)));
+        })
+        .catch((error) => console.warn("agentruns: could not read the settings; using the defaults", error))
+        .finally(() => watch.start());
+    } else {
+      watch.start();
+    }
   },
 };
 

@@ -125,6 +125,8 @@ export class RunsPanel {
     /** @type {Promise<void> | null} */
     this.pending = null;
     this.disposed = false;
+    /** @type {Set<string>} runs shown on request (showRuns), marked until the next request */
+    this.marked = new Set();
 
     this.node = element("div", "agentruns-panel");
     const header = element("div", "agentruns-panel-header");
@@ -182,6 +184,25 @@ export class RunsPanel {
     this.hide();
     for (const row of this.rows.values()) this._unfollow(row);
     this.rows.clear();
+  }
+
+  /**
+   * List a notebook's runs and mark `runIds` among them: runs whose cells
+   * are not in the saved notebook, which the notebook cannot show.
+   * @param {string | null} session
+   * @param {string[]} runIds
+   */
+  async showRuns(session, runIds) {
+    this.marked = new Set(runIds);
+    if (session !== null) {
+      this.sessions.add(session);
+      this._renderSessions();
+    }
+    this.statusFilter.value = "";
+    this.sessionFilter.value = session ?? "";
+    await this.reload();
+    const first = runIds.map((id) => this.rows.get(id)).find((row) => row !== undefined);
+    if (first && typeof first.node.scrollIntoView === "function") first.node.scrollIntoView({ block: "nearest" });
   }
 
   /** Start over with the filters' values: the first page. */
@@ -439,6 +460,9 @@ export class RunsPanel {
     const { state } = row;
     const run = state.run;
     row.node.dataset.status = state.status;
+    const marked = this.marked.has(state.runId);
+    row.node.classList.toggle("agentruns-panel-run--marked", marked);
+    if (marked && row.note.hidden) this._note(row, "Its cell is not in the saved notebook.");
     row.chip.dataset.kind = state.status;
     row.chip.textContent = state.attempt > 1 && !state.terminal ? `${state.status} (attempt ${state.attempt})` : state.status;
     row.agent.textContent = run ? run.agent : "";

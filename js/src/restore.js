@@ -6,14 +6,23 @@
 // metadata.cell_id names its cell); a cell that submitted a run after the
 // file was last saved, and shows no output of that run, gets one back.
 // Runs older than the file are left alone: the user may have cleared them.
+//
+// A run goes back only under the code that made it (submit() records a hash
+// of the cell's code in metadata.cell_source_sha256): when the saved cell
+// holds other code, the run comes back with a plain word that it came from
+// code that was not saved, and that code. Runs whose cells are not in the
+// saved notebook are handed back to be listed in one notice.
 
 import { runsUrl } from "./api.js";
+import { isPlainObject } from "./json.js";
 import { MIME_TYPE, fetchRecord, plainText } from "./record.js";
+import { sha256Hex } from "./sha256.js";
 
 /**
  * @typedef {import("./runstate.js").Run} Run
- * @typedef {{id: string, type: string, runIds: string[]}} CellInfo what the plugin needs of a cell
+ * @typedef {{id: string, type: string, runIds: string[], source?: string}} CellInfo what the plugin needs of a cell
  * @typedef {{output_type: "display_data", data: Record<string, any>, metadata: Record<string, any>}} DisplayData
+ * @typedef {{cellId: string, run: Run, unsaved: boolean}} LostRun
  * @typedef {(url: string, init: RequestInit) => Promise<Response>} Fetch
  */
 
@@ -62,28 +71,105 @@ export async function runsSince(fetch, baseUrl, path, since) {
 }
 
 /**
- * For each code cell, the newest of `runs` it submitted, when the cell does not show it.
- * @param {CellInfo[]} cells
- * @param {Run[]} runs newest first
- * @returns {{cellId: string, run: Run}[]}
+ * The cell a run names (metadata.cell_id), or null.
+ * @param {Run} run
+ * @returns {string | null}
  */
-export function lostRuns(cells, runs) {
+function cellOf(run) {
+  return isPlainObject(run.metadata) && typeof run.metadata.cell_id === "string" ? run.metadata.cell_id : null;
+}
+
+/**
+ * Each cell's newest run of `runs`.
+ * @param {Run[]} runs
+ * @returns {Map<string, Run>}
+ */
+function newestByCell(runs) {
   /** @type {Map<string, Run>} */
   const newest = new Map();
   for (const run of runs) {
-    const cellId = run.metadata && typeof run.metadata.cell_id === "string" ? run.metadata.cell_id : null;
+    const cellId = cellOf(run);
     if (cellId === null) continue;
     const seen = newest.get(cellId);
     if (seen === undefined || time(run.created_at) > time(seen.created_at)) newest.set(cellId, run);
   }
-  /** @type {{cellId: string, run: Run}[]} */
+  return newest;
+}
+
+/**
+ * Whether `run` was submitted by other code than `source` (false when the run did not record its code).
+ * @param {Run} run
+ * @param {string | undefined} source
+ */
+export function fromOtherCode(run, source) {
+  const digest = isPlainObject(run.metadata) ? run.metadata.cell_source_sha256 : null;
+  return typeof digest === "string" && typeof source === "string" && digest !== sha256Hex(source);
+}
+
+/**
+ * For each code cell, the newest of `runs` it submitted, when the cell does not show it,
+ * and whether the cell now holds other code than the code that submitted it.
+ * @param {CellInfo[]} cells
+ * @param {Run[]} runs newest first
+ * @returns {LostRun[]}
+ */
+export function lostRuns(cells, runs) {
+  const newest = newestByCell(runs);
+  /** @type {LostRun[]} */
   const lost = [];
   for (const cell of cells) {
     if (cell.type !== "code") continue;
     const run = newest.get(cell.id);
-    if (run !== undefined && !cell.runIds.includes(run.run_id)) lost.push({ cellId: cell.id, run });
+    if (run !== undefined && !cell.runIds.includes(run.run_id)) {
+      lost.push({ cellId: cell.id, run, unsaved: fromOtherCode(run, cell.source) });
+    }
   }
   return lost;
+}
+
+/**
+ * The newest run of each cell that is not a code cell of the notebook any more
+ * (never saved, deleted, or turned into Markdown), newest first.
+ * @param {CellInfo[]} cells
+ * @param {Run[]} runs newest first
+ * @returns {Run[]}
+ */
+export function goneRuns(cells, runs) {
+  const code = new Set(cells.filter((cell) => cell.type === "code").map((cell) => cell.id));
+  return [...newestByCell(runs)]
+    .filter(([cellId]) => !code.has(cellId))
+    .map(([, run]) => run)
+    .sort((a, b) => time(b.created_at) - time(a.created_at));
+}
+
+/**
+ * A Markdown code block that holds `code` whatever backticks it has.
+ * @param {string} code
+ */
+function fenced(code) {
+  const longest = Math.max(0, ...(code.match(/`+/g) || []).map((ticks) => ticks.length));
+  const fence = "`".repeat(Math.max(3, longest + 1));
+  return `${fence}\n${code.replace(/\n$/, "")}\n${fence}`;
+}
+
+/**
+ * The output that says plainly, above a restored run, that the cell's saved
+ * code is not the code that made it, and shows that code when the run kept it.
+ * @param {Run} run
+ * @returns {DisplayData}
+ */
+export function unsavedCodeNotice(run) {
+  const source = isPlainObject(run.metadata) && typeof run.metadata.cell_source === "string" ? run.metadata.cell_source : null;
+  const head = "This run came from code you did not save";
+  const markdown = source === null
+    ? `**${head}** (it was too long to keep with the run).`
+    : `**${head}:**\n\n${fenced(source)}`;
+  const plain = source === null ? `${head}.` : `${head}:\n${source}`;
+  return {
+    output_type: "display_data",
+    data: { "text/markdown": markdown, "text/plain": plain },
+    metadata: { agentruns: { unsaved_code_of: run.run_id } },
+  };
 }
 
 /**
@@ -117,19 +203,20 @@ export function shownRunIds(outputs) {
 }
 
 /**
- * Find the runs the notebook lost and the outputs that bring them back.
+ * Find the runs the notebook lost and the outputs that bring them back, and
+ * the runs whose cells are gone.
  * @param {{fetch: Fetch, baseUrl: string, path: string, lastModified: string | null, cells: CellInfo[]}} notebook
- * @returns {Promise<{cellId: string, output: DisplayData}[]>}
+ * @returns {Promise<{restored: {cellId: string, outputs: DisplayData[]}[], gone: Run[]}>}
  */
 export async function restoreOutputs({ fetch, baseUrl, path, lastModified, cells }) {
   const since = time(lastModified);
-  if (since === -Infinity) return []; // no saved file to compare with
+  if (since === -Infinity) return { restored: [], gone: [] }; // no saved file to compare with
   const runs = await runsSince(fetch, baseUrl, path, since);
-  const lost = lostRuns(cells, runs);
-  return Promise.all(
-    lost.map(async ({ cellId, run }) => ({
-      cellId,
-      output: runOutput(run, await fetchRecord(fetch, runsUrl(baseUrl, run.run_id))),
-    }))
+  const restored = await Promise.all(
+    lostRuns(cells, runs).map(async ({ cellId, run, unsaved }) => {
+      const output = runOutput(run, await fetchRecord(fetch, runsUrl(baseUrl, run.run_id)));
+      return { cellId, outputs: unsaved ? [unsavedCodeNotice(run), output] : [output] };
+    })
   );
+  return { restored, gone: goneRuns(cells, runs) };
 }

@@ -3,7 +3,8 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { MIME_TYPE } from "../src/record.js";
-import { PAGE_SIZE, lostRuns, restoreOutputs, runOutput, runsSince, shownRunIds } from "../src/restore.js";
+import { PAGE_SIZE, goneRuns, lostRuns, restoreOutputs, runOutput, runsSince, shownRunIds, unsavedCodeNotice } from "../src/restore.js";
+import { sha256Hex } from "../src/sha256.js";
 
 const SAVED = "2026-03-01T10:00:00.000000Z";
 
@@ -33,7 +34,7 @@ function fakeServer(runs, { pageSize = PAGE_SIZE } = {}) {
   return { fetch, requests };
 }
 
-const cells = (...specs) => specs.map(([id, runIds = [], type = "code"]) => ({ id, type, runIds }));
+const cells = (...specs) => specs.map(([id, runIds = [], type = "code", source = "run()"]) => ({ id, type, runIds, source }));
 
 test("the runs list is asked for by notebook path, under the base URL", async () => {
   const server = fakeServer([run("run_1", "c1", "2026-03-01T10:05:00Z")]);
@@ -70,7 +71,30 @@ test("each code cell gets its newest run, unless it shows it already", () => {
     run("run_nocell", null, "2026-03-01T10:05:00Z"),
   ];
   const lost = lostRuns(cells(["c1"], ["c2", ["run_shown"]], ["m1", [], "markdown"], ["c3"]), runs);
-  assert.deepEqual(lost.map(({ cellId, run }) => [cellId, run.run_id]), [["c1", "run_new"]]);
+  assert.deepEqual(lost.map(({ cellId, run, unsaved }) => [cellId, run.run_id, unsaved]), [["c1", "run_new", false]]);
+  const gone = goneRuns(cells(["c1"], ["c2", ["run_shown"]], ["m1", [], "markdown"], ["c3"]), runs);
+  assert.deepEqual(gone.map((r) => r.run_id), ["run_md", "run_gone"]);
+});
+
+test("the cell's code is compared with the code that submitted the run, as Python hashes it", () => {
+  // hashlib.sha256("x = 1\nprint('héllo 🎉')".encode()).hexdigest()
+  assert.equal(sha256Hex("x = 1\nprint('héllo 🎉')"), "502b02c7937d21e829d3abd8d2ce8c89bf422a7791fde7752a1cb50acadc44df");
+  const submitted = "submit('demo', {'prompt': 'edited'})";
+  const made = run("run_e", "c1", "2026-03-01T10:09:00Z", {
+    metadata: { cell_id: "c1", cell_source_sha256: sha256Hex(submitted), cell_source: submitted },
+  });
+  const [same] = lostRuns(cells(["c1", [], "code", submitted]), [made]);
+  assert.equal(same.unsaved, false);
+  const [other] = lostRuns(cells(["c1", [], "code", "submit('demo', {'prompt': 'saved'})"]), [made]);
+  assert.equal(other.unsaved, true);
+  const notice = unsavedCodeNotice(made);
+  assert.equal(notice.data["text/markdown"], `**This run came from code you did not save:**\n\n\`\`\`\n${submitted}\n\`\`\``);
+  assert.equal(notice.data["text/plain"], `This run came from code you did not save:\n${submitted}`);
+  assert.deepEqual(notice.metadata, { agentruns: { unsaved_code_of: "run_e" } });
+  const fenced = unsavedCodeNotice({ ...made, metadata: { ...made.metadata, cell_source: "x = '```'" } });
+  assert.match(fenced.data["text/markdown"], /\n````\nx = '```'\n````$/);
+  const long = unsavedCodeNotice({ ...made, metadata: { cell_id: "c1", cell_source_sha256: "ab" } });
+  assert.equal(long.data["text/plain"], "This run came from code you did not save.");
 });
 
 test("a restored output carries our mime data, the record and text", () => {
@@ -104,10 +128,25 @@ test("a refresh before saving: the run goes back into its cell; cleared cells st
   const restored = await restoreOutputs({
     fetch: server.fetch, baseUrl: "/", path: "n.ipynb", lastModified: SAVED, cells: cells(["c1"], ["c2"]),
   });
-  assert.equal(restored.length, 1);
-  assert.equal(restored[0].cellId, "c1");
-  assert.equal(restored[0].output.data["text/markdown"], "record of run_after");
-  assert.equal(restored[0].output.data[MIME_TYPE].run_id, "run_after");
+  assert.equal(restored.restored.length, 1);
+  assert.equal(restored.restored[0].cellId, "c1");
+  assert.equal(restored.restored[0].outputs.length, 1);
+  assert.equal(restored.restored[0].outputs[0].data["text/markdown"], "record of run_after");
+  assert.equal(restored.restored[0].outputs[0].data[MIME_TYPE].run_id, "run_after");
+  assert.deepEqual(restored.gone, []);
+});
+
+test("a run of code that was not saved comes back below a notice; runs of cells that are gone are handed back", async () => {
+  const server = fakeServer([
+    run("run_new_cell", "c9", "2026-03-01T10:02:00Z"),
+    run("run_edited", "c1", "2026-03-01T10:01:00Z", { metadata: { cell_id: "c1", cell_source_sha256: sha256Hex("edited()"), cell_source: "edited()" } }),
+  ]);
+  const { restored, gone } = await restoreOutputs({
+    fetch: server.fetch, baseUrl: "/", path: "n.ipynb", lastModified: SAVED, cells: cells(["c1", [], "code", "saved()"]),
+  });
+  assert.deepEqual(restored[0].outputs.map((output) => Object.keys(output.data)[0]), ["text/markdown", MIME_TYPE]);
+  assert.match(restored[0].outputs[0].data["text/plain"], /did not save:\nedited\(\)$/);
+  assert.deepEqual(gone.map((r) => r.run_id), ["run_new_cell"]);
 });
 
 test("an up-to-date notebook asks for nothing but the list, and changes nothing", async () => {
@@ -115,13 +154,13 @@ test("an up-to-date notebook asks for nothing but the list, and changes nothing"
   const restored = await restoreOutputs({
     fetch: server.fetch, baseUrl: "/", path: "n.ipynb", lastModified: SAVED, cells: cells(["c1", ["run_a"]]),
   });
-  assert.deepEqual(restored, []);
+  assert.deepEqual(restored, { restored: [], gone: [] });
   assert.equal(server.requests.length, 1);
 });
 
 test("without a saved file's time nothing is restored", async () => {
   const server = fakeServer([run("run_a", "c1", "2026-03-01T10:03:00Z")]);
-  assert.deepEqual(await restoreOutputs({ fetch: server.fetch, baseUrl: "/", path: "n.ipynb", lastModified: null, cells: cells(["c1"]) }), []);
+  assert.deepEqual(await restoreOutputs({ fetch: server.fetch, baseUrl: "/", path: "n.ipynb", lastModified: null, cells: cells(["c1"]) }), { restored: [], gone: [] });
   assert.equal(server.requests.length, 0);
 });
 

@@ -325,8 +325,8 @@ class PostgresStore(Store):
             f"{self.describe()} refuses this server what it needs: {self.url.scrub(why)}. "
             "A database administrator grants it: on a schema that does not exist yet, CREATE "
             "on the database; once it exists, USAGE on the schema and "
-            f"{TABLE_PRIVILEGES} on its tables, USAGE on its sequences (the README's "
-            "JupyterHub section has the statements)"
+            f"{TABLE_PRIVILEGES} on its tables, USAGE on its sequences (the "
+            "documentation's JupyterHub guide has the statements)"
         )
 
     def _open(self) -> psycopg.Connection:
