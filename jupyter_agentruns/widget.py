@@ -272,7 +272,7 @@ def submit(
         metadata.setdefault("cell_id", cell_id)
         source = cell_source()
         digest = source_digest(source) if source is not None else None
-        if digest is not None:
+        if source is not None and digest is not None:
             metadata.setdefault("cell_source_sha256", digest)
             if len(source) <= MAX_CELL_SOURCE_CHARS:
                 metadata.setdefault("cell_source", source)
