@@ -40,6 +40,7 @@ class AgentRuns(ExtensionApp, SettingsTraits):
     def effective_owner_mode(self) -> str:
         if self.owner_mode != "auto":
             return self.owner_mode
+        assert self.serverapp is not None  # an extension is loaded by its server
         provider = type(self.serverapp.identity_provider)
         return "shared" if provider in (IdentityProvider, PasswordIdentityProvider) else "per-user"
 
@@ -55,6 +56,7 @@ class AgentRuns(ExtensionApp, SettingsTraits):
         return frozenset([hub_user]) if hub_user else None
 
     def initialize_settings(self) -> None:
+        assert self.serverapp is not None  # an extension is loaded by its server
         self.engine: Engine | None = None
         self.startup_error: str | None = None
         settings = self.agentruns_settings
@@ -113,7 +115,7 @@ class AgentRuns(ExtensionApp, SettingsTraits):
         page_config["agentrunsServerRoot"] = os.path.abspath(self.serverapp.root_dir).replace(
             os.sep, "/"
         )
-        self._sigint = None
+        self._sigint: object = None  # our SIGINT handler, while it is set
         IOLoop.current().add_callback(self._stop_on_sigint)
         if self.engine is not None:
             # Started as soon as the server's event loop runs (every jupyter_server
@@ -171,12 +173,14 @@ class AgentRuns(ExtensionApp, SettingsTraits):
         # which idle culling reads: a live run keeps the server busy (but a
         # resumable one waiting past waiting_activity_seconds: see Engine.busy).
         if self.current_activity():
+            assert self.serverapp is not None  # an extension is loaded by its server
             self.serverapp.web_app.settings["agentruns_last_activity"] = utcnow()
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(default_handlers)
 
     async def _start_engine(self) -> None:
+        assert self.engine is not None  # only scheduled with an engine
         try:
             await self.engine.start()
         except StoreRefused as exc:
@@ -206,6 +210,7 @@ class AgentRuns(ExtensionApp, SettingsTraits):
         if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
             return  # a terminal's prompt, or someone else's handler: theirs
         serverapp = self.serverapp
+        assert serverapp is not None  # an extension is loaded by its server
 
         def stop(sig, frame) -> None:
             serverapp.log.critical("received signal %s, stopping", sig)

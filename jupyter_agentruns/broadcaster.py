@@ -230,6 +230,7 @@ class Broadcaster:
     async def _poll_changes(self) -> None:
         # A token read costs microseconds (SQLite: PRAGMA data_version): it stays on the loop.
         try:
+            assert self._watch is not None  # started only with one; closed later: see except
             token = self._watch.change_token()
             while self._remote_waiters > 0:
                 await asyncio.sleep(CHANGE_POLL_SECONDS)

@@ -116,7 +116,10 @@ class Compactor:
             if base_seq >= target - 1:
                 return target, base_seq, None
             # Only now the stored snapshot is needed, as the base to reduce onto.
-            base = reducer.Snapshot(conn.get_run(run_id)["snapshot"])
+            stored = conn.get_run(run_id)
+            if stored is None:
+                return None  # deleted since its head was read (another server's delete)
+            base = reducer.Snapshot(stored["snapshot"])
             return target, base_seq, reduce_stored(conn, run_id, base, base_seq, target - 1)
 
         reduced = await self._reader.run(reduce)

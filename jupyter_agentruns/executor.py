@@ -408,6 +408,7 @@ class ToolCall:
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
+        assert self.call_id is not None  # set on entering
         if exc is None:
             await self._run.tool_completed(self.call_id, self.result)
         elif not isinstance(exc, (asyncio.CancelledError, RunClosed)):
@@ -816,7 +817,7 @@ class Executor:
             execution.stop_asking()
             await self._forget(execution)
             if not self._writer.closed:
-                run_id, executor_id = execution.run_id, execution.row.get("executor_id")
+                run_id, executor_id = execution.run_id, execution.row["executor_id"]
 
                 @in_transaction
                 def release(conn: StoreConnection) -> None:
@@ -843,6 +844,7 @@ class Executor:
         """How the run ends, from why it stopped and what its agent did."""
         task = execution.task
         if execution.stop is Stop.CANCEL:
+            assert execution.cancel is not None  # set with this stop
             return lifecycle.cancelled(execution.cancel["reason"], execution.cancel["stage"])
         if execution.stop is Stop.SHUTDOWN:
             return lifecycle.interrupted("server_shutdown")
@@ -862,11 +864,9 @@ class Executor:
             return lifecycle.failed(
                 {"type": "cancelled", "message": "the agent stopped without an answer"}
             )
-        if task.exception() is not None:
-            self._log.warning(
-                "agentruns: run %s failed", execution.run_id, exc_info=task.exception()
-            )
-            return lifecycle.failed(error_object(task.exception()))
+        if (failure := task.exception()) is not None:
+            self._log.warning("agentruns: run %s failed", execution.run_id, exc_info=failure)
+            return lifecycle.failed(error_object(failure))
         return lifecycle.succeeded(task.result())
 
     async def _forget(self, execution: Execution) -> None:
@@ -883,7 +883,7 @@ class Executor:
             asyncio.get_running_loop().call_soon(release_memory)
 
     async def cancel(
-        self, execution: Execution, reason: str | None, requested_at: str | None = None
+        self, execution: Execution, reason: Any, requested_at: str | None = None
     ) -> bool:
         """Start cancelling a run; False when it was already ending or cancelling.
 

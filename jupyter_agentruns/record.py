@@ -18,7 +18,7 @@ import json
 import math
 import re
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from . import words
 from .lifecycle import is_terminal
@@ -284,7 +284,7 @@ def _rest(said: str, start: str) -> str:
     return (" " if rest[:1].isspace() else "") + _text(rest) if rest.strip() else ""
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

@@ -125,7 +125,7 @@ def apply(snapshot: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
     return snapshot
 
 
-def find_input(snapshot: dict[str, Any], request_id: str) -> dict[str, Any] | None:
+def find_input(snapshot: dict[str, Any], request_id: str | None) -> dict[str, Any] | None:
     """The question ``request_id`` of a run, open or resolved."""
     return _find(snapshot.get("inputs", []), "request_id", request_id)
 

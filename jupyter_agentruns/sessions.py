@@ -49,4 +49,5 @@ class SessionPaths:
         notebook = metadata.get("notebook") if metadata else None
         if not isinstance(notebook, str) or self.relative(notebook) == notebook:
             return metadata
+        assert metadata is not None  # it has a notebook
         return {**metadata, "notebook": self.relative(notebook)}

@@ -128,7 +128,9 @@ class Run(anywidget.AnyWidget):
             update_display(self._bundle()[0], raw=True, display_id=self._display_id)
 
     def _bundle(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        data, metadata = self._repr_mimebundle_()
+        # None once the widget is closed (ipywidgets sets it so): the record alone then.
+        shown = self._repr_mimebundle_() if self._repr_mimebundle_ is not None else None
+        data, metadata = shown or ({}, {})
         data = {
             **data,
             MIME_TYPE: {
@@ -278,7 +280,7 @@ def submit(
         metadata.setdefault("cell_id", cell_id)
         source = cell_source()
         digest = source_digest(source) if source is not None else None
-        if digest is not None:
+        if source is not None and digest is not None:
             metadata.setdefault("cell_source_sha256", digest)
             if len(source) <= MAX_CELL_SOURCE_CHARS:
                 metadata.setdefault("cell_source", source)

@@ -105,7 +105,7 @@ def progress(status: Any, value: Any) -> str:
     if ended(status) or not isinstance(value, dict):
         return ""
     message = value.get("message")
-    fraction = value.get("fraction")
+    fraction: Any = value.get("fraction")
     known = isinstance(fraction, (int, float)) and not isinstance(fraction, bool)
     percent = f"{fraction:.0%}" if known and 0 <= fraction <= 1 else ""
     text = message if isinstance(message, str) else ""

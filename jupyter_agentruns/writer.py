@@ -288,7 +288,9 @@ class Writer:
                     ops = [item for item in batch if isinstance(item, Op)]
                     if ops:
                         batch = [item for item in batch if not isinstance(item, Op)]
-                        failures = [(op.future, False, type(exc)(str(exc))) for op in ops]
+                        failures: list[tuple[asyncio.Future, bool, BaseException]] = [
+                            (op.future, False, type(exc)(str(exc))) for op in ops
+                        ]
                         if not batch:
                             # Nothing is left to retry, so the writer is free:
                             # the next request tries the store itself. Left

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 
 import pytest
 from acp.schema import (
     ContentToolCallContent,
     FileEditToolCallContent,
+    InitializeResponse,
     PermissionOption,
     TerminalToolCallContent,
     TextContentBlock,
@@ -17,6 +19,7 @@ from acp.schema import (
 )
 
 from jupyter_agentruns.agents.acp import mapping
+from jupyter_agentruns.agents.acp.client import Conversation
 from jupyter_agentruns.agents.acp.files import Files, Refused
 
 ROOT = "/srv/notebooks"
@@ -178,3 +181,10 @@ def test_a_write_without_a_contents_manager_makes_its_directories(files):
     assert open(os.path.join(files.root, "new/dir/b.txt")).read() == "hello"
     with pytest.raises(Refused):
         asyncio.run(files.write(f"{files.root}/leak.txt", "overwritten"))
+
+
+def test_an_agent_whose_capabilities_are_null_offers_none_of_them(tmp_path):
+    # The schema allows "agentCapabilities": null (the SDK leaves it out instead).
+    conversation = Conversation("nulls", {}, Files(str(tmp_path)), logging.getLogger())
+    conversation.info = InitializeResponse(protocol_version=1, agent_capabilities=None)
+    assert not (conversation.can_load or conversation.can_resume or conversation.embeds_files)

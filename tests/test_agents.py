@@ -2,10 +2,12 @@
 
 import asyncio
 import gc
+import logging
 
 import pytest
 import rawdb
 
+from jupyter_agentruns.agents import load_agents
 from jupyter_agentruns.agents.demo import answer_words
 
 from agents_for_tests import TEST_AGENTS
@@ -181,3 +183,9 @@ async def test_a_plan_or_tool_content_of_the_wrong_shape_is_refused_to_the_agent
     assert "plan" not in run["snapshot"] and not any(
         "content" in tool for tool in run["snapshot"]["tools"]
     )
+
+
+def test_an_agent_that_is_not_callable_fails_to_load_saying_why():
+    agents, failures = load_agents({"notes": "agents_for_tests:TEST_AGENTS"}, logging.getLogger())
+    assert "notes" not in agents
+    assert failures["notes"].startswith("TypeError: a dict is not callable")

@@ -235,6 +235,17 @@ def test_submit_as_the_last_expression_shows_one_widget(lab):
     assert len(views) == 1
     model_id = views[0]["application/vnd.jupyter.widget-view+json"]["model_id"]
     assert model_id
+    # A run whose widget was closed still brings its displayed record up to date.
+    code = (
+        'run = submit("demo", {"prompt": "q", "chunks": 20, "delay": 0.05})\n'
+        "run.close()\n"
+        "print(run.wait(30).status)\n"
+    )
+    stdout, _, error = kernel.run_cell(code, "cell-10")
+    assert error is None, error
+    assert stdout == "succeeded\n"
+    (update,) = [data for _, data in kernel.updates if MIME in data]
+    assert update[MIME]["status"] == "succeeded" and "widget-view" not in str(update)
 
 
 def test_cancel_wait_and_errors_from_the_kernel(lab):

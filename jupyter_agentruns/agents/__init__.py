@@ -23,6 +23,7 @@ repeat a step whose completion is in the log.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import logging
@@ -211,7 +212,7 @@ def agent(
 ):
     """Declare an agent's input schema and description (both optional), and whether it resumes."""
 
-    def decorate(fn: Callable) -> Callable:
+    def decorate(fn: Any) -> Callable:  # Any: it is given attributes
         fn.input_schema = input_schema or ANY_OBJECT
         fn.description = description or inspect.getdoc(fn) or ""
         fn.resumable = resumable
@@ -234,7 +235,7 @@ class AgentSpec:
         call = (
             self.fn
             if inspect.isfunction(self.fn) or inspect.ismethod(self.fn)
-            else self.fn.__call__
+            else self.fn.__call__  # type: ignore[operator]  # mypy cannot type a Callable's own __call__
         )
         return inspect.iscoroutinefunction(call)
 
@@ -262,9 +263,11 @@ class AgentSpec:
         return where, f"{where}: {error.message}"
 
 
-def spec_for(name: str, fn: Callable, parent: Configurable | None = None) -> AgentSpec:
+def spec_for(name: str, fn: Any, parent: Configurable | None = None) -> AgentSpec:
     if isinstance(fn, type) and issubclass(fn, Configurable):
         fn = fn(parent=parent)
+    if not callable(fn):  # else each of its runs would fail, saying less
+        raise TypeError(f"a {type(fn).__name__} is not callable: an agent is a function or a class")
     schema = getattr(fn, "input_schema", None) or ANY_OBJECT
     jsonschema.Draft202012Validator.check_schema(schema)
     description = getattr(fn, "description", None) or inspect.getdoc(fn) or ""
@@ -303,7 +306,7 @@ def load_agents(
         (point.name, point.value, point.load) for point in entry_points(group=ENTRY_POINT_GROUP)
     ]
     sources += [
-        (name, reference, lambda reference=reference: import_object(reference))
+        (name, reference, functools.partial(import_object, reference))
         for name, reference in configured.items()
     ]
     for name, reference, load in sources:

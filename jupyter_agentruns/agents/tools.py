@@ -52,7 +52,7 @@ def tool(
     model as interrupted, not repeated.
     """
 
-    def decorate(fn: Callable) -> Callable:
+    def decorate(fn: Any) -> Callable:  # Any: it is given attributes
         fn.tool_description = description
         fn.tool_schema = schema
         fn.tool_idempotent = idempotent
@@ -153,7 +153,7 @@ def parameters_schema(fn: Callable, notes: dict[str, str] | None = None) -> dict
                 f"parameter {param.name!r} of {name}: {exc}; "
                 "give the schema explicitly with @tool(schema=...)"
             ) from None
-        if (notes or {}).get(param.name) and "description" not in schema:
+        if notes and notes.get(param.name) and "description" not in schema:
             schema["description"] = notes[param.name]
         if param.default is param.empty:
             required.append(param.name)
@@ -238,7 +238,7 @@ def jsonable(value: Any) -> Any:
 
 def needs_approval(approve: list[str] | None, name: str, tools: dict[str, Tool]) -> bool:
     """A person must approve each call of ``name``: it is named in ``approve``, or ``"*"`` is."""
-    return bool(approve) and ("*" in approve or name in approve) and name in tools
+    return bool(approve and ("*" in approve or name in approve) and name in tools)
 
 
 async def run_tool(

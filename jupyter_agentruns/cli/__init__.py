@@ -57,16 +57,16 @@ def seconds(value: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("--json", action="store_true", help="print JSON, for scripts")
-    server = argparse.ArgumentParser(add_help=False, parents=[common])
+    server = Parser(add_help=False, parents=[common])
     server.add_argument(
         "--url", help="the Jupyter server's URL (default: AGENTRUNS_URL, else the running server)"
     )
     server.add_argument(
         "--token", help="its token (default: AGENTRUNS_TOKEN, else the running server's)"
     )
-    store = argparse.ArgumentParser(add_help=False, parents=[common])
+    store = Parser(add_help=False, parents=[common])
     where = store.add_mutually_exclusive_group()
     where.add_argument(
         "--db", metavar="PATH", help="a SQLite store file (default: c.AgentRuns.db_path)"

@@ -196,6 +196,7 @@ def cmd_gc(args, out: TextIO) -> int:
         else:
             out.write(f"no store at {where} yet: nothing to collect\n")
         return exits.OK
+    assert opened is not None  # a schema was read from it
     problem = schema_problem(stored, opened.schema_versions_known)
     if problem:
         raise CliError(f"{problem}; gc leaves it as it is", exits.UNAVAILABLE)

@@ -175,6 +175,7 @@ class Engine(LoggingConfigurable):
         self.broadcaster.start(loop)
         if self.writer is None:
             self._wire(loop)
+        assert self.upkeep is not None and self.queues is not None  # wired above, or before
         await self.upkeep.sweep()
         await self.queues.dispatch()
         if self._stopping:
@@ -210,7 +211,7 @@ class Engine(LoggingConfigurable):
             settings=settings,
             on_deleted=self.reads.forget,
         )
-        common = {
+        common: dict[str, Any] = {
             "settings": settings,
             "writer": self.writer,
             "executor": self.executor,
@@ -246,7 +247,7 @@ class Engine(LoggingConfigurable):
         the next server to start takes them, in order.
         """
         self._stopping = True
-        if self.upkeep is not None:
+        if self.upkeep is not None and self.queues is not None:
             self.upkeep.stopping = self.queues.stopping = True
         self._stop_requested.set()
         self.broadcaster.stop_waits()  # streams and long-polls end, their clients resume later
@@ -255,7 +256,7 @@ class Engine(LoggingConfigurable):
         # the retention pass is only cancelled.
         for task in self._background[1:]:
             task.cancel()
-        finishing = [*self._background[:1]]
+        finishing: list[asyncio.Future] = [*self._background[:1]]
         if self.queues is not None:
             finishing += self.queues.pending
         if self._starting is not None and not self._starting.done():
@@ -265,6 +266,7 @@ class Engine(LoggingConfigurable):
         await self.requests.finished(STOP_GRACE_SECONDS)
         loop = asyncio.get_running_loop()
         if self.writer is not None:
+            assert self.executor is not None  # wired with the writer
             await self.executor.shutdown()
             await loop.run_in_executor(None, self.writer.close)
         await loop.run_in_executor(None, self.reader.close)
@@ -291,6 +293,7 @@ class Engine(LoggingConfigurable):
                 channel.compaction_due = True
                 asyncio.ensure_future(self._compact_live(channel))
         for run_id, why in refused.items():
+            assert self.executor is not None  # commits come from the writer, wired with it
             self.executor.lost(run_id, taken=why == "taken")
 
     def _run_finished(self, execution: Execution) -> None:
@@ -301,6 +304,7 @@ class Engine(LoggingConfigurable):
         self._on_activity()
         if execution.row.get("session") is not None:
             # Only a run of a session can be what queued runs wait for.
+            assert self.queues is not None  # runs are executed once wired
             self.queues.soon()
 
     # Upkeep --------------------------------------------------------------
@@ -309,6 +313,7 @@ class Engine(LoggingConfigurable):
         # Often enough that a cancel sent to another server sharing the
         # database takes effect within a second.
         interval = max(0.05, min(1.0, self.settings.lease_seconds / 3))
+        assert self.upkeep is not None and self.queues is not None  # started once wired
         unavailable = False
         while not self._stopping:
             try:
@@ -333,6 +338,7 @@ class Engine(LoggingConfigurable):
 
     async def _compact_live(self, channel: Channel) -> None:
         limit = self.settings.max_retained_events
+        assert self.compactor is not None  # commits come from the writer, wired with it
         try:
             # Again while the run is still over its budget: the events committed
             # during a pass (a fast run, a slow database) trigger no pass of their own.
@@ -348,6 +354,7 @@ class Engine(LoggingConfigurable):
         settings = self.settings
         shortest = min(settings.event_retention_seconds, settings.run_retention_seconds)
         interval = min(60.0, max(0.2, shortest / 4))
+        assert self.compactor is not None  # started once wired
         while True:
             await asyncio.sleep(interval)
             try:
@@ -367,6 +374,7 @@ class Engine(LoggingConfigurable):
     ) -> tuple[dict[str, Any], bool]:
         """Create a run, or find the one this key made; returns ``(run, replayed)``."""
         await self.start()
+        assert self.submissions is not None  # None only if the server stopped first: a 503
         return await self.submissions.submit(owner, request, key, key_with_run)
 
     async def cancel(
@@ -374,6 +382,7 @@ class Engine(LoggingConfigurable):
     ) -> tuple[dict[str, Any], bool]:
         """Cancel a run; returns ``(run, started)``, started False when it was already ending."""
         await self.start()
+        assert self.controls is not None  # None only if the server stopped first: a 503
         return await self.controls.cancel(owner, run_id, reason)
 
     async def answer(
@@ -387,10 +396,12 @@ class Engine(LoggingConfigurable):
     ) -> dict[str, Any]:
         """Answer a run's question; returns the run."""
         await self.start()
+        assert self.controls is not None  # None only if the server stopped first: a 503
         return await self.controls.answer(owner, by, run_id, request_id, choice, note)
 
     async def delete(self, owner: str, run_id: str) -> None:
         await self.start()
+        assert self.controls is not None  # None only if the server stopped first: a 503
         await self.controls.delete(owner, run_id)
 
     def run_for_token(self, token: str) -> tuple[Execution, Any] | None:

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from ..agents import AgentSpec
 from ..executor import Executor
@@ -114,7 +114,7 @@ class Queues:
             if self.stopping:
                 return []
             return [
-                conn.get_run(row["run_id"])
+                cast(dict[str, Any], conn.get_run(row["run_id"]))  # claimed just now: it exists
                 for row in ready
                 if conn.claim_run(row["run_id"], executor_id, expires)
             ]

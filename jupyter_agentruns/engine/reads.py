@@ -130,9 +130,11 @@ class Reads:
         seq, parts = layout
         yield before
         for part in range(parts):
-            text = await self.reader.small(
-                lambda conn, part=part: conn.snapshot_part(run_id, part, seq)
-            )
+
+            def read_part(conn: StoreConnection, part: int = part) -> str | None:
+                return conn.snapshot_part(run_id, part, seq)
+
+            text = await self.reader.small(read_part)
             if text is None:
                 raise SnapshotReplaced(run_id)
             yield text.encode()
@@ -186,6 +188,7 @@ class Reads:
             last: dict[str, Any] | None = None
             for row in rows[:limit]:
                 full = conn.get_run(row["run_id"])
+                assert full is not None  # listed in the same read
                 text = jsonio.dumps(self.run_object(conn, full))
                 # A page ends before the run that would take it over its
                 # bound (its next page begins there); a page holds at least one run.
@@ -195,7 +198,7 @@ class Reads:
                 size += len(text)
                 last = full
             more = last is not None and len(rows) > len(encoded)
-            next_page = page_cursor(last["created_at"], last["run_id"]) if more else None
+            next_page = page_cursor(last["created_at"], last["run_id"]) if last and more else None
             return (
                 '{"runs":[' + ",".join(encoded) + '],"next":' + jsonio.dumps(next_page) + "}"
             ).encode("utf-8")
@@ -219,7 +222,8 @@ class Reads:
         """A run's kept events, decoded (for a resumed agent's ``run.history()``)."""
 
         def read(conn: StoreConnection) -> list[dict[str, Any]]:
-            events, after = [], 0
+            events: list[dict[str, Any]] = []
+            after = 0
             while True:
                 rows = conn.read_events(run_id, after, 5000)
                 if not rows:

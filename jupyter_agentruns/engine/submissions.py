@@ -145,6 +145,7 @@ class Submissions:
                         return row, None
             if problem is not None:
                 raise problem
+            assert spec is not None  # else a problem was raised
             if request.retry_of is not None:
                 original = conn.get_run_head(request.retry_of)
                 if original is None or original["owner"] != owner:
@@ -205,6 +206,7 @@ class Submissions:
                     request_cancel(conn, other["run_id"], {"interrupted_by": run_id}, tally)
                 interrupted[:] = [other["run_id"] for other in active]
             created = conn.get_run(run_id)
+            assert created is not None  # inserted above, in this transaction
             # Answered from this transaction: once the run is committed, no
             # later read may fail and tell the caller (503) that nothing was made.
             return created, self._reads.run_object(conn, created)
@@ -219,6 +221,7 @@ class Submissions:
         else:
             if row["executor_id"] == self._executor_id:
                 # Started after the last await: the caller gets the run before its task ran.
+                assert spec is not None  # a new run, of a known agent
                 self._executor.start(row, spec)
             for run_id in interrupted:
                 # This server's own at once (the others' take their cancel request).

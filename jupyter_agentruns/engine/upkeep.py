@@ -134,7 +134,7 @@ class Upkeep:
                 if not handed_over and (first is None or first[0] != expires):
                     still[run_id] = (expires, clock)
                     continue
-                if not handed_over and clock - first[1] < lease:
+                if not handed_over and first is not None and clock - first[1] < lease:
                     still[run_id] = first
                     continue
                 fate = self.fate(row)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
@@ -13,6 +13,7 @@ from .. import jsonio
 from ..engine import Engine, Requests
 from ..engine.streams import Waiter
 from ..errors import Problem, invalid_request
+from ..settings import SettingsTraits
 from ..store import StoreRefused, StoreUnavailable
 from .errors import status_of
 
@@ -59,7 +60,9 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
         super().on_finish()
         self._serving_ended()
 
-    async def prepare(self) -> None:
+    # Narrower than JupyterHandler.prepare, as jupyter_server's own APIHandler.prepare is
+    # (which ignores the same error): the one this overrides.
+    async def prepare(self) -> None:  # type: ignore[override]
         await super().prepare()
         if self.stopping:
             raise shutting_down()
@@ -86,7 +89,7 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
 
     @property
     def max_body_bytes(self) -> int:
-        return self.extensionapp.max_body_bytes
+        return cast(SettingsTraits, self.extensionapp).max_body_bytes  # the AgentRuns app
 
     def data_received(self, chunk: bytes) -> None:
         # Stop buffering once over the limit: a huge body costs no memory.
@@ -256,7 +259,7 @@ def parse_body(raw: bytes, *, required: bool = True) -> dict[str, Any]:
     try:
         body = jsonio.loads_body(raw)
     except jsonio.UnsafeJson as exc:
-        where = {"path": exc.path} if exc.path else {}  # none for the body itself
+        where: dict[str, Any] = {"path": exc.path} if exc.path else {}  # none for the body itself
         raise Problem("invalid_request", f"{exc}.", **where) from None
     except ValueError as exc:
         raise invalid_request(f"{exc}.") from None

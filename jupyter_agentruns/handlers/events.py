@@ -66,6 +66,7 @@ class EventsHandler(AgentRunsHandler):
 
     async def _poll(self, row: dict, cursor: int, caught_up: bool) -> None:
         limit = self.int_argument("limit", POLL_LIMIT_DEFAULT, 1, POLL_LIMIT_MAX)
+        assert limit is not None  # it has a default
         wait = self._wait_argument()
         # A long-poll that waits holds a connection like a stream: it counts as one.
         slot = (

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 from jupyter_server.auth.decorator import authorized
 from tornado import web
+from tornado.http1connection import HTTP1Connection
 from tornado.iostream import StreamClosedError
 
 from ..engine import SnapshotReplaced, SubmitRequest
@@ -191,7 +192,7 @@ class RunHandler(AgentRunsHandler):
             # answer, so that the client sees an error, not a JSON document that
             # ends early (finishing it would end it cleanly).
             self.log.warning("agentruns: the answer for run %s was cut: %r", run_id, exc)
-            stream = self.request.connection.stream
+            stream = cast(HTTP1Connection, self.request.connection).stream
             if stream is not None:
                 stream.close()
             return True

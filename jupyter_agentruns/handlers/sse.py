@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
+from tornado.http1connection import HTTP1Connection
 from tornado.iostream import StreamClosedError
 from tornado.web import RequestHandler
 
@@ -21,7 +23,7 @@ def begin(handler: RequestHandler) -> None:
     handler.set_header("Cache-Control", "no-cache")
     handler.set_header("X-Accel-Buffering", "no")
     # Tornado leaves Nagle's algorithm on for streamed responses: tens of ms per frame.
-    stream = handler.request.connection.stream
+    stream = cast(HTTP1Connection, handler.request.connection).stream  # tornado's HTTP server
     if stream is not None:
         stream.set_nodelay(True)
     handler.write(f"retry: {RETRY_MS}\n\n")
@@ -44,7 +46,7 @@ async def send(handler: RequestHandler, text: str, timeout: float) -> None:
             # go: every other stream and run waits until the replay ends.
             await asyncio.sleep(0)
     except (StreamClosedError, asyncio.TimeoutError):
-        stream = handler.request.connection.stream
+        stream = cast(HTTP1Connection, handler.request.connection).stream
         if stream is not None and not stream.closed():
             stream.close()
         raise ClientGone() from None

@@ -343,7 +343,7 @@ def _refuse_others(target: Any, store: PostgresStore, path: Path) -> None:
     """Refuse a file with a run whose id the target has for another run, or another owner's tombstone."""
     pairs = ", ".join(f'c."{name}", r."{name}"' for name in IDENTITY)
     differs = " OR ".join(f'c."{name}" IS DISTINCT FROM r."{name}"' for name in IDENTITY)
-    others = [
+    others: list[tuple[Any, tuple[str, ...], Any]] = [
         (run_id, IDENTITY, values)
         for run_id, *values in target.execute(
             f"""SELECT c.run_id, {pairs} FROM copy_runs AS c JOIN runs AS r USING (run_id)

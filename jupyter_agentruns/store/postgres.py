@@ -51,7 +51,7 @@ try:
     from psycopg.conninfo import conninfo_to_dict
     from psycopg.rows import dict_row
 except ImportError:  # the extra is not installed: PostgresStore says how to get it
-    psycopg = None
+    psycopg = None  # type: ignore[assignment]  # the module, or None: checked where it is used
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ class StoreUrl:
         self._secrets: list[str] = []
         self._hide(hidden)
         # libpq's own reading, with the driver; without it the store says what to install.
-        self.parameters: dict[str, str] | None = None
+        self.parameters: dict[str, Any] | None = None
         if psycopg is not None:
             try:
                 self.parameters = conninfo_to_dict(conninfo)
@@ -231,7 +231,9 @@ class StoreUrl:
                 said = _QUOTED.sub("…", str(exc).strip().replace('"="', "'='"))
                 raise BadStoreUrl(f"is not a URL libpq can read ({self.scrub(said)})") from None
             self._hide(
-                value for name, value in self.parameters.items() if name in SECRET_PARAMETERS
+                value
+                for name, value in self.parameters.items()
+                if name in SECRET_PARAMETERS and isinstance(value, str)  # parsed: all text
             )
 
     def _hide(self, secrets: Iterable[str]) -> None:
@@ -330,7 +332,8 @@ class PostgresStore(Store):
     def _open(self) -> psycopg.Connection:
         """A connection as ``open`` makes it, without migrating the schema."""
         try:
-            parameters = {
+            assert self.url.parameters is not None  # read where psycopg is installed
+            parameters: dict[str, Any] = {
                 **self.url.parameters,
                 "connect_timeout": CONNECT_TIMEOUT_SECONDS,
                 "options": f"-c search_path={self.schema}",
@@ -345,14 +348,14 @@ class PostgresStore(Store):
     def schema_version(self) -> int:
         conn = self._open()
         try:
-            table = conn.execute(
-                "SELECT to_regclass(%s)", [f'"{self.schema}".schema_version']
-            ).fetchone()[0]
+            table = _one(
+                conn.execute("SELECT to_regclass(%s)", [f'"{self.schema}".schema_version'])
+            )[0]
             if table is None:
                 return 0
-            [version] = conn.execute(
-                f'SELECT max(version) FROM "{self.schema}".schema_version'
-            ).fetchone()
+            [version] = _one(
+                conn.execute(f'SELECT max(version) FROM "{self.schema}".schema_version')
+            )
             return version or 0
         finally:
             conn.close()
@@ -461,10 +464,10 @@ class PostgresConnection(SQLConnection):
         ).fetchall()
 
     def _schema_version(self) -> int:
-        return self._execute("SELECT max(version) FROM schema_version").fetchone()[0] or 0
+        return _one(self._execute("SELECT max(version) FROM schema_version"))[0] or 0
 
     def _versions(self) -> dict[str, str]:
-        server_version = self._execute("SHOW server_version").fetchone()[0]
+        server_version = _one(self._execute("SHOW server_version"))[0]
         return {"postgresql": server_version, "psycopg": psycopg.__version__}
 
     # Transactions ------------------------------------------------------------
@@ -480,6 +483,7 @@ class PostgresConnection(SQLConnection):
             self._execute("COMMIT")
         except BaseException:
             if self._connected():
+                assert self._conn is not None  # it is connected
                 with contextlib.suppress(psycopg.Error):
                     self._conn.execute("ROLLBACK")
             raise
@@ -497,6 +501,7 @@ class PostgresConnection(SQLConnection):
             yield
         except BaseException:
             if self._connected():
+                assert self._conn is not None  # it is connected
                 with contextlib.suppress(psycopg.Error):
                     self._conn.execute("ROLLBACK")
             raise
@@ -622,11 +627,18 @@ def _migrate(conn: psycopg.Connection, schema: str) -> None:
             conn.execute("INSERT INTO schema_version (version) VALUES (%s)", [number])
 
 
+def _one(cursor: psycopg.Cursor) -> tuple[Any, ...]:
+    """The row of a query that always answers one (an aggregate, a function of constants)."""
+    row = cursor.fetchone()
+    assert row is not None
+    return row
+
+
 def _stored_version(conn: psycopg.Connection, schema: str) -> int | None:
     """The schema's version, or None where it has no version table (yet)."""
-    if conn.execute("SELECT to_regclass(%s)", [f'"{schema}".schema_version']).fetchone()[0] is None:
+    if _one(conn.execute("SELECT to_regclass(%s)", [f'"{schema}".schema_version']))[0] is None:
         return None
-    return conn.execute(f'SELECT max(version) FROM "{schema}".schema_version').fetchone()[0] or 0
+    return _one(conn.execute(f'SELECT max(version) FROM "{schema}".schema_version'))[0] or 0
 
 
 # What a server does to each table (the copy and the schema's owner need more).
@@ -636,21 +648,23 @@ TABLE_PRIVILEGES = "SELECT, INSERT, UPDATE, DELETE"
 def _missing_privileges(conn: psycopg.Connection, schema: str) -> list[str]:
     """What the connected role lacks of what a server needs in the schema, in GRANT's words."""
     missing = []
-    if not conn.execute("SELECT has_schema_privilege(%s, 'USAGE')", [schema]).fetchone()[0]:
+    if not _one(conn.execute("SELECT has_schema_privilege(%s, 'USAGE')", [schema]))[0]:
         return [f'USAGE ON SCHEMA "{schema}"']
     for table in TABLES:
         # has_table_privilege is true when any one of several privileges is held: one at a time.
         lacking = [
             privilege
             for privilege in TABLE_PRIVILEGES.split(", ")
-            if not conn.execute(
-                "SELECT has_table_privilege(%s, %s)", [f'"{schema}".{table}', privilege]
-            ).fetchone()[0]
+            if not _one(
+                conn.execute(
+                    "SELECT has_table_privilege(%s, %s)", [f'"{schema}".{table}', privilege]
+                )
+            )[0]
         ]
         if lacking:
             missing.append(f'{", ".join(lacking)} ON "{schema}".{table}')
     sequence = f'"{schema}".runs_position_seq'
-    if not conn.execute("SELECT has_sequence_privilege(%s, 'USAGE')", [sequence]).fetchone()[0]:
+    if not _one(conn.execute("SELECT has_sequence_privilege(%s, 'USAGE')", [sequence]))[0]:
         missing.append(f"USAGE ON SEQUENCE {sequence}")
     return missing
 

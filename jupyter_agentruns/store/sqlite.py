@@ -22,6 +22,7 @@ import itertools
 import json
 import re
 import sqlite3
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ BUSY_TIMEOUT_MS = 10000
 
 
 def _migration_1(db: Database) -> None:
-    db["runs"].create(
+    db.table("runs").create(
         {
             "run_id": str,
             "owner": str,
@@ -74,8 +75,8 @@ def _migration_1(db: Database) -> None:
         },
         defaults={"last_seq": 0, "first_seq": 1, "snapshot_seq": 0},
     )
-    db["runs"].create_index(["owner", "status"])
-    db["runs"].create_index(["status", "lease_expires"])
+    db.table("runs").create_index(["owner", "status"])
+    db.table("runs").create_index(["status", "lease_expires"])
     # sqlite-utils cannot create WITHOUT ROWID tables; events are read by
     # (run_id, seq) ranges, which this layout keeps contiguous on disk.
     db.execute(
@@ -90,18 +91,18 @@ def _migration_1(db: Database) -> None:
         ) WITHOUT ROWID
         """
     )
-    db["idempotency_keys"].create(
+    db.table("idempotency_keys").create(
         {"owner": str, "key": str, "fingerprint": str, "run_id": str, "created_ts": float},
         pk=("owner", "key"),
         not_null={"fingerprint", "run_id", "created_ts"},
     )
-    db["idempotency_keys"].create_index(["created_ts"])
+    db.table("idempotency_keys").create_index(["created_ts"])
 
 
 def _migration_2(db: Database) -> None:
     # A cancel asked of a server that does not execute the run: the one that
     # does picks it up (see Engine.cancel).
-    db["runs"].add_column("cancel_request", str)
+    db.table("runs").add_column("cancel_request", str)
     db.execute(
         "CREATE INDEX runs_cancel_requests ON runs (executor_id) WHERE cancel_request IS NOT NULL"
     )
@@ -109,14 +110,14 @@ def _migration_2(db: Database) -> None:
 
 def _migration_3(db: Database) -> None:
     # What is left of a run that retention deleted: GET answers 410, not 404.
-    db["tombstones"].create({"run_id": str, "owner": str, "deleted_ts": float}, pk="run_id")
-    db["runs"].create_index(["status", "finished_ts"])
+    db.table("tombstones").create({"run_id": str, "owner": str, "deleted_ts": float}, pk="run_id")
+    db.table("runs").create_index(["status", "finished_ts"])
 
 
 def _migration_4(db: Database) -> None:
     # A snapshot can hold 100 MB of text. In the runs row, every last_seq
     # update rewrote it and every read of a later column walked through it.
-    db["snapshots"].create(
+    db.table("snapshots").create(
         {"run_id": str, "seq": int, "snapshot": str}, pk="run_id", not_null={"seq", "snapshot"}
     )
     db.execute(
@@ -134,7 +135,7 @@ def _migration_5(db: Database) -> None:
     db.execute("CREATE INDEX runs_retry_of ON runs (retry_of) WHERE retry_of IS NOT NULL")
     # A key a notebook cell made lives as long as its run, not idempotency_ttl_seconds:
     # re-running Monday's notebook on Tuesday finds Monday's runs.
-    db["idempotency_keys"].add_column("with_run", int, not_null_default=0)
+    db.table("idempotency_keys").add_column("with_run", int, not_null_default=0)
     # Older versions took NaN and Infinity in a submit and wrote them back,
     # which no browser can parse: such values become null.
     rows = db.conn.execute(
@@ -152,7 +153,7 @@ def _migration_5(db: Database) -> None:
     # A snapshot is written in parts of about a megabyte, streamed from the
     # reducer: as one value, a 100 MB snapshot was held four times over
     # (joined text, JSON, SQLite's bound copy and its record).
-    db["snapshots"].add_column("parts", int, not_null_default=1)
+    db.table("snapshots").add_column("parts", int, not_null_default=1)
     db.execute(
         """
         CREATE TABLE snapshot_parts (
@@ -180,8 +181,8 @@ _TRAILING_USAGE = re.compile(r'"usage":(\{[^{}]*\})\}\s*$')
 def _migration_7(db: Database) -> None:
     # Token budgets: a run's usage totals (its last usage event), summed per
     # owner over a sliding day by every server sharing the store.
-    db["runs"].add_column("input_tokens", int, not_null_default=0)
-    db["runs"].add_column("output_tokens", int, not_null_default=0)
+    db.table("runs").add_column("input_tokens", int, not_null_default=0)
+    db.table("runs").add_column("output_tokens", int, not_null_default=0)
     # Older runs' totals from their snapshots (in Python: UPDATE … FROM and
     # SQLite's JSON functions are missing from some SQLite builds still in use).
     updates = []
@@ -211,7 +212,7 @@ def _migration_7(db: Database) -> None:
 def _migration_8(db: Database) -> None:
     # An answer to a run's question sent to a server that does not execute
     # the run: the one that does takes it (see Engine.answer). First one wins.
-    db["input_answers"].create(
+    db.table("input_answers").create(
         {
             "run_id": str,
             "request_id": str,
@@ -251,7 +252,7 @@ INSERT_ROWS = 4096
 
 def insert_rows(conn: sqlite3.Connection) -> int:
     """The most rows an INSERT of events holds here: a power of two within the parameter limit."""
-    if hasattr(conn, "getlimit"):  # Python 3.11
+    if sys.version_info >= (3, 11):  # conn.getlimit
         parameters = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
     else:
         parameters = 32766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999

@@ -151,6 +151,7 @@ class Turn:
             await conversation.start(cwd)
         if conversation.session_id is None:
             await self.open(checkpoint if resumed else await run.conversation(), cwd, bool(resumed))
+        assert conversation.cwd is not None  # set with its session
         await run.save_checkpoint(
             {"session_id": conversation.session_id, "cwd": self.files.name(conversation.cwd)}
         )

@@ -86,16 +86,19 @@ class Conversation:
 
     @property
     def can_load(self) -> bool:
-        return bool(self.info and self.info.agent_capabilities.load_session)
+        agent = self.info.agent_capabilities if self.info else None  # None if it sent null
+        return bool(agent and agent.load_session)
 
     @property
     def can_resume(self) -> bool:
-        capabilities = self.info.agent_capabilities.session_capabilities if self.info else None
+        agent = self.info.agent_capabilities if self.info else None
+        capabilities = agent.session_capabilities if agent else None
         return capabilities is not None and capabilities.resume is not None
 
     @property
     def embeds_files(self) -> bool:
-        prompt = self.info.agent_capabilities.prompt_capabilities if self.info else None
+        agent = self.info.agent_capabilities if self.info else None
+        prompt = agent.prompt_capabilities if agent else None
         return bool(prompt and prompt.embedded_context)
 
     # Starting -------------------------------------------------------------
@@ -112,7 +115,9 @@ class Conversation:
             ) from None
         self.log.info("agentruns: started the ACP agent %r (pid %d)", self.name, self.process.pid)
         self.pipe = Pipe(self.process, self._wait_for_room)
-        self.connection = acp.connect_to_agent(_Client(self), self.pipe)
+        # The SDK answers "method not found" for what _Client leaves out (terminals, ...);
+        # its Client protocol lists every method.
+        self.connection = acp.connect_to_agent(_Client(self), self.pipe)  # type: ignore[arg-type]
         timeout = self.entry.get("initialize_timeout", 60)
         initialize = self.connection.initialize(
             protocol_version=acp.PROTOCOL_VERSION,
@@ -132,6 +137,7 @@ class Conversation:
             ) from None
         except Exception as exc:
             raise await self.failure(exc, "initialize") from None
+        assert self.info is not None  # the SDK's answer to initialize
         if self.info.protocol_version != acp.PROTOCOL_VERSION:
             await self.close()
             raise AgentError(

@@ -57,7 +57,8 @@ def _die_with_parent(signum: int) -> None:
 
 def _children() -> list[int]:
     """This process's children (the agent's orphans are reparented here)."""
-    me, found = os.getpid(), []
+    me = os.getpid()
+    found: list[int] = []
     try:
         entries = os.listdir("/proc")
     except OSError:

@@ -79,6 +79,7 @@ class AgentProcess:
 
     async def _drain_stderr(self) -> None:
         stream = self.process.stderr
+        assert stream is not None  # started with stderr=PIPE
         while True:
             try:
                 chunk = await stream.read(65536)
@@ -144,6 +145,7 @@ class Pipe:
     """
 
     def __init__(self, process: AgentProcess, room: Callable[[], Awaitable[None]]):
+        assert process.process.stdout is not None and process.process.stdin is not None  # pipes
         self._reader = process.process.stdout
         self._writer = process.process.stdin
         self._room = room
@@ -272,8 +274,9 @@ class Processes:
     def forget(self, conversation: Any) -> None:
         """It no longer counts (it exited or is being closed)."""
         self._stop_timer(conversation)
-        if self.live.get(conversation.key) is conversation:
-            del self.live[conversation.key]
+        key = conversation.key
+        if self.live.get(key) is conversation:
+            del self.live[key]
             self._wake()
 
     def _expire(self, conversation: Any) -> None:

@@ -42,15 +42,15 @@ class Turn:
         self.model = chunk.model or self.model
         if chunk.usage is not None:
             reported = chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0
-            counts = [budgets.reported_count(value) for value in reported]
-            if None in counts:
+            input_tokens, output_tokens = (budgets.reported_count(value) for value in reported)
+            if input_tokens is None or output_tokens is None:
                 # Not counts (1e20, -5, "many"): ignored, as if not reported.
                 self.usage = None
                 self.absurd_usage = (
                     f"prompt_tokens {reported[0]!r:.30}, completion_tokens {reported[1]!r:.30}"
                 )
             else:
-                self.usage = {"input_tokens": counts[0], "output_tokens": counts[1]}
+                self.usage = {"input_tokens": input_tokens, "output_tokens": output_tokens}
         text = ""
         for choice in chunk.choices or []:
             if choice.index not in (0, None):
