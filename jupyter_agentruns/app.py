@@ -138,6 +138,7 @@ class AgentRuns(ExtensionApp, SettingsTraits):
     def _notebook_tools(self, settings: Settings) -> tuple[NotebookAccess, object, str | None]:
         """The notebook tools over this server's kernels, and their MCP server (if its SDK is installed)."""
         serverapp = self.serverapp
+        assert serverapp is not None  # set when the server loads the extension, before this
         tools = NotebookTools(
             Kernels(
                 serverapp.kernel_manager, serverapp.session_manager, serverapp.contents_manager

@@ -531,6 +531,7 @@ class RunContext:
         ``kind`` (read, edit, execute, search, fetch, think, ...) and ``title``
         (what it does, for a person) are shown by the views.
         """
+        assert self._execution.calls is not None  # set by every RunContext's __init__
         self._execution.calls += 1
         call_id = f"c{self._execution.calls}"
         data: dict[str, Any] = {"call_id": call_id, "name": name, "args": args or {}}

@@ -410,6 +410,7 @@ class Engine(LoggingConfigurable):
         execution = self.live.get(run_id) if run_id is not None else None
         if execution is None or execution.ending:
             return None
+        assert self.executor is not None  # a live run has one: live is {} without it
         return execution, self.executor.context(execution)
 
     async def owned_head(self, owner: str, run_id: str) -> dict[str, Any]:

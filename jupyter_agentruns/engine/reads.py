@@ -162,18 +162,27 @@ class Reads:
         after = parse_page_cursor(before) if before else None
 
         def matching(conn: StoreConnection, wanted: int) -> list[dict[str, Any]]:
-            query = {
-                "status": status,
-                "session": None if session is None else self.sessions.forms(session),
-                "retry_of": retry_of,
-            }
+            forms = None if session is None else self.sessions.forms(session)
             if not search:
-                return conn.list_runs(owner, limit=wanted, before=after, **query)
+                return conn.list_runs(
+                    owner,
+                    status=status,
+                    session=forms,
+                    limit=wanted,
+                    before=after,
+                    retry_of=retry_of,
+                )
             found: list[dict[str, Any]] = []
             cursor = after
             while len(found) < wanted:
                 rows = conn.list_runs(
-                    owner, limit=SEARCH_BATCH, before=cursor, search=search, **query
+                    owner,
+                    status=status,
+                    session=forms,
+                    limit=SEARCH_BATCH,
+                    before=cursor,
+                    retry_of=retry_of,
+                    search=search,
                 )
                 found.extend(row for row in rows if self._found(row, search))
                 if len(rows) < SEARCH_BATCH:
@@ -207,7 +216,9 @@ class Reads:
 
     def _found(self, row: dict[str, Any], search: str) -> bool:
         """Whether a run's title, agent or notebook hold ``search``, in any case."""
-        metadata = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}
+        metadata = row.get("metadata")
+        if not isinstance(metadata, dict):
+            metadata = {}
         notebook = metadata.get("notebook") if isinstance(metadata.get("notebook"), str) else ""
         places = (
             words.run_title(metadata, row.get("input"), row["agent"]),

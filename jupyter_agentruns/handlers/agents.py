@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
@@ -14,7 +16,7 @@ class AgentsHandler(AgentRunsHandler):
     def get(self) -> None:
         engine = self.engine
         agents = [spec.describe() for _, spec in sorted(engine.agents.items())]
-        answer = {"agents": agents}
+        answer: dict[str, Any] = {"agents": agents}
         if engine.notebook is not None:
             answer["notebook_tools"] = engine.notebook.describe()
             if engine.notebook.available and not engine.notebook.serves(self.owner):

@@ -10,7 +10,8 @@ back as it goes.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
 
 from jupyter_server.auth.decorator import authorized
 from tornado import web
@@ -21,8 +22,9 @@ from .base import AgentRunsHandler
 try:  # jupyter_server 2.13+: a handler that authenticates its callers itself
     from jupyter_server.auth.decorator import allow_unauthenticated
 except ImportError:  # older ones let the handler's methods decide
+    FuncT = TypeVar("FuncT", bound=Callable[..., Any])
 
-    def allow_unauthenticated(method):
+    def allow_unauthenticated(method: FuncT) -> FuncT:
         return method
 
 
@@ -34,7 +36,8 @@ class MCPHandler(AgentRunsHandler):
 
     _run_caller: Any = None
 
-    async def prepare(self) -> None:
+    # Narrower than JupyterHandler.prepare, as AgentRunsHandler.prepare is (see there).
+    async def prepare(self) -> None:  # type: ignore[override]
         header = self.request.headers.get("Authorization", "")
         if header[: len(BEARER)].lower() == BEARER and header[len(BEARER) :].startswith("agr_"):
             engine = self.settings["agentruns_engine"]
@@ -79,7 +82,9 @@ class MCPHandler(AgentRunsHandler):
             execution, run = self._run_caller
             caller = Caller(run=run, stopping=execution.stopping)
         else:
-            await self._person()
+            # An APIHandler's web.authenticated raises 403 rather than redirect (the
+            # None its stubs allow): it always gives _person's coroutine.
+            await cast(Awaitable[None], self._person())
             if access is None or not access.serves(self.owner):
                 raise Problem(
                     "notebook_tools_unavailable",

@@ -145,7 +145,7 @@ class Kernels:
                 await on_waiting(True)
             await asyncio.sleep(POLL_SECONDS / 5)
             await self._check(kernel_id, manager, process)
-        if told:
+        if told and on_waiting is not None:  # (told only when there is one)
             await on_waiting(False)
         client = manager.client()
         client.start_channels()

@@ -48,13 +48,13 @@ class NotebookMCP:
             app=self.server, json_response=True, stateless=True
         )
         self._running: asyncio.Task | None = None
-        self._ready: asyncio.Event | None = None
-        self._stop: asyncio.Event | None = None
+        # (An Event takes the loop of its first wait: the server's, in handle.)
+        self._ready = asyncio.Event()
+        self._stop = asyncio.Event()
 
     async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """Serve one ASGI HTTP request (``scope[SCOPE_CALLER]`` says who calls)."""
         if self._running is None:
-            self._ready, self._stop = asyncio.Event(), asyncio.Event()
             self._running = asyncio.ensure_future(self._run())
         await self._ready.wait()
         await self.manager.handle_request(scope, receive, send)
@@ -120,6 +120,7 @@ class NotebookMCP:
     @staticmethod
     async def _for_run(caller: Caller, call: Any) -> Any:
         """The call, cancelled (the kernel interrupted) when its run is cancelled or ends."""
+        assert caller.stopping is not None  # a run's caller is made with its run's stopping
         task = asyncio.ensure_future(call)
         stopping = asyncio.ensure_future(caller.stopping.wait())
         try:

@@ -152,7 +152,7 @@ class OpenAIAgent(Configurable):
         if offered:
             request["tools"] = offered
         # A run's tool_choice may name a notebook tool the run offers.
-        offered_names = {name: None for name in tools}
+        offered_names: dict[str, None] = {name: None for name in tools}  # in order, once each
         if notebook is not None:
             offered_names.update({spec["name"]: None for spec in notebook.definitions})
         first_choice = tool_choice(input.get("tool_choice"), offered_names)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -25,7 +26,9 @@ def sendable(message: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-def input_schema(tool_names: list[str], notebook_tool_names: list[str] = ()) -> dict[str, Any]:
+def input_schema(
+    tool_names: Sequence[str], notebook_tool_names: Sequence[str] = ()
+) -> dict[str, Any]:
     """``notebook_tool_names``: the notebook tools, which ``tool_choice`` may name too."""
     return {
         "type": "object",

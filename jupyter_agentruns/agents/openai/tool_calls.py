@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any
 
 from ..tools import Tool, error_text, run_tool
@@ -17,8 +18,8 @@ def definition(spec: Tool) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def tool_choice(choice: str | None, tools: dict[str, Tool]) -> str | dict[str, Any] | None:
-    """The input's ``tool_choice`` as the API takes it: a mode, or the tool named."""
+def tool_choice(choice: str | None, tools: Collection[str]) -> str | dict[str, Any] | None:
+    """The input's ``tool_choice`` as the API takes it: a mode, or one of ``tools`` named."""
     if choice is None or choice == "auto":
         return choice
     if not tools:
