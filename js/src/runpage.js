@@ -13,7 +13,7 @@ import { isPlainObject } from "./json.js";
 import { RUN_DELETED_EVENT } from "./links.js";
 import { isTerminalType } from "./status.js";
 import { RunView, eventSummary } from "./view.js";
-import { answerWords, cancelledWords, formatDuration, runTitle } from "./words.js";
+import { answerWords, cancelledWords, clockTime, formatDuration, runTitle } from "./words.js";
 
 /** Events read per page of the timeline. */
 export const TIMELINE_PAGE = 500;
@@ -304,7 +304,7 @@ export class RunPage {
     this.run = run;
     this.titleNode.textContent = runTitle(run) || this.runId;
     const { path, cellId } = runCell(run);
-    const parts = [run.agent, path || "no notebook", run.created_at ? `created ${run.created_at}` : ""].filter(Boolean);
+    const parts = [run.agent, path || "no notebook", createdWords(run.created_at)].filter(Boolean);
     this.where.textContent = parts.join(" · ");
     this.cellButton.disabled = path === null || this.openCell === null;
     this.cellButton.title = path === null
@@ -486,4 +486,19 @@ export class RunPage {
     this.timelineNote.hidden = false;
     this.timelineNote.textContent = text;
   }
+}
+
+/**
+ * When a run was created, as a person reads it: "created 14:05" today,
+ * "created 2 Dec 2026, 14:05" another day.
+ * @param {string | null | undefined} createdAt
+ * @returns {string}
+ */
+function createdWords(createdAt) {
+  const ms = parseTime(createdAt || null);
+  if (ms === null) return "";
+  const day = new Date(ms);
+  if (day.toDateString() === new Date().toDateString()) return `created ${clockTime(ms)}`;
+  const date = day.toLocaleDateString([], { day: "numeric", month: "short", year: "numeric" });
+  return `created ${date}, ${clockTime(ms)}`;
 }

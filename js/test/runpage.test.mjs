@@ -81,6 +81,9 @@ test("Delete asks first, then deletes and tells the lists", async () => {
   document.body.append(page.node);
   await page.load();
   assert.equal(page.titleNode.textContent, "hi");
+  // When it was created, in words a person reads (never the API's ISO form).
+  assert.match(page.where.textContent, /^demo · n\.ipynb · created .*2026/);
+  assert.equal(page.where.textContent.includes(run.created_at), false);
   assert.equal(page.timeline.textContent.includes("succeeded"), true);
   await page.goToCell();
   assert.deepEqual(cells, [["n.ipynb", "c1"]]);
