@@ -137,35 +137,36 @@ def latency(bench: Bench) -> None:
     server = acp_server(bench)
     warm(bench, server, "latency")
     results, baseline = [], []
-    for rep in range(bench.repeat):
-        go = bench.path("go")
-        late = array("q")
+    with bench.profile(server, "acp-latency"):
+        for rep in range(bench.repeat):
+            go = bench.path("go")
+            late = array("q")
 
-        def stamp(update, late=late) -> None:
-            late.append(time.time_ns() - int(update.content.text[:19]))
+            def stamp(update, late=late) -> None:
+                late.append(time.time_ns() - int(update.content.text[:19]))
 
-        prompt = f"stamped {chunks} {RATE} {go}"
-        asyncio.run(bare(prompt, go, bench.root / "acp-state", stamp))
-        baseline.append(ms_percentiles(late))
-        go = bench.path("go")
-        run_id = run_in(bench, server, f"stamped {chunks} {RATE} {go}", "latency")
+            prompt = f"stamped {chunks} {RATE} {go}"
+            asyncio.run(bare(prompt, go, bench.root / "acp-state", stamp))
+            baseline.append(ms_percentiles(late))
+            go = bench.path("go")
+            run_id = run_in(bench, server, f"stamped {chunks} {RATE} {go}", "latency")
 
-        async def measure(run_id=run_id, go=go) -> array:
-            stream = await clients.open_stream(
-                server.port, f"/api/agentruns/runs/{run_id}/events", server.headers
-            )
-            out = array("q")
-            go.touch()
-            await clients.latencies(stream, out)
-            return out
+            async def measure(run_id=run_id, go=go) -> array:
+                stream = await clients.open_stream(
+                    server.port, f"/api/agentruns/runs/{run_id}/events", server.headers
+                )
+                out = array("q")
+                go.touch()
+                await clients.latencies(stream, out)
+                return out
 
-        served_late = asyncio.run(measure())
-        if len(served_late) != chunks:
-            raise RuntimeError(f"the SSE client read {len(served_late)} deltas of {chunks}")
-        wait_terminal(server, [run_id])
-        results.append(ms_percentiles(served_late))
-        say(f"  rep {rep + 1}/{bench.repeat}: bare p50/p99 {baseline[-1][0]:.2f}/"
-            f"{baseline[-1][1]:.2f} ms, served {results[-1][0]:.2f}/{results[-1][1]:.2f} ms")  # fmt: skip
+            served_late = asyncio.run(measure())
+            if len(served_late) != chunks:
+                raise RuntimeError(f"the SSE client read {len(served_late)} deltas of {chunks}")
+            wait_terminal(server, [run_id])
+            results.append(ms_percentiles(served_late))
+            say(f"  rep {rep + 1}/{bench.repeat}: bare p50/p99 {baseline[-1][0]:.2f}/"
+                f"{baseline[-1][1]:.2f} ms, served {results[-1][0]:.2f}/{results[-1][1]:.2f} ms")  # fmt: skip
     for index, (label, limit) in enumerate((("p50", None), ("p99", 10.0))):
         value = median(r[index] for r in results)
         base = median(b[index] for b in baseline)

@@ -532,17 +532,21 @@ async def engine_latencies(
     streams = await clients.open_streams(reading.port, path, reading.headers, clients_count)
     before = cpu_seconds(server.pid), cpu_seconds(), time.monotonic()
     go.touch()
-    outs = [array("q") for _ in streams]
+    # The first client reads each delta's emit time; the others note when their
+    # deltas arrived, and their latencies are worked out after the run from the
+    # first client's emit times (the same deltas in the same order).
+    merged, emitted = array("q"), array("q")
+    arrived = [array("q") for _ in streams[1:]]
     counts = await asyncio.gather(
-        *(clients.latencies(s, o) for s, o in zip(streams, outs, strict=True))
+        clients.stamps(streams[0], emitted, merged),
+        *(clients.arrivals(s, o) for s, o in zip(streams[1:], arrived, strict=True)),
     )
     if cpu is not None:
         cpu["server"] += cpu_seconds(server.pid) - before[0]
         cpu["clients"] += cpu_seconds() - before[1]
         cpu["wall"] += time.monotonic() - before[2]
-    merged = array("q")
-    for out in outs:
-        merged.extend(out)
+    for out in arrived:
+        clients.latencies_from(emitted, out, merged)
     wait_terminal(server, [run_id])
     return merged, list(counts)
 

@@ -149,3 +149,69 @@ async def test_compacted_events_and_a_deleted_run_are_said_not_skipped(store, re
     conn.close()
     with pytest.raises(RunGone):
         await broadcaster.subscriber("run_a", 5000).read(100)
+
+
+class Sink:
+    """A client's connection as a follower sees it: takes a batch, or not (its client is slow)."""
+
+    def __init__(self, takes=True):
+        self.takes = takes
+        self.batches = []
+
+    def push(self, batch):
+        if self.takes:
+            self.batches.append(batch)
+        return self.takes
+
+
+async def test_followers_get_one_batch_per_turn_of_the_loop_shared_by_all(reader):
+    """Commits that reach the loop together are one batch, joined and encoded once for everyone."""
+    broadcaster = Broadcaster(reader)
+    channel = broadcaster.open("run_a", 5000)
+    subscribers = [broadcaster.subscriber("run_a", 5000) for _ in range(3)]
+    sinks = [Sink() for _ in subscribers]
+    follows = [s.follow(sink) for s, sink in zip(subscribers, sinks, strict=True)]
+    assert all(follows)
+    channel.publish([event(5001)])
+    channel.publish([event(5002), event(5003)])
+    await asyncio.sleep(0)
+    batch = sinks[0].batches[0]
+    assert all(sink.batches == [batch] for sink in sinks)  # the same object for every follower
+    assert [e[SEQ] for e in batch.events] == [5001, 5002, 5003]
+    assert batch.data == b"".join(e[2].encode() for e in batch.events)
+    assert batch.data is batch.data and batch.framed(bytes.upper) is batch.framed(bytes.upper)
+    assert all(s.cursor == 5003 and not s.done for s in subscribers)
+    # The run's end: the last batch, then each follower is let go of, done.
+    waits = [asyncio.ensure_future(follow.wait(Waiter(), 30)) for follow in follows]
+    channel.publish([event(5004, "run.succeeded")])
+    assert await asyncio.wait_for(asyncio.gather(*waits), 5) == [False] * 3
+    assert all(s.cursor == 5004 and s.done for s in subscribers)
+    assert all(len(sink.batches) == 2 for sink in sinks)
+
+
+async def test_a_follower_that_cannot_take_a_batch_goes_on_from_its_cursor(reader):
+    broadcaster = Broadcaster(reader)
+    channel = broadcaster.open("run_a", 5000)
+    slow, fast = broadcaster.subscriber("run_a", 5000), broadcaster.subscriber("run_a", 5000)
+    slow_follow, fast_follow = slow.follow(Sink(takes=False)), fast.follow(Sink())
+    waiting = asyncio.ensure_future(slow_follow.wait(Waiter(), 30))
+    channel.publish([event(5001)])
+    assert await asyncio.wait_for(waiting, 5) is False  # let go of, not idle
+    assert slow.cursor == 5000 and fast.cursor == 5001
+    assert [e[SEQ] for e in await slow.read(10)] == [5001]  # the usual way, from the window
+    assert slow.follow(Sink()) is not None  # caught up: it may follow again
+    # Only a subscriber with every event up to the next batch may follow.
+    assert broadcaster.subscriber("run_a", 4000).follow(Sink()) is None
+    # A heartbeat without a batch ends a follower's wait (the stream sends a ping); so does a release.
+    assert await asyncio.wait_for(fast_follow.wait(Waiter(), 0.05), 5) is True
+    waiter = Waiter()
+    following = asyncio.ensure_future(fast.follow(Sink()).wait(waiter, 30))
+    await asyncio.sleep(0)
+    waiter.release()
+    assert await asyncio.wait_for(following, 5) is False
+    # The server's stop lets go of every follower.
+    following = asyncio.ensure_future(fast.follow(Sink()).wait(Waiter(), 30))
+    await asyncio.sleep(0)
+    broadcaster.stop_waits()
+    assert await asyncio.wait_for(following, 5) is False
+    assert fast.follow(Sink()) is None

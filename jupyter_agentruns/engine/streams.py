@@ -15,9 +15,11 @@ from typing import Any
 
 from .. import jsonio
 from ..broadcaster import (
+    Batch,
     Broadcaster,
     CursorExpired,
     RunGone,
+    Sink,
     Subscriber,
     Waiter,
     mark,
@@ -28,7 +30,7 @@ from ..errors import Problem, run_not_found
 from ..events import FRAME, envelope_of, sse
 from ..lifecycle import is_terminal
 
-__all__ = ["PING", "PageStream", "RunStream", "Streams", "Waiter", "named"]
+__all__ = ["PING", "Batch", "PageStream", "RunStream", "Sink", "Streams", "Waiter", "named"]
 
 # A comment line: keeps proxies from closing an idle stream, tells the client it is alive.
 PING = ": ping\n\n"
@@ -52,8 +54,13 @@ class RunStream:
         self.subscriber = subscriber
         self.opening = opening
 
-    async def frames(self, waiter: Waiter) -> AsyncIterator[str]:
+    async def frames(self, waiter: Waiter, sink: Sink | None = None) -> AsyncIterator[str]:
         """The frames to send in turn, until the run ended, ``waiter`` was released or the server stops.
+
+        With a ``sink``, a stream that has every event so far follows the
+        run's channel: the live events are written to the sink as they
+        commit, a batch shared by all its followers, not yielded here; what
+        is yielded then is a ping after a heartbeat without events.
 
         A run compacted under a slow reader, or deleted, ends the stream: the
         client's reconnect starts with a snapshot frame (or is answered 410 / 404).
@@ -63,6 +70,14 @@ class RunStream:
         batch = SSE_FIRST_BATCH
         try:
             while not subscriber.done and not streams.stopping():
+                follow = subscriber.follow(sink) if sink is not None else None
+                if follow is not None:
+                    idle = await follow.wait(waiter, heartbeat)
+                    if waiter.released:
+                        return
+                    if idle:
+                        yield PING
+                    continue  # the run ended, the client is behind, or the server stops
                 events = await subscriber.pull(batch, heartbeat, waiter)
                 if waiter.released or (not events and streams.stopping()):
                     return

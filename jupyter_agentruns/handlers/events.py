@@ -52,7 +52,7 @@ class EventsHandler(AgentRunsHandler):
             try:
                 await sse.send(self, stream.opening, timeout)
                 # At the server's stop the frames end: the client resumes from its cursor.
-                async for text in stream.frames(self.waiter):
+                async for text in stream.frames(self.waiter, sse.pusher(self)):
                     await sse.send(self, text, timeout)
             except sse.ClientGone:
                 return
