@@ -11,6 +11,7 @@ from typing import Annotated
 
 import pytest
 import rawdb
+from traitlets import TraitError
 
 from jupyter_agentruns.agents import openai
 from jupyter_agentruns.agents.openai.tool_calls import definition
@@ -1048,3 +1049,110 @@ def test_the_docs_document_every_setting_and_error_type_of_the_openai_agent():
         openai.InvalidInput,
     ):
         assert f"`{error.error_type}`" in section, error
+
+
+# Tools of configured MCP servers ------------------------------------------------
+
+MCP_SERVER = str(Path(__file__).parent / "mcp_server_for_tests.py")
+WITH_MCP_SERVER = {
+    "agents": {"openai": "jupyter_agentruns.agents.openai:OpenAIAgent"},
+    "mcp_servers": {
+        "tests": {"command": [sys.executable, MCP_SERVER], "env": {"SHOUT_SUFFIX": "!"}}
+    },
+}
+
+
+@pytest.mark.parametrize("agentruns_config", [WITH_MCP_SERVER])
+@pytest.mark.parametrize("openai_config", [{"approve_tools": ["tests__add"]}])
+async def test_a_configured_mcp_servers_tools_are_offered_prefixed_and_each_call_is_a_tool_step(
+    api, fake
+):
+    fake.reply(
+        tool_calls(("tests__shout", '{"text": "hello"}'), ("tests__add", '{"a": 2, "b": 3}')),
+        tool_calls(("tests__add", '{"a": 1}'), ("tests__fail", '{"reason": "no disk"}')),
+        answer("Done."),
+    )
+    run_id = (await submit(api, agent="openai", input={"prompt": "go"})).json()["run_id"]
+    # approve_tools names the tool as it is offered.
+    question = await wait_question(api, run_id, 1)
+    assert question["details"] == {"tool": "tests__add", "arguments": {"a": 2, "b": 3}}
+    await api.post(f"runs/{run_id}/inputs/{question['request_id']}", json={"choice": "approve"})
+    question = await wait_question(api, run_id, 2)
+    await api.post(f"runs/{run_id}/inputs/{question['request_id']}", json={"choice": "approve"})
+    run = await wait_run(api, run_id)
+    assert run["status"] == "succeeded", run["error"]
+
+    offered = {
+        tool["function"]["name"]: tool["function"] for tool in fake.requests[0]["body"]["tools"]
+    }
+    assert {"tests__add", "tests__shout", "add", "get_weather"} <= set(offered)
+    assert offered["tests__add"]["description"] == "Add two numbers."
+    assert offered["tests__add"]["parameters"]["required"] == ["a", "b"]
+    steps = run["snapshot"]["tools"]
+    assert [(step["name"], step["status"]) for step in steps] == [
+        ("tests__shout", "completed"),
+        ("tests__add", "completed"),
+        ("tests__add", "failed"),
+        ("tests__fail", "failed"),
+    ]
+    # The server's env reached it; the results are what the model reads.
+    assert steps[0]["result"] == "HELLO!" and steps[1]["result"] == "5"
+    assert steps[2]["error"]["type"] == "invalid_arguments"  # checked against its schema
+    assert steps[3]["error"]["type"] == "mcp_tool_error"
+    assert "no disk" in steps[3]["error"]["message"]
+    replies = [m["content"] for m in fake.requests[1]["body"]["messages"] if m["role"] == "tool"]
+    assert replies == ["HELLO!", "5"]
+    assert tools_for_tests.calls == []  # the registered add was not called
+
+
+@pytest.mark.parametrize(
+    "agentruns_config",
+    [
+        {
+            "agents": {"openai": "jupyter_agentruns.agents.openai:OpenAIAgent"},
+            "mcp_servers": {
+                "tests": {"command": [sys.executable, MCP_SERVER]},
+                "gone": {"command": [sys.executable, "-c", "import sys; sys.exit(3)"]},
+            },
+        }
+    ],
+)
+async def test_an_mcp_server_that_cannot_start_fails_the_run_naming_it_before_any_model_call(
+    api, fake
+):
+    run, _ = await run_to_end(api, {"prompt": "go"})
+    assert run["status"] == "failed"
+    assert run["error"]["type"] == "mcp_server_failed"
+    assert "the MCP server 'gone' (c.AgentRuns.mcp_servers)" in run["error"]["message"]
+    assert fake.requests == []
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ({"command": []}, "'command' is the program"),
+        ({"command": ["x"], "url": "http://h/mcp"}, "either a 'command'"),
+        ({}, "either a 'command'"),
+        ({"url": "ftp://h/mcp"}, "'url' is the server's http"),
+        ({"url": "http://h/mcp", "env": {}}, "unknown keys ['env']"),
+        ({"command": ["x"], "env": {"A": 1}}, "'env' maps"),
+        ({"url": "http://h/mcp", "headers": {"A": 1}}, "'headers' maps"),
+    ],
+)
+def test_a_bad_mcp_servers_entry_is_refused_at_start_saying_what_is_wrong(entry, said):
+    from jupyter_agentruns.settings import from_values
+
+    with pytest.raises(TraitError) as refused:
+        from_values({"mcp_servers": {"files": entry}})
+    assert "c.AgentRuns.mcp_servers['files']" in str(refused.value)
+    assert said in str(refused.value)
+
+
+@pytest.mark.parametrize("name", ["a__b", "", "jupyter-notebook", "x" * 33, "a b"])
+def test_an_mcp_server_name_that_cannot_start_a_tool_name_is_refused(name):
+    from jupyter_agentruns.settings import from_values
+
+    with pytest.raises(TraitError):
+        from_values({"mcp_servers": {name: {"command": ["x"]}}})
+    ok = from_values({"mcp_servers": {"my_files-2": {"url": "https://h/mcp", "headers": {}}}})
+    assert ok.mcp_servers == {"my_files-2": {"url": "https://h/mcp", "headers": {}}}
