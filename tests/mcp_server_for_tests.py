@@ -4,11 +4,12 @@ Started by the servers of the tests as one of ``c.AgentRuns.mcp_servers``:
 ``python mcp_server_for_tests.py``. Its tools: ``add`` (two numbers),
 ``shout`` (a text in capitals, with the server's environment variable
 ``SHOUT_SUFFIX`` after it, to show that a server's ``env`` reaches it) and
-``fail`` (an error with the reason given).
+``fail`` (an error with the reason given) and ``wait`` (a while).
 """
 
 import os
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
@@ -31,6 +32,13 @@ def shout(text: str) -> str:
 def fail(reason: str) -> str:
     """Fail with the reason given."""
     raise ToolError(reason)  # the SDK tells the client its message
+
+
+@server.tool()
+async def wait(seconds: float) -> str:
+    """Wait that long, then say so (not declared idempotent)."""
+    await anyio.sleep(seconds)
+    return "waited"
 
 
 if __name__ == "__main__":
