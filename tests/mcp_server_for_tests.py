@@ -4,13 +4,15 @@ Started by the servers of the tests as one of ``c.AgentRuns.mcp_servers``:
 ``python mcp_server_for_tests.py``. Its tools: ``add`` (two numbers),
 ``shout`` (a text in capitals, with the server's environment variable
 ``SHOUT_SUFFIX`` after it, to show that a server's ``env`` reaches it) and
-``fail`` (an error with the reason given) and ``wait`` (a while).
+``fail`` (an error with the reason given), ``wait`` (a while) and
+``header`` (an HTTP header of the request).
 """
 
 import os
+import sys
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("tests")
@@ -41,5 +43,16 @@ async def wait(seconds: float) -> str:
     return "waited"
 
 
+@server.tool()
+def header(name: str, ctx: Context) -> str:
+    """The request's HTTP header of that name (over Streamable HTTP)."""
+    request = getattr(ctx.request_context, "request", None)
+    return getattr(request, "headers", {}).get(name, "")
+
+
 if __name__ == "__main__":
-    server.run()
+    # python mcp_server_for_tests.py [PORT]: over stdio, or Streamable HTTP at 127.0.0.1:PORT/mcp.
+    if len(sys.argv) > 1:
+        server.run("streamable-http", port=int(sys.argv[1]))
+    else:
+        server.run()

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import subprocess
 import sys
+import time
 from datetime import date
 from pathlib import Path
 from typing import Annotated
@@ -62,7 +65,17 @@ def examples_importable(monkeypatch):
 
 
 @pytest.fixture
-def agentruns_config(examples_importable):
+def agentruns_config(examples_importable, request):
+    if getattr(request, "param", None) == "mcp over http":  # parametrized indirectly
+        return {
+            "agents": {"openai": "jupyter_agentruns.agents.openai:OpenAIAgent"},
+            "mcp_servers": {
+                "web": {
+                    "url": request.getfixturevalue("http_mcp_server"),
+                    "headers": {"X-Key": "k1"},
+                }
+            },
+        }
     return {
         "agents": {
             "openai": "jupyter_agentruns.agents.openai:OpenAIAgent",
@@ -1062,6 +1075,7 @@ WITH_MCP_SERVER = {
 }
 
 
+@pytest.mark.sqlite_only  # what it tests is above the store
 @pytest.mark.parametrize("agentruns_config", [WITH_MCP_SERVER])
 @pytest.mark.parametrize("openai_config", [{"approve_tools": ["tests__add"]}])
 async def test_a_configured_mcp_servers_tools_are_offered_prefixed_and_each_call_is_a_tool_step(
@@ -1105,6 +1119,7 @@ async def test_a_configured_mcp_servers_tools_are_offered_prefixed_and_each_call
     assert tools_for_tests.calls == []  # the registered add was not called
 
 
+@pytest.mark.sqlite_only  # what it tests is above the store
 @pytest.mark.parametrize(
     "agentruns_config",
     [
@@ -1156,3 +1171,41 @@ def test_an_mcp_server_name_that_cannot_start_a_tool_name_is_refused(name):
         from_values({"mcp_servers": {name: {"command": ["x"]}}})
     ok = from_values({"mcp_servers": {"my_files-2": {"url": "https://h/mcp", "headers": {}}}})
     assert ok.mcp_servers == {"my_files-2": {"url": "https://h/mcp", "headers": {}}}
+
+
+@pytest.fixture
+def http_mcp_server():
+    """The test MCP server over Streamable HTTP, in a process of its own: its URL."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, MCP_SERVER, str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert process.poll() is None and time.monotonic() < deadline, "it did not start"
+                time.sleep(0.02)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.kill()
+        process.wait(10)
+
+
+@pytest.mark.sqlite_only  # what it tests is above the store
+@pytest.mark.parametrize("agentruns_config", ["mcp over http"], indirect=True)
+async def test_an_mcp_server_reached_by_url_gets_its_headers(api, fake):
+    fake.reply(
+        tool_calls(("web__header", '{"name": "x-key"}'), ("web__add", '{"a": 2, "b": 2}')),
+        answer("Done."),
+    )
+    run, _ = await run_to_end(api, {"prompt": "go"})
+    assert run["status"] == "succeeded", run["error"]
+    assert [step["result"] for step in run["snapshot"]["tools"]] == ["k1", "4"]
