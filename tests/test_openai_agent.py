@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -1209,3 +1210,45 @@ async def test_an_mcp_server_reached_by_url_gets_its_headers(api, fake):
     run, _ = await run_to_end(api, {"prompt": "go"})
     assert run["status"] == "succeeded", run["error"]
     assert [step["result"] for step in run["snapshot"]["tools"]] == ["k1", "4"]
+
+
+def mcp_test_servers() -> list[int]:
+    """The pids of the test MCP servers this process (its in-process server) runs now."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit():
+                continue
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if (
+                parent == os.getpid()
+                and b"mcp_server_for_tests" in (entry / "cmdline").read_bytes()
+            ):
+                pids.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            pass
+    return pids
+
+
+@pytest.mark.sqlite_only  # what it tests is above the store
+@pytest.mark.parametrize("agentruns_config", [WITH_MCP_SERVER])
+async def test_cancelling_a_run_in_an_mcp_tool_call_ends_it_and_its_server_at_once(api, fake):
+    fake.reply(tool_calls(("tests__wait", '{"seconds": 30}')), answer("Never."))
+    run_id = (await submit(api, agent="openai", input={"prompt": "wait"})).json()["run_id"]
+    for _ in range(500):
+        run = (await api.get(f"runs/{run_id}")).json()
+        if run["snapshot"]["tools"]:
+            break
+        await asyncio.sleep(0.01)
+    assert run["snapshot"]["tools"][0]["name"] == "tests__wait"
+    assert mcp_test_servers()  # its server runs
+    started = asyncio.get_running_loop().time()
+    assert (await api.post(f"runs/{run_id}/cancel")).status_code in (200, 202)
+    run = await wait_run(api, run_id)
+    assert run["status"] == "cancelled"
+    assert asyncio.get_running_loop().time() - started < 10
+    for _ in range(500):
+        if not mcp_test_servers():
+            break
+        await asyncio.sleep(0.01)
+    assert not mcp_test_servers()  # the server started for the run is gone
