@@ -1,7 +1,7 @@
 """A small MCP server over stdio, written with the SDK's MCPServer (formerly FastMCP).
 
 Started by the servers of the tests as one of ``c.AgentRuns.mcp_servers``:
-``python mcp_server_for_tests.py``. Its tools: ``add`` (two numbers),
+``python mcp_server_for_tests.py``. Its tools: ``add`` (two numbers; read-only, it says),
 ``shout`` (a text in capitals, with the server's environment variable
 ``SHOUT_SUFFIX`` after it, to show that a server's ``env`` reaches it) and
 ``fail`` (an error with the reason given), ``wait`` (a while) and
@@ -14,11 +14,12 @@ import sys
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
 
 server = MCPServer("tests")
 
 
-@server.tool()
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def add(a: int, b: int) -> int:
     """Add two numbers."""
     return a + b

@@ -1120,6 +1120,22 @@ async def test_a_configured_mcp_servers_tools_are_offered_prefixed_and_each_call
     assert tools_for_tests.calls == []  # the registered add was not called
 
 
+async def test_an_mcp_tool_is_redone_on_resume_only_where_its_server_says_it_is_harmless():
+    from jupyter_agentruns.agents.mcp_servers import mcp_tools
+
+    servers = {"tests": {"command": [sys.executable, MCP_SERVER]}}
+    async with mcp_tools(servers) as tools:
+        # add says it is read-only; the others say nothing.
+        assert {name: spec.idempotent for name, spec in tools.items()} == {
+            "tests__add": True,
+            "tests__shout": False,
+            "tests__fail": False,
+            "tests__wait": False,
+            "tests__header": False,
+        }
+        assert await tools["tests__add"].call({"a": 20, "b": 22}) == "42"
+
+
 @pytest.mark.sqlite_only  # what it tests is above the store
 @pytest.mark.parametrize(
     "agentruns_config",
