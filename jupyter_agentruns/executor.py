@@ -437,6 +437,8 @@ class RunContext:
             execution.calls = len(self.snapshot["tools"])
         # The notebook's kernel, for an agent that works on its data (see ``notebook``).
         self.notebook_tools: Any = None
+        # The configured MCP servers (c.AgentRuns.mcp_servers), for an agent that uses their tools.
+        self.mcp_servers: dict[str, dict[str, Any]] = {}
         streaming = [m for m in self.snapshot["messages"] if not m.get("done")]
         # A message that was streaming when the last attempt's server died goes on.
         self._message_id: str | None = streaming[-1]["id"] if streaming else None
@@ -639,6 +641,7 @@ class SyncRun:
         self.attempt = run.attempt
         self.snapshot = run.snapshot
         self.notebook_tools = run.notebook_tools
+        self.mcp_servers = run.mcp_servers
 
     @property
     def cancelled(self) -> bool:
@@ -683,8 +686,10 @@ class Executor:
         conversation: Callable[[dict[str, Any]], Any] | None = None,
         max_resume_attempts: int = 0,
         notebook_tools: Callable[[RunContext], Any] | None = None,
+        mcp_servers: dict[str, dict[str, Any]] | None = None,
     ):
         self._notebook_tools = notebook_tools
+        self._mcp_servers = mcp_servers or {}
         self._history = history
         self._conversation = conversation
         self._max_resume_attempts = max_resume_attempts
@@ -775,6 +780,7 @@ class Executor:
         run = RunContext(execution)
         if self._notebook_tools is not None:
             run.notebook_tools = self._notebook_tools(run)
+        run.mcp_servers = {name: dict(entry) for name, entry in self._mcp_servers.items()}
         return run
 
     async def _call_agent(self, execution: Execution, spec: AgentSpec) -> Any:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, fields
+import re
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +195,16 @@ class SettingsTraits(HasTraits):
         "notebook's kernel ('ask': an approval question showing the code) or runs it at once "
         "('never').",
     ).tag(config=True)
+    mcp_servers = Dict(
+        value_trait=Dict(),
+        help=(
+            "MCP servers whose tools agents may use: {'name': {'command': ['prog', 'arg'], "
+            "'env': {}}} for one started over stdio (it gets the MCP SDK's default environment, "
+            "PATH and HOME among it, and its 'env'), or {'name': {'url': 'https://...', "
+            "'headers': {}}} for one reached over Streamable HTTP. The openai agent offers their "
+            "tools as '<name>__<tool>'; ACP agents receive them in session/new."
+        ),
+    ).tag(config=True)
     sqlite_synchronous = Enum(
         ["FULL", "NORMAL"],
         default_value="FULL",
@@ -292,6 +303,14 @@ class SettingsTraits(HasTraits):
                 raise TraitError(f"c.AgentRuns.acp_agents[{name!r}]: {problem}")
         return proposal["value"]
 
+    @validate("mcp_servers")
+    def _mcp_servers(self, proposal):
+        for name, entry in proposal["value"].items():
+            problem = mcp_entry_problem(name, entry)
+            if problem is not None:
+                raise TraitError(f"c.AgentRuns.mcp_servers[{name!r}]: {problem}")
+        return proposal["value"]
+
     @default("db_path")
     def _default_db_path(self) -> str:
         return str(Path(jupyter_data_dir()) / "agentruns.sqlite3")
@@ -319,6 +338,7 @@ class SettingsTraits(HasTraits):
         values["store_url_source"] = self._store_url_setting
         values["agents"] = dict(values["agents"])
         values["acp_agents"] = {name: dict(entry) for name, entry in values["acp_agents"].items()}
+        values["mcp_servers"] = {name: dict(entry) for name, entry in values["mcp_servers"].items()}
         if isinstance(values["served_owners"], list):
             values["served_owners"] = tuple(values["served_owners"])
         return Settings(**values)
@@ -361,6 +381,7 @@ class Settings:
     acp_idle_seconds: float
     max_agent_processes: int
     notebook_tools_approval: str = "ask"
+    mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` (checked as the traits check them)."""
@@ -404,6 +425,56 @@ def acp_entry_problem(name: str, entry: Any) -> str | None:
         or timeout <= 0
     ):
         return "'initialize_timeout' is a positive number of seconds"
+    return None
+
+
+# A server's name starts its tools' names (``<name>__<tool>``): no "__" in it.
+MCP_SERVER_NAME = re.compile(r"^[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*$")
+MCP_SERVER_NAME_LENGTH = 32
+# The name under which ACP agents receive this server's own notebook tools.
+NOTEBOOK_MCP_NAME = "jupyter-notebook"
+
+
+def mcp_entry_problem(name: str, entry: Any) -> str | None:
+    """What is wrong with one ``mcp_servers`` entry, or None."""
+    if not MCP_SERVER_NAME.match(name) or len(name) > MCP_SERVER_NAME_LENGTH:
+        return (
+            f"a server's name is letters, digits, '-' and single '_' (no '__'), at most "
+            f"{MCP_SERVER_NAME_LENGTH} characters: its tools are offered as '<name>__<tool>'"
+        )
+    if name == NOTEBOOK_MCP_NAME:
+        return f"{NOTEBOOK_MCP_NAME!r} is the name of this server's own notebook tools"
+    if not isinstance(entry, dict):
+        return f"an entry is an object with a 'command' or a 'url', not {type(entry).__name__}"
+    if ("command" in entry) == ("url" in entry):
+        return "an entry has either a 'command' (stdio) or a 'url' (Streamable HTTP)"
+    allowed = {"command", "env"} if "command" in entry else {"url", "headers"}
+    unknown = sorted(set(entry) - allowed)
+    if unknown:
+        return f"unknown keys {unknown}; such an entry has {sorted(allowed)}"
+    if "command" in entry:
+        command = entry["command"]
+        if (
+            not isinstance(command, list)
+            or not command
+            or not all(isinstance(part, str) and part for part in command)
+        ):
+            return "'command' is the program and its arguments, a non-empty list of strings"
+        env = entry.get("env", {})
+        if not isinstance(env, dict) or not all(
+            isinstance(key, str) and key and "=" not in key and isinstance(value, str)
+            for key, value in env.items()
+        ):
+            return "'env' maps variable names to strings"
+        return None
+    url = entry["url"]
+    if not isinstance(url, str) or not re.match(r"^https?://[^/\s]+", url):
+        return "'url' is the server's http:// or https:// address"
+    headers = entry.get("headers", {})
+    if not isinstance(headers, dict) or not all(
+        isinstance(key, str) and key and isinstance(value, str) for key, value in headers.items()
+    ):
+        return "'headers' maps header names to strings"
     return None
 
 

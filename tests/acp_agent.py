@@ -19,15 +19,17 @@ the first word of each prompt:
 - ``refuse`` / ``max_tokens``: ends its turn with that stop reason.
 - ``write PATH TEXT`` / ``read PATH``: ``fs/write_text_file`` / ``fs/read_text_file``
   (PATH relative to its session's directory unless absolute); answers what came back.
-- ``env``, ``pid``, ``cwd``, ``history``, ``state``, ``blocks``: answers its
+- ``env``, ``pid``, ``cwd``, ``history``, ``state``, ``blocks``, ``mcp``: answers its
   environment (JSON), its pid, its session's directory, the prompts of its
-  session so far (JSON), its mode and model, the prompt's content blocks (JSON).
+  session so far (JSON), its mode and model, the prompt's content blocks (JSON),
+  the ``mcpServers`` its session was last opened with in this process (JSON).
 
 Its sessions are files under ``$ACP_TEST_STATE/sessions`` (so ``session/load``
 works in a new process, replaying the history as updates), and each process
 leaves its pid in ``$ACP_TEST_STATE/pids``. A prompt that says the last turn was
 interrupted repeats that turn's request. Options: ``--hang-initialize``,
 ``--auth-required``, ``--no-load`` (no ``loadSession``), ``--exit-at-start``,
+``--mcp-http`` (its ``mcpCapabilities`` say ``http``),
 ``--linger`` (it does not exit when its stdin closes), ``--helper`` (it starts
 a process of its own that would run for an hour; its pid is left in
 ``$ACP_TEST_STATE/helpers``).
@@ -65,6 +67,7 @@ from acp.schema import (
     EnvVarAuthMethod,
     InitializeResponse,
     LoadSessionResponse,
+    McpCapabilities,
     NewSessionResponse,
     PermissionOption,
     PromptResponse,
@@ -98,6 +101,7 @@ class Scripted:
         self.conn: Any = None
         self.cancelled: set[str] = set()
         self.sessions: dict[str, dict[str, Any]] = {}
+        self.mcp_servers: dict[str, list[Any]] = {}  # as each session was last opened
 
     def on_connect(self, conn: Any) -> None:
         self.conn = conn
@@ -117,7 +121,10 @@ class Scripted:
             ]
         return InitializeResponse(
             protocol_version=acp.PROTOCOL_VERSION,
-            agent_capabilities=AgentCapabilities(load_session="--no-load" not in OPTIONS),
+            agent_capabilities=AgentCapabilities(
+                load_session="--no-load" not in OPTIONS,
+                mcp_capabilities=McpCapabilities(http="--mcp-http" in OPTIONS),
+            ),
             auth_methods=methods,
         )
 
@@ -157,6 +164,7 @@ class Scripted:
         session_id = f"sess_{os.getpid()}_{len(self.sessions)}"
         self.sessions[session_id] = {"cwd": cwd, "turns": [], "mode": "ask", "model": "small"}
         self._save(session_id)
+        self._given(session_id, kwargs.get("mcp_servers"))
         return NewSessionResponse(session_id=session_id, **self._opened(session_id))
 
     async def load_session(self, cwd: str, session_id: str, **kwargs: Any) -> LoadSessionResponse:
@@ -164,6 +172,7 @@ class Scripted:
         if not path.exists():
             raise acp.RequestError.resource_not_found(session_id)
         state = self.sessions[session_id] = json.loads(path.read_text())
+        self._given(session_id, kwargs.get("mcp_servers"))
         for turn in state["turns"]:
             await self.conn.session_update(session_id, update_user_message_text(turn["prompt"]))
             if turn.get("answer") is not None:
@@ -171,6 +180,11 @@ class Scripted:
                     session_id, update_agent_message_text(turn["answer"])
                 )
         return LoadSessionResponse(**self._opened(session_id))
+
+    def _given(self, session_id: str, servers: Any) -> None:
+        self.mcp_servers[session_id] = [
+            server.model_dump(by_alias=True, exclude_none=True) for server in servers or ()
+        ]
 
     async def set_session_mode(self, session_id: str, mode_id: str, **kwargs: Any) -> None:
         self.sessions[session_id]["mode"] = mode_id
@@ -224,6 +238,8 @@ class Scripted:
         cwd = state["cwd"]
         if word == "echo":
             return rest, "end_turn"
+        if word == "mcp":
+            return json.dumps(self.mcp_servers.get(session_id)), "end_turn"
         if word == "all":
             await conn.session_update(session_id, update_agent_thought_text("Thinking it over."))
             await conn.session_update(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -57,6 +58,7 @@ def agentruns_config(state, acp_settings):
             "locked": entry(state, "--auth-required"),
             "forgetful": entry(state, "--no-load"),
             "broken": entry(state, "--exit-at-start"),
+            "mcphttp": entry(state, "--mcp-http"),
         },
         **acp_settings,
     }
@@ -430,3 +432,53 @@ async def test_beyond_max_agent_processes_a_run_waits_for_one_and_idle_ones_make
     assert (await wait_run(api, waiting_run["run_id"]))["output"]["text"] == "b"
     first, second = agent_pids(state)
     assert not alive(first) and alive(second)  # the idle one made room
+
+
+MCP_SERVERS = {
+    "files": {"command": ["python3", "-m", "files_server"], "env": {"ROOT": "/srv"}},
+    "web": {"url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer web-key"}},
+}
+
+
+@pytest.mark.parametrize("acp_settings", [{"mcp_servers": MCP_SERVERS}])
+async def test_an_acp_agent_gets_the_mcp_servers_and_the_runs_notebook_tools_in_its_session(api):
+    files = {
+        "type": "stdio",
+        "name": "files",
+        "command": shutil.which("python3"),
+        "args": ["-m", "files_server"],
+        "env": [{"name": "ROOT", "value": "/srv"}],
+    }
+    web = {
+        "type": "http",
+        "name": "web",
+        "url": "http://127.0.0.1:9/mcp",
+        "headers": [{"name": "Authorization", "value": "Bearer web-key"}],
+    }
+
+    def given(run):
+        assert run["status"] == "succeeded", run["error"]
+        servers = json.loads(run["output"]["text"])
+        for server in servers:
+            server.setdefault("type", "stdio")  # ACP's stdio server has no type
+        return servers
+
+    # An agent without mcpCapabilities.http gets the servers it starts itself only.
+    assert given(await run_prompt(api, "mcp", metadata={"kernel_id": "k1"})) == [files]
+    # One that reaches HTTP servers gets them all, and the run's notebook tools.
+    first = given(
+        await run_prompt(api, "mcp", "mcphttp", session="s", metadata={"kernel_id": "k1"})
+    )
+    assert first[:2] == [files, web]
+    notebook = first[2]
+    assert notebook["name"] == "jupyter-notebook" and notebook["type"] == "http"
+    assert notebook["url"].endswith("/api/agentruns/mcp")
+    token = notebook["headers"][0]["value"]
+    assert notebook["headers"][0]["name"] == "Authorization" and token.startswith("Bearer agr_")
+    # The next run of the conversation: its session, kept, is opened again with its own token.
+    second = given(
+        await run_prompt(api, "mcp", "mcphttp", session="s", metadata={"kernel_id": "k1"})
+    )
+    assert second[:2] == [files, web] and second[2]["headers"][0]["value"] not in (token, "")
+    # A run without a kernel has no notebook tools.
+    assert given(await run_prompt(api, "mcp", "mcphttp")) == [files, web]

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
+import subprocess
 import sys
+import time
 from datetime import date
 from pathlib import Path
 from typing import Annotated
 
 import pytest
 import rawdb
+from traitlets import TraitError
 
 from jupyter_agentruns.agents import openai
 from jupyter_agentruns.agents.openai.tool_calls import definition
@@ -61,7 +66,17 @@ def examples_importable(monkeypatch):
 
 
 @pytest.fixture
-def agentruns_config(examples_importable):
+def agentruns_config(examples_importable, request):
+    if getattr(request, "param", None) == "mcp over http":  # parametrized indirectly
+        return {
+            "agents": {"openai": "jupyter_agentruns.agents.openai:OpenAIAgent"},
+            "mcp_servers": {
+                "web": {
+                    "url": request.getfixturevalue("http_mcp_server"),
+                    "headers": {"X-Key": "k1"},
+                }
+            },
+        }
     return {
         "agents": {
             "openai": "jupyter_agentruns.agents.openai:OpenAIAgent",
@@ -1048,3 +1063,208 @@ def test_the_docs_document_every_setting_and_error_type_of_the_openai_agent():
         openai.InvalidInput,
     ):
         assert f"`{error.error_type}`" in section, error
+
+
+# Tools of configured MCP servers ------------------------------------------------
+
+MCP_SERVER = str(Path(__file__).parent / "mcp_server_for_tests.py")
+WITH_MCP_SERVER = {
+    "agents": {"openai": "jupyter_agentruns.agents.openai:OpenAIAgent"},
+    "mcp_servers": {
+        "tests": {"command": [sys.executable, MCP_SERVER], "env": {"SHOUT_SUFFIX": "!"}}
+    },
+}
+
+
+@pytest.mark.sqlite_only  # what it tests is above the store
+@pytest.mark.parametrize("agentruns_config", [WITH_MCP_SERVER])
+@pytest.mark.parametrize("openai_config", [{"approve_tools": ["tests__add"]}])
+async def test_a_configured_mcp_servers_tools_are_offered_prefixed_and_each_call_is_a_tool_step(
+    api, fake
+):
+    fake.reply(
+        tool_calls(("tests__shout", '{"text": "hello"}'), ("tests__add", '{"a": 2, "b": 3}')),
+        tool_calls(("tests__add", '{"a": 1}'), ("tests__fail", '{"reason": "no disk"}')),
+        answer("Done."),
+    )
+    run_id = (await submit(api, agent="openai", input={"prompt": "go"})).json()["run_id"]
+    # approve_tools names the tool as it is offered.
+    question = await wait_question(api, run_id, 1)
+    assert question["details"] == {"tool": "tests__add", "arguments": {"a": 2, "b": 3}}
+    await api.post(f"runs/{run_id}/inputs/{question['request_id']}", json={"choice": "approve"})
+    question = await wait_question(api, run_id, 2)
+    await api.post(f"runs/{run_id}/inputs/{question['request_id']}", json={"choice": "approve"})
+    run = await wait_run(api, run_id)
+    assert run["status"] == "succeeded", run["error"]
+
+    offered = {
+        tool["function"]["name"]: tool["function"] for tool in fake.requests[0]["body"]["tools"]
+    }
+    assert {"tests__add", "tests__shout", "add", "get_weather"} <= set(offered)
+    assert offered["tests__add"]["description"] == "Add two numbers."
+    assert offered["tests__add"]["parameters"]["required"] == ["a", "b"]
+    steps = run["snapshot"]["tools"]
+    assert [(step["name"], step["status"]) for step in steps] == [
+        ("tests__shout", "completed"),
+        ("tests__add", "completed"),
+        ("tests__add", "failed"),
+        ("tests__fail", "failed"),
+    ]
+    # The server's env reached it; the results are what the model reads.
+    assert steps[0]["result"] == "HELLO!" and steps[1]["result"] == "5"
+    assert steps[2]["error"]["type"] == "invalid_arguments"  # checked against its schema
+    assert steps[3]["error"]["type"] == "mcp_tool_error"
+    assert "no disk" in steps[3]["error"]["message"]
+    replies = [m["content"] for m in fake.requests[1]["body"]["messages"] if m["role"] == "tool"]
+    assert replies == ["HELLO!", "5"]
+    assert tools_for_tests.calls == []  # the registered add was not called
+
+
+async def test_an_mcp_tool_is_redone_on_resume_only_where_its_server_says_it_is_harmless():
+    from jupyter_agentruns.agents.mcp_servers import mcp_tools
+
+    servers = {"tests": {"command": [sys.executable, MCP_SERVER]}}
+    async with mcp_tools(servers) as tools:
+        # add says it is read-only; the others say nothing.
+        assert {name: spec.idempotent for name, spec in tools.items()} == {
+            "tests__add": True,
+            "tests__shout": False,
+            "tests__fail": False,
+            "tests__wait": False,
+            "tests__header": False,
+        }
+        assert await tools["tests__add"].call({"a": 20, "b": 22}) == "42"
+
+
+@pytest.mark.sqlite_only  # what it tests is above the store
+@pytest.mark.parametrize(
+    "agentruns_config",
+    [
+        {
+            "agents": {"openai": "jupyter_agentruns.agents.openai:OpenAIAgent"},
+            "mcp_servers": {
+                "tests": {"command": [sys.executable, MCP_SERVER]},
+                "gone": {"command": [sys.executable, "-c", "import sys; sys.exit(3)"]},
+            },
+        }
+    ],
+)
+async def test_an_mcp_server_that_cannot_start_fails_the_run_naming_it_before_any_model_call(
+    api, fake
+):
+    run, _ = await run_to_end(api, {"prompt": "go"})
+    assert run["status"] == "failed"
+    assert run["error"]["type"] == "mcp_server_failed"
+    assert "the MCP server 'gone' (c.AgentRuns.mcp_servers)" in run["error"]["message"]
+    assert fake.requests == []
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ({"command": []}, "'command' is the program"),
+        ({"command": ["x"], "url": "http://h/mcp"}, "either a 'command'"),
+        ({}, "either a 'command'"),
+        ({"url": "ftp://h/mcp"}, "'url' is the server's http"),
+        ({"url": "http://h/mcp", "env": {}}, "unknown keys ['env']"),
+        ({"command": ["x"], "env": {"A": 1}}, "'env' maps"),
+        ({"url": "http://h/mcp", "headers": {"A": 1}}, "'headers' maps"),
+    ],
+)
+def test_a_bad_mcp_servers_entry_is_refused_at_start_saying_what_is_wrong(entry, said):
+    from jupyter_agentruns.settings import from_values
+
+    with pytest.raises(TraitError) as refused:
+        from_values({"mcp_servers": {"files": entry}})
+    assert "c.AgentRuns.mcp_servers['files']" in str(refused.value)
+    assert said in str(refused.value)
+
+
+@pytest.mark.parametrize("name", ["a__b", "", "jupyter-notebook", "x" * 33, "a b"])
+def test_an_mcp_server_name_that_cannot_start_a_tool_name_is_refused(name):
+    from jupyter_agentruns.settings import from_values
+
+    with pytest.raises(TraitError):
+        from_values({"mcp_servers": {name: {"command": ["x"]}}})
+    ok = from_values({"mcp_servers": {"my_files-2": {"url": "https://h/mcp", "headers": {}}}})
+    assert ok.mcp_servers == {"my_files-2": {"url": "https://h/mcp", "headers": {}}}
+
+
+@pytest.fixture
+def http_mcp_server():
+    """The test MCP server over Streamable HTTP, in a process of its own: its URL."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, MCP_SERVER, str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert process.poll() is None and time.monotonic() < deadline, "it did not start"
+                time.sleep(0.02)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.kill()
+        process.wait(10)
+
+
+@pytest.mark.sqlite_only  # what it tests is above the store
+@pytest.mark.parametrize("agentruns_config", ["mcp over http"], indirect=True)
+async def test_an_mcp_server_reached_by_url_gets_its_headers(api, fake):
+    fake.reply(
+        tool_calls(("web__header", '{"name": "x-key"}'), ("web__add", '{"a": 2, "b": 2}')),
+        answer("Done."),
+    )
+    run, _ = await run_to_end(api, {"prompt": "go"})
+    assert run["status"] == "succeeded", run["error"]
+    assert [step["result"] for step in run["snapshot"]["tools"]] == ["k1", "4"]
+
+
+def mcp_test_servers() -> list[int]:
+    """The pids of the test MCP servers this process (its in-process server) runs now."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit():
+                continue
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if (
+                parent == os.getpid()
+                and b"mcp_server_for_tests" in (entry / "cmdline").read_bytes()
+            ):
+                pids.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            pass
+    return pids
+
+
+@pytest.mark.sqlite_only  # what it tests is above the store
+@pytest.mark.parametrize("agentruns_config", [WITH_MCP_SERVER])
+async def test_cancelling_a_run_in_an_mcp_tool_call_ends_it_and_its_server_at_once(api, fake):
+    fake.reply(tool_calls(("tests__wait", '{"seconds": 30}')), answer("Never."))
+    run_id = (await submit(api, agent="openai", input={"prompt": "wait"})).json()["run_id"]
+    for _ in range(500):
+        run = (await api.get(f"runs/{run_id}")).json()
+        if run["snapshot"]["tools"]:
+            break
+        await asyncio.sleep(0.01)
+    assert run["snapshot"]["tools"][0]["name"] == "tests__wait"
+    assert mcp_test_servers()  # its server runs
+    started = asyncio.get_running_loop().time()
+    assert (await api.post(f"runs/{run_id}/cancel")).status_code in (200, 202)
+    run = await wait_run(api, run_id)
+    assert run["status"] == "cancelled"
+    assert asyncio.get_running_loop().time() - started < 10
+    for _ in range(500):
+        if not mcp_test_servers():
+            break
+        await asyncio.sleep(0.01)
+    assert not mcp_test_servers()  # the server started for the run is gone

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,6 +21,7 @@ from fake_openai import FakeOpenAI, answer, tool_calls
 from servers import ServerProcess
 
 TERMINAL = {"succeeded", "failed", "cancelled", "interrupted"}
+MCP_SERVER = str(Path(__file__).with_name("mcp_server_for_tests.py"))
 TOOLS = {name: f"tools_for_tests:{name}" for name in ("add", "slow_note", "lookup")}
 
 
@@ -138,6 +141,33 @@ async def test_a_tool_call_its_server_died_in_is_not_repeated_and_the_model_is_t
     told = asked[1]["messages"][-1]
     assert told["role"] == "tool" and told["content"].startswith("Error: interrupted:")
     assert "not repeated" in told["content"]
+
+
+@pytest.mark.sqlite_only  # what it tests is above the store
+@pytest.mark.timeout(120)
+async def test_an_mcp_servers_tool_call_its_server_died_in_is_not_repeated(servers, fake):
+    fake.reply(tool_calls(("tests__wait", '{"seconds": 30}')), answer("It did not wait."))
+    mcp = {"mcp_servers": {"tests": {"command": [sys.executable, MCP_SERVER]}}}
+    first = await servers("a", agentruns=mcp)
+    async with client(first) as api:
+        run = (await api.post("runs", json={"agent": "openai", "input": {"prompt": "wait"}})).json()
+        await until(api, run["run_id"], lambda r: [t["status"] for t in r["snapshot"]["tools"]]
+                    == ["running"], "calls the tool")  # fmt: skip
+    first.kill()
+
+    second = await servers("b", agentruns=mcp)
+    async with client(second) as api:
+        ended = await until(api, run["run_id"], lambda r: r["status"] in TERMINAL, "ends")
+        assert ended["status"] == "succeeded", ended["error"]
+        [call] = ended["snapshot"]["tools"]
+        assert call["name"] == "tests__wait"
+        assert call["status"] == "failed" and call["error"]["type"] == "interrupted"
+    asked = chat_requests(fake)
+    assert len(asked) == 2
+    # The resumed run listed the server's tools again and offered them.
+    assert "tests__wait" in [tool["function"]["name"] for tool in asked[1]["tools"]]
+    told = asked[1]["messages"][-1]
+    assert told["role"] == "tool" and told["content"].startswith("Error: interrupted:")
 
 
 @pytest.mark.timeout(120)

@@ -89,6 +89,10 @@ class Run(Protocol):
     ``.ok``, ``.text`` (what a model reads) and ``.images``; ``mcp_server()``: ``{"url",
     "headers"}`` of the server's MCP endpoint with a token good for this run only."""
 
+    mcp_servers: dict[str, dict[str, Any]]
+    """The configured MCP servers (``c.AgentRuns.mcp_servers``), by name: ``{"command": [...],
+    "env": {...}}`` (stdio) or ``{"url": "...", "headers": {...}}`` (Streamable HTTP)."""
+
     @property
     def cancelled(self) -> bool:
         """True once the run was asked to stop (its task is also cancelled)."""

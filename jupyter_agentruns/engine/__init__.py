@@ -203,6 +203,7 @@ class Engine(LoggingConfigurable):
             conversation=self.reads.conversation,
             max_resume_attempts=settings.max_resume_attempts,
             notebook_tools=self.notebook.for_run if self.notebook is not None else None,
+            mcp_servers=settings.mcp_servers,
         )
         self.compactor = Compactor(
             writer=self.writer,

@@ -26,7 +26,7 @@ from acp.schema import (
 )
 
 from . import mapping
-from .client import PERMISSION, UPDATE, Conversation
+from .client import PERMISSION, UPDATE, Conversation, mcp_servers
 from .errors import AgentError, CannotResume, InvalidInput, Refusal
 from .files import Files, Refused
 from .processes import Processes
@@ -149,8 +149,18 @@ class Turn:
         resumed = checkpoint.get("session_id")
         if conversation.process is None:
             await conversation.start(cwd)
+        servers, notebook = self.mcp_servers()
         if conversation.session_id is None:
-            await self.open(checkpoint if resumed else await run.conversation(), cwd, bool(resumed))
+            await self.open(
+                checkpoint if resumed else await run.conversation(), cwd, bool(resumed), servers
+            )
+        elif notebook and conversation.notebook_run != run.run_id:
+            # The session kept from an earlier run has that run's token for the notebook
+            # tools, good no more: opened again with this run's, where the agent can.
+            if conversation.can_load or conversation.can_resume:
+                assert conversation.cwd is not None  # set with its session
+                await conversation.load_session(conversation.session_id, conversation.cwd, servers)
+        conversation.notebook_run = run.run_id if notebook else None
         assert conversation.cwd is not None  # set with its session
         await run.save_checkpoint(
             {"session_id": conversation.session_id, "cwd": self.files.name(conversation.cwd)}
@@ -184,12 +194,25 @@ class Turn:
         )
         return self.outcome(response.stop_reason, self.translation.output_text())
 
-    async def open(self, earlier: Any, cwd: str, resumed: bool) -> None:
+    def mcp_servers(self) -> tuple[list[Any], bool]:
+        """The MCP servers this run's session gets, and whether the notebook tools are among them.
+
+        The configured ones (``run.mcp_servers``), and, where the run has notebook
+        tools, this server's own MCP endpoint with the run's token; those reached
+        over HTTP only for an agent whose ``mcpCapabilities`` say ``http``.
+        """
+        http = self.conversation.takes_http_mcp
+        tools = getattr(self.run, "notebook_tools", None)
+        endpoint = tools.mcp_server() if tools is not None and http else None
+        configured = getattr(self.run, "mcp_servers", None) or {}
+        return mcp_servers(configured, endpoint, http), endpoint is not None
+
+    async def open(self, earlier: Any, cwd: str, resumed: bool, servers: list[Any]) -> None:
         """The ACP session of this run: the earlier one of its conversation when the agent can load it."""
         conversation = self.conversation
         previous = earlier.get("session_id") if isinstance(earlier, dict) else None
         if not isinstance(previous, str) or not previous:
-            await conversation.new_session(cwd)
+            await conversation.new_session(cwd, servers)
             return
         if conversation.can_load or conversation.can_resume:
             where = cwd
@@ -201,7 +224,7 @@ class Turn:
             if not os.path.isdir(where):
                 where = cwd
             try:
-                await conversation.load_session(previous, where)
+                await conversation.load_session(previous, where, servers)
                 return
             except AgentError as exc:
                 why = f"it could not load the earlier one ({exc})"
@@ -212,7 +235,7 @@ class Turn:
                 f"The run was taken over after its server stopped, but the agent {self.name!r} "
                 f"cannot go on with its conversation: {why}"
             )
-        await conversation.new_session(cwd)
+        await conversation.new_session(cwd, servers)
         await self.run.custom(
             "acp_new_conversation", {"message": f"A new conversation with {self.name}: {why}."}
         )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import time
 from collections import deque
 from collections.abc import Hashable
@@ -27,9 +28,13 @@ from acp.schema import (
     AllowedOutcome,
     ClientCapabilities,
     DeniedOutcome,
+    EnvVariable,
     FileSystemCapabilities,
+    HttpHeader,
+    HttpMcpServer,
     Implementation,
     InitializeResponse,
+    McpServerStdio,
     ReadTextFileResponse,
     RequestPermissionResponse,
     WriteTextFileResponse,
@@ -51,6 +56,44 @@ CAPABILITIES = ClientCapabilities(
 )
 
 UPDATE, PERMISSION, WRITE = "update", "permission", "write"
+# The name under which an agent gets this server's own notebook tools (as in settings).
+NOTEBOOK_MCP_NAME = "jupyter-notebook"
+
+
+def mcp_servers(
+    configured: dict[str, dict[str, Any]], notebook: dict[str, Any] | None, http: bool
+) -> list[Any]:
+    """``mcpServers`` of ``session/new`` and ``session/load``: the configured MCP servers
+    (``c.AgentRuns.mcp_servers``) and ``notebook`` (``{"url", "headers"}`` of this server's
+    notebook tools with the run's token), those reached over HTTP only when ``http`` (the
+    agent's ``mcpCapabilities.http``)."""
+    servers: list[Any] = []
+    for name, entry in configured.items():
+        if "command" in entry:
+            command = entry["command"]
+            servers.append(
+                McpServerStdio(
+                    name=name,
+                    # ACP asks for the program's absolute path.
+                    command=shutil.which(command[0]) or command[0],
+                    args=list(command[1:]),
+                    env=[EnvVariable(name=k, value=v) for k, v in (entry.get("env") or {}).items()],
+                )
+            )
+        elif http:
+            servers.append(http_server(name, entry["url"], entry.get("headers") or {}))
+    if notebook is not None and http:
+        servers.append(http_server(NOTEBOOK_MCP_NAME, notebook["url"], notebook["headers"]))
+    return servers
+
+
+def http_server(name: str, url: str, headers: dict[str, str]) -> HttpMcpServer:
+    return HttpMcpServer(
+        type="http",
+        name=name,
+        url=url,
+        headers=[HttpHeader(name=k, value=v) for k, v in headers.items()],
+    )
 
 
 class Conversation:
@@ -72,6 +115,8 @@ class Conversation:
         self.cwd: str | None = None
         self.modes: Any = None
         self.options: list[Any] = []
+        # The run whose notebook tools' token the session was opened with (None: none).
+        self.notebook_run: str | None = None
         # The turn in progress: where updates and requests go (None: nowhere).
         self.turn: Any = None
         self.inbox: deque[tuple[str, Any, asyncio.Future | None]] = deque()
@@ -94,6 +139,13 @@ class Conversation:
         agent = self.info.agent_capabilities if self.info else None
         capabilities = agent.session_capabilities if agent else None
         return capabilities is not None and capabilities.resume is not None
+
+    @property
+    def takes_http_mcp(self) -> bool:
+        """The agent reaches MCP servers over HTTP (its ``mcpCapabilities.http``)."""
+        agent = self.info.agent_capabilities if self.info else None
+        capabilities = agent.mcp_capabilities if agent else None
+        return bool(capabilities and capabilities.http)
 
     @property
     def embeds_files(self) -> bool:
@@ -185,23 +237,25 @@ class Conversation:
 
     # Sessions ---------------------------------------------------------------
 
-    async def new_session(self, cwd: str) -> None:
+    async def new_session(self, cwd: str, mcp_servers: list[Any] | None = None) -> None:
         try:
-            response = await self.connection.new_session(cwd=cwd, mcp_servers=[])
+            response = await self.connection.new_session(cwd=cwd, mcp_servers=mcp_servers or [])
         except Exception as exc:
             raise await self.failure(exc, "session/new") from None
         self._opened(response, response.session_id, cwd)
 
-    async def load_session(self, session_id: str, cwd: str) -> None:
+    async def load_session(
+        self, session_id: str, cwd: str, mcp_servers: list[Any] | None = None
+    ) -> None:
         """Go on with an earlier session: ``session/load`` (its replayed history is dropped) or ``session/resume``."""
         try:
             if self.can_load:
                 response = await self.connection.load_session(
-                    cwd=cwd, session_id=session_id, mcp_servers=[]
+                    cwd=cwd, session_id=session_id, mcp_servers=mcp_servers or []
                 )
             else:
                 response = await self.connection.resume_session(
-                    cwd=cwd, session_id=session_id, mcp_servers=[]
+                    cwd=cwd, session_id=session_id, mcp_servers=mcp_servers or []
                 )
         except Exception as exc:
             raise await self.failure(

@@ -14,6 +14,7 @@ from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, validat
 from traitlets.config import Configurable
 
 from .. import error_object, import_object
+from ..mcp_servers import mcp_tools
 from ..tools import Tool, describe_tool
 from .conversation import conversation, input_schema
 from .errors import MaxToolIterationsExceeded, UpstreamError
@@ -134,9 +135,18 @@ class OpenAIAgent(Configurable):
         self.input_schema = input_schema(sorted(self.registered), notebook)
 
     async def __call__(self, run, input: dict[str, Any]) -> dict[str, Any]:
+        # The configured MCP servers' tools, listed once, their sessions open for the run.
+        async with mcp_tools(getattr(run, "mcp_servers", None) or {}) as servers_tools:
+            return await self._run(run, input, servers_tools)
+
+    async def _run(
+        self, run, input: dict[str, Any], servers_tools: dict[str, Tool]
+    ) -> dict[str, Any]:
         model = input.get("model") or self.model
         messages = conversation(input)
         tools = {name: self.registered[name] for name in input.get("tools", self.registered)}
+        for name, spec in servers_tools.items():
+            tools.setdefault(name, spec)  # a registered tool of that name wins
         request: dict[str, Any] = {
             "model": model,
             "stream": True,
