@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import time
 
+import nbformat
+
 from conftest import picture
 from servers import ServerProcess, wait_status
 from test_browser import (  # noqa: F401  (fixtures are found by name)
@@ -450,11 +452,16 @@ def settled(page, locator) -> None:
     )
 
 
-def submit_by_api(lab: ServerProcess, prompt: str, **input) -> str:
+def submit_by_api(lab: ServerProcess, prompt: str, where: dict | None = None, **input) -> str:
+    """A demo run; ``where``: its ``session`` and ``metadata`` (a notebook and cell)."""
     with lab.client() as client:
         answer = client.post(
             "runs",
-            json={"agent": "demo", "input": {"prompt": prompt, "delay": 0.02, **input}},
+            json={
+                "agent": "demo",
+                "input": {"prompt": prompt, "delay": 0.02, **input},
+                **(where or {}),
+            },
             headers={"Idempotency-Key": f"attention-{prompt}-{time.monotonic()}"},
         )
     assert answer.status_code == 201, answer.text
@@ -504,9 +511,22 @@ def test_a_question_elsewhere_toasts_with_answers_that_answer_and_the_counts_sho
     page.locator(STATUS_ITEM).click()
     page.locator(PANEL).wait_for(state="visible", timeout=30_000)
 
-    # A run that fails away from its notebook says so.
-    submit_by_api(lab, "break down", chunks=3, fail=True)
-    toast(page, "Run failed: break down").wait_for(timeout=30_000)
+    # A run that fails away from its notebook says so; Show opens the notebook at its cell.
+    write_notebook(lab.home / "toasted.ipynb", [f"x = {n}" for n in range(5)])
+    cell_id = nbformat.read(lab.home / "toasted.ipynb", as_version=4).cells[3].id
+    where = {"session": "toasted.ipynb", "metadata": {"cell_id": cell_id}}
+    submit_by_api(lab, "break down", where, chunks=3, fail=True)
+    failed = toast(page, "Run failed: break down")
+    failed.wait_for(timeout=30_000)
+    failed.get_by_role("button", name="Show").click()
+    page.wait_for_function(
+        """() => {
+            const cells = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell')];
+            const active = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell.jp-mod-active');
+            return !!active && cells.indexOf(active) === 3;
+        }""",
+        timeout=30_000,
+    )
     with lab.client() as client:
         client.post(f"runs/{long_run}/cancel")
 

@@ -14,7 +14,7 @@ import { RunWatch } from "./attention.js";
 import { Attention } from "./notify.js";
 import { RunsPanel, contentsPath } from "./panel.js";
 import { restoreOutputs, shownRunIds } from "./restore.js";
-import { OPEN_RUN, OPEN_TABLE, runPagesPlugin } from "./runpages.js";
+import { GO_TO_CELL, OPEN_RUN, OPEN_TABLE, runPagesPlugin } from "./runpages.js";
 
 /**
  * @typedef {import("@jupyterlab/application").JupyterFrontEnd} JupyterFrontEnd
@@ -203,7 +203,13 @@ const panelPlugin = {
       openNotebook: (run) => {
         const path = notebookPath(run);
         if (path === null) return false;
-        void app.commands.execute("docmanager:open", { path });
+        const cellId = run.metadata && typeof run.metadata.cell_id === "string" ? run.metadata.cell_id : null;
+        // At the run's cell where JupyterLab's run pages are (not in Notebook 7).
+        if (cellId !== null && app.commands.hasCommand(GO_TO_CELL)) {
+          void app.commands.execute(GO_TO_CELL, { path, cell_id: cellId });
+        } else {
+          void app.commands.execute("docmanager:open", { path });
+        }
         return true;
       },
       // The person sees the run's notebook: the page is visible and the notebook is the current one.

@@ -18,6 +18,7 @@ import { runTitle } from "./words.js";
 
 export const OPEN_RUN = "agentruns:open-run";
 export const OPEN_TABLE = "agentruns:open-runs-table";
+export const GO_TO_CELL = "agentruns:go-to-cell";
 
 /** A run's page as a main-area tab. */
 class RunPageWidget extends Widget {
@@ -131,6 +132,18 @@ export const runPagesPlugin = {
 
     /** @param {string} runId */
     const openRun = (runId) => void app.commands.execute(OPEN_RUN, { run_id: runId });
+
+    app.commands.addCommand(GO_TO_CELL, {
+      label: "Go to the Cell of an Agent Run",
+      caption: "Open a notebook at a cell: the one that started a run",
+      async execute(args) {
+        const path = typeof args.path === "string" ? args.path : "";
+        if (!path) return;
+        const cellId = typeof args.cell_id === "string" && args.cell_id ? args.cell_id : null;
+        // A cell deleted since leaves the notebook open at its top.
+        await openCell(app, path, cellId).catch(() => undefined);
+      },
+    });
 
     app.commands.addCommand(OPEN_RUN, {
       label: "Open Agent Run",
