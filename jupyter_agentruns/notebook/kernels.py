@@ -165,16 +165,20 @@ class Kernels:
                 if ours and kind == "status" and restarted:
                     # (Before ours began, that is a new kernel's first word.)
                     raise KernelUnavailable("the kernel restarted while the code ran")
+                if kind == "shutdown_reply":
+                    # Asked to stop (a restart or a shutdown): what runs is lost,
+                    # whether or not the kernel says so before it goes.
+                    how = "restarted" if content.get("restart") else "was shut down"
+                    raise KernelUnavailable(f"the kernel {how} while the code ran")
                 if msg["parent_header"].get("msg_id") != msg_id:
                     continue
                 if kind == "status":
                     if content["execution_state"] == "busy":
                         ours = True
                     elif content["execution_state"] == "idle":
-                        if output.error is not None and (
-                            getattr(manager, "shutting_down", False) or _process(manager) != process
-                        ):
-                            # Stopped by a restart or shutdown (it interrupts what runs).
+                        if getattr(manager, "shutting_down", False) or _process(manager) != process:
+                            # Stopped by a restart or shutdown (it interrupts what
+                            # runs, with or without an error to show for it).
                             raise KernelUnavailable("the kernel restarted while the code ran")
                         return output
                 elif kind == "stream":
