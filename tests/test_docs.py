@@ -207,6 +207,21 @@ async def test_the_tutorials_question_is_asked_and_answered_from_the_kernel(note
     assert question["choice"] == "approve" and question["note"] == "go ahead"
 
 
+async def test_the_refresh_tutorials_slow_run_starts_as_described(notebook):
+    code = python_block_after(page("tutorials/refresh-restart-reopen.md"), "## Refresh the page")
+    assert '"chunks": 400, "delay": 0.3' in code  # two minutes: long enough to refresh during it
+    printed = await notebook(
+        code,
+        "print(run.refresh()['status'], run.run['input'])",
+        "run.cancel(); print(run.wait(timeout=30).status)",
+    )
+    assert printed[0] in (
+        "queued {'prompt': 'weather in Shanghai', 'chunks': 400, 'delay': 0.3}",
+        "running {'prompt': 'weather in Shanghai', 'chunks': 400, 'delay': 0.3}",
+    )
+    assert printed[1] == "cancelled"
+
+
 def test_the_tools_tutorials_function_is_a_tool_as_described(tmp_path):
     code = python_block_after(page("tutorials/tools.md"), "# my_tools.py")
     namespace: dict = {}

@@ -2,6 +2,7 @@
 // times, costs, questions, tool steps and the diffs of changed files put in words.
 
 import { hunkHeader, unifiedDiff } from "./diff.js";
+import { highlightPython } from "./highlight.js";
 import { compactJson, isPlainObject } from "./json.js";
 import { answerWords, permissionOptions } from "./words.js";
 
@@ -59,13 +60,15 @@ export function element(tag, className, text) {
 }
 
 /**
- * Code, preformatted as code (the notebook tools' run_code).
+ * Code, preformatted and highlighted as Python (the notebook tools' run_code).
  * @param {string} code
  * @returns {HTMLElement}
  */
 export function codeBlock(code) {
   const pre = element("pre", "agentruns-code");
-  pre.appendChild(element("code", "language-python", code));
+  const block = element("code", "language-python");
+  highlightPython(block, code);
+  pre.appendChild(block);
   return pre;
 }
 
