@@ -71,7 +71,9 @@ def test_a_run_started_in_a_notebook_is_in_the_panel_live_and_its_name_opens_the
         lab.home / "panel_live.ipynb",
         [
             "from jupyter_agentruns import submit\n"
-            'run = submit("demo", {"prompt": "watch the panel", "chunks": 40, "delay": 0.1})'
+            # Twelve seconds: still running when the panel's next look at the list
+            # (every 5 s) finds it, on a loaded machine too.
+            'run = submit("demo", {"prompt": "watch the panel", "chunks": 120, "delay": 0.1})'
         ],
     )
     streams = []
