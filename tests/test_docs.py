@@ -6,6 +6,7 @@ without Sphinx (``bash scripts/docs`` builds the site).
 """
 
 import asyncio
+import json
 import re
 import sys
 from pathlib import Path
@@ -220,6 +221,42 @@ async def test_the_refresh_tutorials_slow_run_starts_as_described(notebook):
         "running {'prompt': 'weather in Shanghai', 'chunks': 400, 'delay': 0.3}",
     )
     assert printed[1] == "cancelled"
+
+
+async def test_the_rest_walkthrough_runs_with_curl(api, api_url, token):
+    """docs/how-to/rest.md's commands, run by bash and curl against this test's server."""
+    setup, *steps = re.findall(r"```bash\n(.*?)```", page("how-to/rest.md"), re.S)
+    assert "API=http://127.0.0.1:8888/api/agentruns\n" in setup
+    assert 'AUTH="Authorization: token $TOKEN"' in setup
+    script = "\n".join(
+        [
+            # The first block's variables, for this test's server.
+            f"API={api_url.removesuffix('/')}",
+            f'AUTH="Authorization: token {token}"',
+            # A stream goes on until Ctrl-C: here until three seconds have passed.
+            'curl() { command curl --max-time 3 "$@"; }',
+            *(f"{step}\necho '~~~'" for step in steps),
+        ]
+    )
+    shell = await asyncio.create_subprocess_exec(
+        "bash", "-c", script, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    stdout, stderr = await asyncio.wait_for(shell.communicate(), 60)
+    assert shell.returncode == 0, stderr.decode()
+    submitted, stream, resumed, read, cancelled, _ = stdout.decode().split("~~~\n")
+    body, status = submitted.strip().rsplit("\n", 1)
+    assert status == "201" and json.loads(body)["status"] == "queued"
+    run_id = json.loads(body)["run_id"]
+    assert stream.startswith("retry: 1000\n\nid: 1\nevent: run.started\ndata: {")
+    assert f'"run_id":"{run_id}","seq":1,"type":"run.started"' in stream
+    assert resumed.startswith("retry: 1000\n\nid: 8\n"), resumed[:200]
+    assert json.loads(read)["run_id"] == run_id and json.loads(read)["status"] == "running"
+    answer, status, after = cancelled.strip().split("\n")
+    assert status == "202" and json.loads(answer)["status"] in ("cancelling", "cancelled")
+    assert json.loads(answer)["cancel"]["reason"] == "enough"
+    assert json.loads(after)["status"] in ("cancelling", "cancelled")
+    run = await wait_run(api, run_id)
+    assert run["status"] == "cancelled" and run["cancel"]["reason"] == "enough"
 
 
 def test_the_tools_tutorials_function_is_a_tool_as_described(tmp_path):

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -323,6 +325,38 @@ def test_the_openai_agent_works_on_the_notebook_with_the_tools(lab, model):
     ]
     stdout, _, _ = kernel.run_cell("print(total)", "cell-total")
     assert stdout.strip() == "4.0"
+
+
+def test_the_tutorials_notebook_lines_let_the_agent_work_on_the_data(lab, model):
+    """docs/tutorials/notebook-tools.md, its cell run as written in the notebook's kernel."""
+    server, http, kernel = lab
+    tutorial = (Path(__file__).parent.parent / "docs/tutorials/notebook-tools.md").read_text()
+    cell = re.search(r"```python\n(import pandas as pd\n.*?)```", tutorial, re.S).group(1)
+    assert 'sales = pd.read_csv("sales.csv")' in cell and "submit(" in cell
+    (server.home / "work" / "sales.csv").write_text("city,units\nParis,3\nLyon,9\nNice,4\n")
+    model.reply(
+        tool_calls(("list_variables", "{}")),
+        tool_calls(("describe", json.dumps({"name": "sales"}))),
+        tool_calls(
+            ("run_code", json.dumps({"code": "sales.groupby('city').units.sum().idxmax()"}))
+        ),
+        answer("Lyon sold the most: 9 units."),
+    )
+    _, displays, error = kernel.run_cell(cell, "cell-tutorial")
+    assert error is None, error
+    assert any("application/vnd.jupyter.widget-view+json" in d for d in displays), displays
+    [run] = http.get("runs", params={"limit": 1}).json()["runs"]
+    assert run["agent"] == "openai" and run["metadata"]["kernel_id"] == kernel.kernel_id
+    question = approve_next(http, run["run_id"])
+    assert question["kind"] == "approval"
+    assert question["details"]["code"] == "sales.groupby('city').units.sum().idxmax()"
+    run = wait_status(http, run["run_id"], ["succeeded", "failed"])
+    assert run["status"] == "succeeded", run["error"]
+    tool_messages = [m for m in model.requests[-1]["body"]["messages"] if m["role"] == "tool"]
+    assert '"name": "sales"' in tool_messages[0]["content"]  # list_variables saw the DataFrame
+    assert "Lyon" in tool_messages[1]["content"]  # describe: its first rows
+    assert "result:\n'Lyon'" in tool_messages[2]["content"], tool_messages[2]["content"]
+    assert run["output"]["text"] == "Lyon sold the most: 9 units."
 
 
 def test_the_openai_agents_tool_choice_may_name_a_notebook_tool(lab, model):
