@@ -57,6 +57,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+class PortTaken(RuntimeError):
+    """Another process listened on the port chosen for a server before it did."""
+
+
+def answered_by_agentruns(response: httpx.Response) -> bool:
+    """Whether ``response`` to ``GET api/agentruns/agents`` is this extension's."""
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and ("agents" in body or "error" in body and "message" in body)
+
+
 class ServerProcess:
     """``jupyter server`` with the extension, its own config and runtime dirs, a given database."""
 
@@ -112,6 +125,8 @@ class ServerProcess:
             self.env["JUPYTERLAB_SETTINGS_DIR"] = str(settings)
             self.env["JUPYTERLAB_WORKSPACES_DIR"] = str(home / "lab-workspaces")
         self.process: subprocess.Popen | None = None
+        self.started = False
+        self.chosen_port = self.port  # another may be set: a restart at a known address
         self.log_path = home / f"server-{self.port}.log"
 
     @property
@@ -128,7 +143,26 @@ class ServerProcess:
         )
 
     def start(self, timeout: float = 60, ready_status: int = 200) -> ServerProcess:
+        """Start the server and wait until it answers ``GET agents`` with ``ready_status``.
+
+        Its port was free when it was chosen, but another test's process may
+        take it before the server listens (a kernel, a fake model server: they
+        bind port 0 too). A first start then picks another port and tries
+        again, and an answer is taken only from this server, never from
+        whatever else listens there.
+        """
+        for _ in range(3):
+            try:
+                return self._start(timeout, ready_status)
+            except PortTaken:
+                if self.started or self.port != self.chosen_port:
+                    raise  # its address is known: a test may hold it
+                self.port = self.chosen_port = free_port()
+        raise PortTaken(f"three ports in a row were taken: {self.log_tail()}")
+
+    def _start(self, timeout: float, ready_status: int) -> ServerProcess:
         log = open(self.log_path, "ab")
+        log_start = log.tell()
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -155,11 +189,17 @@ class ServerProcess:
         with self.client() as client:
             while True:
                 if self.process.poll() is not None:
+                    with open(self.log_path, "rb") as written:
+                        written.seek(log_start)
+                        if b"already in use" in written.read():
+                            raise PortTaken(f"port {self.port} was taken")
                     raise RuntimeError(
                         f"server exited with {self.process.returncode}: {self.log_tail()}"
                     )
                 try:
-                    if client.get("agents", timeout=2).status_code == ready_status:
+                    response = client.get("agents", timeout=2)
+                    if response.status_code == ready_status and answered_by_agentruns(response):
+                        self.started = True
                         return self
                 except httpx.TransportError:
                     pass

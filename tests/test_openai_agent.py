@@ -13,6 +13,7 @@ from datetime import date
 from pathlib import Path
 from typing import Annotated
 
+import jsonschema
 import pytest
 import rawdb
 from traitlets import TraitError
@@ -1120,6 +1121,59 @@ async def test_a_configured_mcp_servers_tools_are_offered_prefixed_and_each_call
     assert tools_for_tests.calls == []  # the registered add was not called
 
 
+@pytest.mark.sqlite_only  # what it tests is above the store
+@pytest.mark.parametrize("agentruns_config", [WITH_MCP_SERVER])
+async def test_an_input_chooses_and_forces_mcp_servers_tools_by_their_offered_names(api, fake):
+    fake.reply(tool_calls(("tests__shout", '{"text": "hi"}')), answer("Done."))
+    input = {
+        "prompt": "go",
+        "tools": ["tests__shout", "get_weather"],
+        "tool_choice": "tests__shout",
+    }
+    run = await wait_run(api, (await submit(api, agent="openai", input=input)).json()["run_id"])
+    assert run["status"] == "succeeded", run["error"]
+    offered = [tool["function"]["name"] for tool in fake.requests[0]["body"]["tools"]]
+    assert offered == ["tests__shout", "get_weather"]  # only these, in the input's order
+    forced = fake.requests[0]["body"]["tool_choice"]
+    assert forced == {"type": "function", "function": {"name": "tests__shout"}}
+    assert run["snapshot"]["tools"][0]["result"] == "HI!"
+
+    # A configured server's name with a tool it does not list: the run, which lists
+    # them, fails before any model call, naming the tools there are.
+    asked = len(fake.requests)
+    input = {"prompt": "go", "tools": ["tests__whisper"]}
+    run = await wait_run(api, (await submit(api, agent="openai", input=input)).json()["run_id"])
+    assert run["status"] == "failed" and run["error"]["type"] == "invalid_input"
+    assert "'tests__whisper'" in run["error"]["message"]
+    assert "tests__shout" in run["error"]["message"]
+    assert len(fake.requests) == asked
+
+    # Another server's name is refused at submit, where no run is made.
+    before = (await api.get("runs")).json()["runs"]
+    for bad in ({"tools": ["other__shout"]}, {"tool_choice": "other__shout"}):
+        refused = await submit(api, agent="openai", input={"prompt": "go", **bad})
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"] == "invalid_input"
+    assert (await api.get("runs")).json()["runs"] == before
+
+
+def test_without_mcp_servers_the_input_names_no_server_tool():
+    from jupyter_agentruns.agents.openai.conversation import input_schema
+
+    def valid(schema, input):
+        return jsonschema.Draft202012Validator(schema).is_valid({"prompt": "p", **input})
+
+    without = input_schema(["add"], ["run_code"])
+    assert valid(without, {"tools": ["add"], "tool_choice": "run_code"})
+    assert not valid(without, {"tools": ["tests__shout"]})
+    assert not valid(without, {"tool_choice": "tests__shout"})
+    with_servers = input_schema(["add"], [], ["tests", "my_files-2"])
+    assert valid(with_servers, {"tools": ["add", "my_files-2__read"], "tool_choice": "tests__x"})
+    assert not valid(with_servers, {"tools": ["tests__"]})
+    assert not valid(with_servers, {"tool_choice": "run_code"})  # no notebook tools here
+    assert not valid(with_servers, {"tools": ["tests__" + "x" * 60]})  # over 64 characters
+
+
 async def test_an_mcp_tool_is_redone_on_resume_only_where_its_server_says_it_is_harmless():
     from jupyter_agentruns.agents.mcp_servers import mcp_tools
 
@@ -1191,25 +1245,32 @@ def test_an_mcp_server_name_that_cannot_start_a_tool_name_is_refused(name):
 
 
 @pytest.fixture
-def http_mcp_server():
-    """The test MCP server over Streamable HTTP, in a process of its own: its URL."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    process = subprocess.Popen(
-        [sys.executable, MCP_SERVER, str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+def http_mcp_server(tmp_path):
+    """The test MCP server over Streamable HTTP, in a process of its own: its URL.
+
+    It is taken to listen once it says so (uvicorn's "running on"): a test's
+    process that took the port meanwhile would answer a mere connection, and
+    then the server, which could not bind, starts again on another port.
+    """
+    for attempt in range(3):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        log = tmp_path / f"mcp-server-{attempt}.log"
+        with open(log, "wb") as output:
+            process = subprocess.Popen(
+                [sys.executable, MCP_SERVER, str(port)], stdout=output, stderr=subprocess.STDOUT
+            )
         deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert process.poll() is None and time.monotonic() < deadline, "it did not start"
-                time.sleep(0.02)
+        while process.poll() is None and b"Uvicorn running on" not in log.read_bytes():
+            assert time.monotonic() < deadline, "it did not start"
+            time.sleep(0.02)
+        if process.poll() is None:
+            break
+        assert b"address already in use" in log.read_bytes(), log.read_text()
+    else:
+        pytest.fail("three ports in a row were taken")
+    try:
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         process.kill()

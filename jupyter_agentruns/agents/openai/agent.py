@@ -20,7 +20,14 @@ from .conversation import conversation, input_schema
 from .errors import MaxToolIterationsExceeded, UpstreamError
 from .journal import Journal, brief
 from .stream import Turn, stream_turn
-from .tool_calls import NOTEBOOK_TOOLS, call_tool, definition, notebook_definitions, tool_choice
+from .tool_calls import (
+    NOTEBOOK_TOOLS,
+    call_tool,
+    definition,
+    notebook_definitions,
+    offered_tools,
+    tool_choice,
+)
 from .upstream import NO_KEY, retry_delay, retryable, server_name, upstream_error
 from .usage import Usage
 
@@ -132,7 +139,10 @@ class OpenAIAgent(Configurable):
             f"Chat with {self.model} at {where} (an OpenAI-compatible server){offered}."
         )
         notebook = sorted(set(NOTEBOOK_TOOLS) - set(self.registered)) if self.notebook_tools else []
-        self.input_schema = input_schema(sorted(self.registered), notebook)
+        # The server's configured MCP servers (c.AgentRuns.mcp_servers): an input may
+        # name their tools, which each run lists when it starts.
+        servers = sorted(getattr(self.parent, "mcp_servers", None) or {})
+        self.input_schema = input_schema(sorted(self.registered), notebook, servers)
 
     async def __call__(self, run, input: dict[str, Any]) -> dict[str, Any]:
         # The configured MCP servers' tools, listed once, their sessions open for the run.
@@ -144,9 +154,7 @@ class OpenAIAgent(Configurable):
     ) -> dict[str, Any]:
         model = input.get("model") or self.model
         messages = conversation(input)
-        tools = {name: self.registered[name] for name in input.get("tools", self.registered)}
-        for name, spec in servers_tools.items():
-            tools.setdefault(name, spec)  # a registered tool of that name wins
+        tools = offered_tools(self.registered, servers_tools, input.get("tools"))
         request: dict[str, Any] = {
             "model": model,
             "stream": True,

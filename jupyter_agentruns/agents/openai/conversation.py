@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
+
+from ..mcp_servers import SEPARATOR
 
 
 def conversation(input: dict[str, Any]) -> list[dict[str, Any]]:
@@ -27,9 +30,30 @@ def sendable(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def input_schema(
-    tool_names: Sequence[str], notebook_tool_names: Sequence[str] = ()
+    tool_names: Sequence[str],
+    notebook_tool_names: Sequence[str] = (),
+    mcp_servers: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """``notebook_tool_names``: the notebook tools, which ``tool_choice`` may name too."""
+    """``notebook_tool_names``: the notebook tools, which ``tool_choice`` may name too.
+
+    ``mcp_servers``: the configured MCP servers' names. Their tools
+    (``<server>__<tool>``) are known only once a run has listed them: the
+    schema takes any name of a configured server, the run checks the rest.
+    """
+    choices: dict[str, Any] = {
+        "enum": ["auto", "none", "required", *tool_names, *notebook_tool_names]
+    }
+    names: dict[str, Any] = {"enum": list(tool_names)}
+    if mcp_servers:
+        servers = "|".join(re.escape(server) for server in mcp_servers)
+        mcp_tool = {
+            "type": "string",
+            "pattern": f"^(?:{servers}){SEPARATOR}[A-Za-z0-9_-]+$",
+            "maxLength": 64,
+            "description": "A configured MCP server's tool, as offered: <server>__<tool>.",
+        }
+        choices = {"anyOf": [choices, mcp_tool]}
+        names = {"anyOf": [names, mcp_tool]}
     return {
         "type": "object",
         "properties": {
@@ -62,15 +86,16 @@ def input_schema(
                 "description": "At most this many tokens in each answer of the model.",
             },
             "tool_choice": {
-                "enum": ["auto", "none", "required", *tool_names, *notebook_tool_names],
+                **choices,
                 "description": "For the first model call: let the model choose (auto), "
                 "no tool, some tool, or the tool named.",
             },
             "tools": {
                 "type": "array",
                 "uniqueItems": True,
-                "items": {"enum": tool_names},
-                "description": "The registered tools this run offers the model (default: all of them).",
+                "items": names,
+                "description": "The registered tools and MCP servers' tools this run offers "
+                "the model (default: all of them).",
             },
         },
         # Exactly one of prompt and messages.

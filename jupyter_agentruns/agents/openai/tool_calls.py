@@ -18,6 +18,28 @@ def definition(spec: Tool) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
+def offered_tools(
+    registered: dict[str, Tool], servers_tools: dict[str, Tool], wanted: list[str] | None
+) -> dict[str, Tool]:
+    """The tools a run offers: ``wanted`` (the input's ``tools``), else all of them.
+
+    A registered tool wins over an MCP server's of the same name. The input
+    schema checked the registered names; an MCP server's tool is known only
+    now that the servers are listed, so a name none of them offers is refused
+    here, with the names they do offer.
+    """
+    if wanted is None:
+        return {**registered, **{n: t for n, t in servers_tools.items() if n not in registered}}
+    missing = [name for name in wanted if name not in registered and name not in servers_tools]
+    if missing:
+        listed = ", ".join(servers_tools) or "none"
+        raise InvalidInput(
+            f"tools names {missing[0]!r}, which no configured MCP server offers "
+            f"(their tools: {listed})"
+        )
+    return {name: registered.get(name) or servers_tools[name] for name in wanted}
+
+
 def tool_choice(choice: str | None, tools: Collection[str]) -> str | dict[str, Any] | None:
     """The input's ``tool_choice`` as the API takes it: a mode, or one of ``tools`` named."""
     if choice is None or choice == "auto":
