@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -87,6 +89,9 @@ class ServerProcess:
         self.token = "test-token-" + os.urandom(6).hex()
         self.app = app
         home.mkdir(parents=True, exist_ok=True)
+        # A short path: a kernel's sockets are named after its connection file
+        # there, and a Unix socket's path has at most 107 bytes.
+        self.runtime_dir = Path(tempfile.mkdtemp(prefix="agentruns-"))
         config_dir = home / "config"
         config_dir.mkdir(exist_ok=True)
         others = {} if app == "jupyterlab" else OTHER_EXTENSIONS_OFF
@@ -98,6 +103,11 @@ class ServerProcess:
                 **config.get("ServerApp", {}),
             },
             "AgentRuns": {"db_path": str(db_path), **(agentruns or {})},
+            # Kernels on Unix sockets, not TCP ports: a kernel's five ports are
+            # free when chosen but bound only once it has started, and another
+            # test's kernel can take one meanwhile (the server then reads that
+            # kernel's messages: "Invalid Signature", a notebook never idle).
+            "KernelManager": {"transport": "ipc", **config.get("KernelManager", {})},
         }
         (config_dir / "jupyter_server_config.json").write_text(json.dumps(config))
         self.env = {
@@ -105,7 +115,7 @@ class ServerProcess:
             "HOME": str(home),
             "JUPYTER_CONFIG_DIR": str(config_dir),
             "JUPYTER_DATA_DIR": str(home / "data"),
-            "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+            "JUPYTER_RUNTIME_DIR": str(self.runtime_dir),
             "IPYTHONDIR": str(home / "ipython"),
             "PYTHONPATH": os.pathsep.join(
                 [
@@ -219,6 +229,7 @@ class ServerProcess:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             self.process.wait(10)
+        shutil.rmtree(self.runtime_dir, ignore_errors=True)  # made again at a start
 
     def terminate(self, timeout: float = 30, sig: int = signal.SIGTERM) -> int:
         """SIGTERM (or ``sig``), then wait for the server to shut down cleanly."""

@@ -35,7 +35,7 @@ class Kernel:
         self.connect()
 
     def connect(self):
-        connection = self.server.home / "runtime" / f"kernel-{self.kernel_id}.json"
+        connection = self.server.runtime_dir / f"kernel-{self.kernel_id}.json"
         deadline = time.monotonic() + 60
         while not connection.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
