@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -38,6 +37,7 @@ from fake_openai import (
     llama_cpp_validation_error,
     tool_calls,
 )
+from servers import free_port
 from tools_for_tests import TEST_TOOLS
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -1253,9 +1253,7 @@ def http_mcp_server(tmp_path):
     then the server, which could not bind, starts again on another port.
     """
     for attempt in range(3):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        port = free_port()
         log = tmp_path / f"mcp-server-{attempt}.log"
         with open(log, "wb") as output:
             process = subprocess.Popen(
