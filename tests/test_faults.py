@@ -141,9 +141,13 @@ def server_factory(tmp_path):
 
 
 def received_before_kill(server, run_id, seconds):
-    """Raw event data lines a client received from a live run within ``seconds``."""
+    """Raw event data lines a client received from a live run, ``seconds`` from its first.
+
+    Counted from the first event, not from the request: on a loaded machine
+    the run may take longer than ``seconds`` to start.
+    """
     lines = []
-    deadline = time.monotonic() + seconds
+    deadline = None
     try:
         with (
             server.client() as client,
@@ -151,13 +155,14 @@ def received_before_kill(server, run_id, seconds):
                 "GET",
                 f"runs/{run_id}/events",
                 headers={"Accept": "text/event-stream"},
-                timeout=seconds + 5,
+                timeout=30,
             ) as response,
         ):
             for line in response.iter_lines():
                 if line.startswith("data: "):
                     lines.append(line[6:])
-                if time.monotonic() > deadline:
+                    deadline = deadline or time.monotonic() + seconds
+                if deadline is not None and time.monotonic() > deadline:
                     break
     except httpx.HTTPError:
         pass
