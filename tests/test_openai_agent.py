@@ -68,6 +68,11 @@ def examples_importable(monkeypatch):
 
 @pytest.fixture
 def agentruns_config(examples_importable, request):
+    if getattr(request, "param", None) == "filesystem":  # parametrized indirectly
+        return {
+            "agents": {"openai": "jupyter_agentruns.agents.openai:OpenAIAgent"},
+            "mcp_servers": {"files": {"command": request.getfixturevalue("files_mcp_server")}},
+        }
     if getattr(request, "param", None) == "mcp over http":  # parametrized indirectly
         return {
             "agents": {"openai": "jupyter_agentruns.agents.openai:OpenAIAgent"},
@@ -1327,3 +1332,117 @@ async def test_cancelling_a_run_in_an_mcp_tool_call_ends_it_and_its_server_at_on
             break
         await asyncio.sleep(0.01)
     assert not mcp_test_servers()  # the server started for the run is gone
+
+
+# A real MCP server of the ecosystem: npm's @modelcontextprotocol/server-filesystem, which
+# scripts/test installs into a cache outside the clone and names in
+# AGENTRUNS_TEST_MCP_FILESYSTEM; without it these tests skip (in CI they fail).
+
+SALES = "city,units\nParis,3\nLyon,9\n"
+
+
+def filesystem_server() -> str:
+    path = os.environ.get("AGENTRUNS_TEST_MCP_FILESYSTEM", "")
+    if not path or not os.access(path, os.X_OK):
+        reason = (
+            "needs @modelcontextprotocol/server-filesystem: AGENTRUNS_TEST_MCP_FILESYSTEM"
+            " names it (scripts/test installs it)"
+        )
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the tests with a real MCP server: {reason}")
+        pytest.skip(reason)
+    return path
+
+
+@pytest.fixture
+def files_data(tmp_path):
+    """The one folder the filesystem server may touch, with a CSV file in it."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "sales.csv").write_text(SALES)
+    return data.resolve()
+
+
+@pytest.fixture
+def files_mcp_server(files_data):
+    """The command that starts the filesystem server on ``files_data``."""
+    return [filesystem_server(), str(files_data)]
+
+
+def path_arguments(path, **more) -> str:
+    return json.dumps({"path": str(path), **more})
+
+
+@pytest.mark.sqlite_only  # what it tests is above the store
+@pytest.mark.parametrize("agentruns_config", ["filesystem"], indirect=True)
+@pytest.mark.parametrize("openai_config", [{"approve_tools": ["files__write_file"]}])
+async def test_a_real_filesystem_mcp_server_reads_and_writes_for_the_agent_once_approved(
+    api, fake, files_data
+):
+    best, other = files_data / "best.txt", files_data / "other.txt"
+    fake.reply(
+        tool_calls(("files__list_directory", path_arguments(files_data))),
+        tool_calls(
+            ("files__read_text_file", path_arguments(files_data / "sales.csv")),
+            ("files__read_text_file", path_arguments("/etc/hostname")),
+        ),
+        tool_calls(("files__write_file", path_arguments(best, content="Lyon"))),
+        tool_calls(("files__write_file", path_arguments(other, content="Paris"))),
+        answer("Lyon sold the most."),
+    )
+    run_id = (await submit(api, agent="openai", input={"prompt": "Who sold most?"})).json()[
+        "run_id"
+    ]
+    question = await wait_question(api, run_id, 1)
+    assert question["details"] == {
+        "tool": "files__write_file",
+        "arguments": {"path": str(best), "content": "Lyon"},
+    }
+    assert not best.exists()  # nothing is written before the person says so
+    await api.post(f"runs/{run_id}/inputs/{question['request_id']}", json={"choice": "approve"})
+    question = await wait_question(api, run_id, 2)
+    await api.post(f"runs/{run_id}/inputs/{question['request_id']}", json={"choice": "deny"})
+    run = await wait_run(api, run_id)
+    assert run["status"] == "succeeded", run["error"]
+
+    # The server's own tools, as it describes them, offered under its configured name.
+    offered = {
+        tool["function"]["name"]: tool["function"] for tool in fake.requests[0]["body"]["tools"]
+    }
+    assert {"files__read_text_file", "files__write_file", "files__list_directory"} <= set(offered)
+    assert "file" in offered["files__read_text_file"]["description"].lower()
+    assert "path" in offered["files__read_text_file"]["parameters"]["required"]
+    steps = run["snapshot"]["tools"]
+    assert [(step["name"], step["status"]) for step in steps] == [
+        ("files__list_directory", "completed"),
+        ("files__read_text_file", "completed"),
+        ("files__read_text_file", "failed"),
+        ("files__write_file", "completed"),
+        ("files__write_file", "failed"),
+    ]
+    assert "[FILE] sales.csv" in steps[0]["result"]
+    assert steps[1]["result"] == SALES
+    # Outside its folder the server refuses, and the run says so as the tool's error.
+    assert steps[2]["error"]["type"] == "mcp_tool_error"
+    assert "access denied" in steps[2]["error"]["message"].lower()
+    assert steps[4]["error"]["type"] == "denied"
+    assert best.read_text() == "Lyon" and not other.exists()
+    replies = [m["content"] for m in fake.requests[2]["body"]["messages"] if m["role"] == "tool"]
+    assert replies[1] == SALES and "access denied" in replies[2].lower()
+
+
+async def test_a_real_mcp_servers_calls_are_redone_on_resume_as_its_annotations_say(files_data):
+    from jupyter_agentruns.agents.mcp_servers import mcp_tools
+
+    servers = {"files": {"command": [filesystem_server(), str(files_data)]}}
+    async with mcp_tools(servers) as tools:
+        idempotent = {name: spec.idempotent for name, spec in tools.items()}
+        # read-only tools, and a write of a whole file (idempotent, it says), may be redone;
+        # an edit or a move may not.
+        assert idempotent["files__read_text_file"] is True
+        assert idempotent["files__list_directory"] is True
+        assert idempotent["files__write_file"] is True
+        assert idempotent["files__edit_file"] is False
+        assert idempotent["files__move_file"] is False
+        read = await tools["files__read_text_file"].call({"path": str(files_data / "sales.csv")})
+        assert read == SALES

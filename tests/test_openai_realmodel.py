@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -140,14 +141,16 @@ def llama(tmp_path_factory):
         yield server
 
 
+# The agent's settings for the tutorial's server, but its address; no key is set.
+OPENAI_SETTINGS = {"model": MODEL, "api_key_env": "AGENTRUNS_TEST_NO_KEY", "request_timeout": 60}
+
+
 @pytest.fixture
 def jp_server_config(jp_server_config, llama, monkeypatch):
     monkeypatch.delenv("AGENTRUNS_TEST_NO_KEY", raising=False)
     settings = {
+        **OPENAI_SETTINGS,
         "base_url": llama.url,
-        "model": MODEL,
-        "api_key_env": "AGENTRUNS_TEST_NO_KEY",
-        "request_timeout": 60,
         "tools": {"get_weather": "tools_for_tests:get_weather"},
     }
     return {**jp_server_config, "OpenAIAgent": settings}
@@ -284,3 +287,51 @@ async def test_a_message_the_server_cannot_validate_fails_at_once_saying_what_is
         in run["error"]["message"]
     )
     assert of_type(events, "x.upstream_retry") == []
+
+
+def test_the_model_is_offered_the_notebook_tools_and_lists_the_kernels_variables(llama, tmp_path):
+    """SmolLM2 with the notebook tools, in a server of its own with a real notebook kernel."""
+    from servers import ServerProcess, wait_status
+    from test_notebook_api import Kernel
+
+    settings = {**OPENAI_SETTINGS, "base_url": llama.url, "notebook_tools": True}
+    server = ServerProcess(
+        tmp_path / "home", tmp_path / "agentruns.sqlite3", config={"OpenAIAgent": settings}
+    ).start()
+    (server.home / "work").mkdir()
+    http = server.client()
+    kernel = None
+    try:
+        kernel = Kernel(server, http, "work/prices.ipynb")
+        _, _, error = kernel.run_cell(
+            "import pandas as pd\nprices = pd.DataFrame({'p': [1.5, 2.5]})", "cell-prices"
+        )
+        assert error is None, error
+        input = {
+            "prompt": "Which variables does my notebook hold?",
+            "tool_choice": "list_variables",
+            "temperature": 0,
+            "max_tokens": 40,
+        }
+        response = http.post(
+            "runs",
+            json={"agent": "openai", "input": input, "metadata": {"kernel_id": kernel.kernel_id}},
+        )
+        assert response.status_code == 201, response.text
+        run = wait_status(http, response.json()["run_id"], ["succeeded", "failed"], timeout=90)
+
+        assert run["status"] == "succeeded", run["error"]
+        [call] = run["snapshot"]["tools"]
+        assert call["name"] == "list_variables" and call["status"] == "completed", call
+        # What the kernel holds reached the model: the tool's answer is in its conversation.
+        assert {"name": "prices", "type": "pandas.DataFrame", "shape": [2, 1]} in call["result"]
+        messages = run["output"]["messages"]
+        assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+        assert json.loads(messages[2]["content"]) == call["result"]
+    finally:
+        try:
+            if kernel is not None:
+                kernel.close()
+            http.close()
+        finally:
+            server.kill()
