@@ -17,6 +17,7 @@ from .engine import Engine
 from .handlers import default_handlers
 from .handlers.base import SHARED_OWNER, say_once
 from .notebook import Kernels, NotebookAccess, NotebookTools
+from .notebook.mcp import NotebookMCP, sdk_problem
 from .sessions import SessionPaths
 from .settings import Settings, SettingsTraits
 from .store import Store, StoreRefused, StoreUnavailable, UnsafeStore, factory
@@ -146,18 +147,7 @@ class AgentRuns(ExtensionApp, SettingsTraits):
             approval=settings.notebook_tools_approval,
             max_event_bytes=settings.max_event_bytes,
         )
-        try:
-            from .notebook.mcp import NotebookMCP
-        except ImportError as exc:
-            notebook_mcp, problem = (
-                None,
-                (
-                    f"the notebook tools' MCP server needs the mcp package ({exc}): "
-                    "pip install 'jupyter_agentruns[mcp]'"
-                ),
-            )
-        else:
-            problem = None
+        problem = sdk_problem()
         access = NotebookAccess(
             tools,
             owner_mode=self.effective_owner_mode(),
@@ -165,9 +155,7 @@ class AgentRuns(ExtensionApp, SettingsTraits):
             mcp_url=lambda: url_path_join(serverapp.connection_url, "api/agentruns/mcp"),
             mcp_problem=problem,
         )
-        if problem is None:
-            notebook_mcp = NotebookMCP(access)
-        return access, notebook_mcp, problem
+        return access, None if problem is not None else NotebookMCP(access), problem
 
     def _record_activity(self) -> None:
         # Any ServerApp setting ending in _last_activity feeds last_activity(),

@@ -2,6 +2,7 @@
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -252,3 +253,31 @@ def test_the_settings_object_holds_every_configurable_setting():
     held = {field.name for field in dataclasses.fields(Settings)} - {"store_url_source"}
     assert configurable == held
     assert configurable <= set(AgentRuns.class_trait_names(config=True))
+
+
+def loaded_agents(prelude: str = "") -> dict:
+    """The agents a server loads at its start, and which SDKs that imported, in a fresh Python."""
+    code = f"""{prelude}
+import json, logging, sys
+from jupyter_agentruns.agents import load_agents
+from jupyter_agentruns.app import AgentRuns
+agents, failures = load_agents({{}}, logging.getLogger())
+sdks = sorted(m for m in ("openai", "mcp", "mcp_types") if sys.modules.get(m) is not None)
+print(json.dumps({{"agents": sorted(agents), "failures": failures, "sdks": sdks}}))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_server_starts_without_importing_the_model_and_mcp_sdks():
+    # Each costs most of a second of CPU at every start: they are imported at first use.
+    loaded = loaded_agents()
+    assert "openai" in loaded["agents"], loaded["failures"]
+    assert loaded["sdks"] == []
+
+
+def test_without_the_openai_package_its_agent_is_left_out_at_start_saying_so():
+    loaded = loaded_agents("import sys; sys.modules['openai'] = None  # not installed")
+    assert "openai" not in loaded["agents"] and "demo" in loaded["agents"]
+    assert loaded["failures"]["openai"] == "ModuleNotFoundError: No module named 'openai'"

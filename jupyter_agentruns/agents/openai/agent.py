@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
+import importlib.util
 import json
 import math
 import os
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import openai
 from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
@@ -30,6 +32,13 @@ from .tool_calls import (
 )
 from .upstream import NO_KEY, retry_delay, retryable, server_name, upstream_error
 from .usage import Usage
+
+if TYPE_CHECKING:
+    import openai
+elif importlib.util.find_spec("openai") is None:
+    # Imported at the first run (see OpenAIAgent.__call__), but missing now: the
+    # agent is left out at the server's start, saying which extra to install.
+    raise ModuleNotFoundError("No module named 'openai'", name="openai")
 
 
 class OpenAIAgent(Configurable):
@@ -145,6 +154,11 @@ class OpenAIAgent(Configurable):
         self.input_schema = input_schema(sorted(self.registered), notebook, servers)
 
     async def __call__(self, run, input: dict[str, Any]) -> dict[str, Any]:
+        # The openai SDK takes most of a second of CPU to import: not at the server's
+        # start (most servers and CLI commands never call a model), but at the first
+        # run, off the event loop, whose other runs keep streaming meanwhile.
+        if "openai" not in sys.modules:
+            await asyncio.to_thread(importlib.import_module, "openai")
         # The configured MCP servers' tools, listed once, their sessions open for the run.
         async with mcp_tools(getattr(run, "mcp_servers", None) or {}) as servers_tools:
             return await self._run(run, input, servers_tools)
@@ -248,6 +262,8 @@ class OpenAIAgent(Configurable):
         )
 
     def _client(self) -> openai.AsyncOpenAI:
+        import openai  # not at the top: see __call__
+
         # One client per run: its connections close with the run, cancelled or not.
         return openai.AsyncOpenAI(
             base_url=self.base_url,
@@ -258,6 +274,8 @@ class OpenAIAgent(Configurable):
 
     async def _answer(self, run, client: openai.AsyncOpenAI, request: dict[str, Any]) -> Turn:
         """One model call, streamed into the run; retried while no token has arrived."""
+        import openai  # not at the top: see __call__
+
         attempt = 0
         while True:
             turn = Turn(server_name(self.base_url))

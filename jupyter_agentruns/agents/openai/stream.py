@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import openai
+from typing import TYPE_CHECKING, Any
 
 from ... import budgets
 from .errors import UpstreamProtocol
 from .upstream import shorten
+
+if TYPE_CHECKING:
+    import openai
 
 
 class Turn:

@@ -12,7 +12,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-import openai
 
 from .errors import (
     UpstreamAuth,
@@ -37,6 +36,8 @@ def retryable(exc: Exception) -> bool:
     Not a 5xx that says the request is invalid: some servers (llama-cpp-python)
     answer 500 to what they cannot validate, and the same request fails again.
     """
+    import openai  # not at the top: see OpenAIAgent.__call__
+
     if isinstance(exc, openai.APITimeoutError):
         return False  # another wait of request_timeout would rarely end otherwise
     if isinstance(exc, (openai.APIConnectionError, httpx.TransportError)):
@@ -71,6 +72,8 @@ def upstream_error(
     exc: Exception, attempts: int, *, base_url: str, api_key_env: str, request_timeout: float
 ) -> UpstreamError:
     """What went wrong, in words a user can act on, with no secret in them."""
+    import openai  # not at the top: see OpenAIAgent.__call__
+
     where = server_name(base_url)
     key = os.environ.get(api_key_env) or ""
     if isinstance(exc, UpstreamError):  # it may quote what the server sent

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
-
-import openai
 
 from .stream import Turn
 from .upstream import server_name
+
+if TYPE_CHECKING:
+    import openai
 
 
 class Usage:
@@ -73,6 +74,8 @@ class Usage:
         """Token counts of the text sent and received, by the server's tokenizer; None without one."""
         if not self.tokenizer:
             return None
+        import openai  # not at the top: see OpenAIAgent.__call__
+
         try:
             return {
                 "input_tokens": await self.count(sent_text(request), request["model"]),
