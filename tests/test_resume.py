@@ -182,8 +182,10 @@ def test_a_run_killed_again_and_again_still_ends_with_the_uninterrupted_answer(s
     kills = 10
     config = {"max_resume_attempts": kills + 1, "lease_seconds": 1}
     server = servers("s0", **config)
-    # Long enough that it is still going at the last kill, however long each restart takes.
-    long = {**SLOW, "chunks": 2000}
+    # Still going at the last kill, however long each restart takes: it streams only
+    # while a server runs it, and the kills come after 7 * 45 + 30 = 345 of its chunks
+    # and those that stream while each kill is on its way (at most tens each).
+    long = {**SLOW, "chunks": 1200}
     with server.client() as client:
         run = client.post("runs", json={"agent": "demo", "input": long}).json()
     seen: list[str] = []
