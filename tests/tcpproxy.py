@@ -89,6 +89,9 @@ class TcpProxy:
     def close(self) -> None:
         self._closed = True
         self.cut()
+        # Closing a socket does not wake a thread blocked in its accept(); shutting it down does.
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self._listener.close()
         self._thread.join(5)

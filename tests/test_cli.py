@@ -4,7 +4,8 @@ Each command runs as a subprocess (``python -m jupyter_agentruns.cli``) with
 the environment of a real ``jupyter server`` subprocess: the server's commands
 find it through ``AGENTRUNS_URL``/``AGENTRUNS_TOKEN``, the store's commands
 read the server's own configuration files. Every test that starts a server
-runs on both stores.
+runs on both stores, but those of tail with its server away (the store is not
+asked then).
 """
 
 from __future__ import annotations
@@ -735,6 +736,7 @@ def test_tail_follows_a_run_through_a_server_kill_and_restart_printing_each_even
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.sqlite_only  # what tail does when its server is away: the store is not asked
 def test_tail_gives_up_when_the_server_stays_away(servers, tails):
     server = servers()
     with server.client() as client:
@@ -770,6 +772,7 @@ def wait_connected(proxy, tail, timeout=30):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.sqlite_only  # what tail does when its server is away: the store is not asked
 def test_tail_back_on_a_stream_of_pings_gives_a_later_short_cut_its_whole_give_up_time(
     servers, tails, proxy
 ):
@@ -803,6 +806,7 @@ def test_tail_back_on_a_stream_of_pings_gives_a_later_short_cut_its_whole_give_u
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.sqlite_only  # what tail does when its server is away: the store is not asked
 def test_tail_waits_for_a_server_that_does_not_answer_yet(servers, tails, proxy):
     server = servers()
     line, env = proxy(server)
