@@ -1,5 +1,6 @@
 """Run by Python at the start of each server a test starts (``servers.py`` puts this folder
-on its PYTHONPATH): rfc3987-syntax's grammar is built when first used, not at import.
+on its PYTHONPATH): rfc3987-syntax's grammar is built when first used, not at import, and
+sqlite-utils does not import pandas and numpy.
 
 jsonschema imports rfc3987-syntax when it is installed (jupyter_server imports jsonschema),
 and that import builds a Lark Earley parser of the IRI grammar: about a second of CPU, more
@@ -58,4 +59,28 @@ def _other(attribute):
     return getattr(_real(), attribute)
 
 
+class _NotForSqliteUtils:
+    """pandas and numpy are not found while sqlite-utils imports, and only then.
+
+    sqlite-utils imports them when they are installed (the kernels of the tests need
+    pandas) only to map their types when it inserts their values, which this store
+    never does: half a CPU-second of a test server's start. Any other import finds them.
+    """
+
+    def find_spec(self, name, path, target=None):
+        if name in ("pandas", "numpy") and _importing("sqlite_utils.db"):
+            raise ModuleNotFoundError(f"No module named {name!r} here", name=name)
+        return None
+
+
+def _importing(module: str) -> bool:
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == module:
+            return True
+        frame = frame.f_back
+    return False
+
+
 sys.meta_path.insert(0, _Deferred())
+sys.meta_path.insert(0, _NotForSqliteUtils())
