@@ -26,10 +26,11 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Protocol
 
 import jsonschema
@@ -39,7 +40,7 @@ from ..errors import error_object
 
 __all__ = [
     "ENTRY_POINT_GROUP", "AgentSpec", "EventTooLarge", "Run", "RunClosed", "TokenBudgetExceeded",
-    "agent", "error_object", "import_object", "load_agents",
+    "agent", "check_schema", "error_object", "import_object", "load_agents",
 ]  # fmt: skip
 
 ENTRY_POINT_GROUP = "jupyter_agentruns.agents"
@@ -273,7 +274,7 @@ def spec_for(name: str, fn: Any, parent: Configurable | None = None) -> AgentSpe
     if not callable(fn):  # else each of its runs would fail, saying less
         raise TypeError(f"a {type(fn).__name__} is not callable: an agent is a function or a class")
     schema = getattr(fn, "input_schema", None) or ANY_OBJECT
-    jsonschema.Draft202012Validator.check_schema(schema)
+    check_schema(schema)
     description = getattr(fn, "description", None) or inspect.getdoc(fn) or ""
     return AgentSpec(
         name=name,
@@ -282,6 +283,33 @@ def spec_for(name: str, fn: Any, parent: Configurable | None = None) -> AgentSpe
         input_schema=schema,
         resumable=bool(getattr(fn, "resumable", False)),
     )
+
+
+def check_schema(schema: Any) -> None:
+    """Raise jsonschema's SchemaError where ``schema`` is not a valid JSON Schema.
+
+    A schema found valid is not checked again in this process (a check against
+    the meta-schema takes milliseconds, and a server's agents are loaded at each
+    start of it, many times in one process when it runs in-process).
+    """
+    try:
+        text = json.dumps(schema, sort_keys=True)
+    except (TypeError, ValueError):  # not JSON: checked every time, as it is
+        jsonschema.Draft202012Validator.check_schema(schema)
+    else:
+        _check_schema_text(text)
+
+
+@functools.lru_cache(maxsize=256)  # only valid ones: an error is raised, not kept
+def _check_schema_text(text: str) -> None:
+    jsonschema.Draft202012Validator.check_schema(json.loads(text))
+
+
+@functools.cache
+def installed_agents() -> tuple[EntryPoint, ...]:
+    """The agents installed packages declare: read once in a process (a look at the
+    metadata of every installed package), as a server reads them once at its start."""
+    return tuple(entry_points(group=ENTRY_POINT_GROUP))
 
 
 def import_object(reference: str) -> Any:
@@ -306,9 +334,7 @@ def load_agents(
     """
     found: dict[str, AgentSpec] = {}
     failures: dict[str, str] = {}
-    sources = [
-        (point.name, point.value, point.load) for point in entry_points(group=ENTRY_POINT_GROUP)
-    ]
+    sources = [(point.name, point.value, point.load) for point in installed_agents()]
     sources += [
         (name, reference, functools.partial(import_object, reference))
         for name, reference in configured.items()

@@ -20,7 +20,7 @@ from typing import Any
 
 import jsonschema
 
-from . import error_object
+from . import check_schema, error_object
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -93,7 +93,7 @@ def describe_tool(name: str, fn: Callable) -> Tool:
         )
     summary, notes = docstring_parts(fn)
     schema = getattr(fn, "tool_schema", None) or parameters_schema(fn, notes)
-    jsonschema.Draft202012Validator.check_schema(schema)
+    check_schema(schema)
     if schema.get("type") != "object":
         raise ValueError(f"tool {name!r}: its parameters' schema must be of type 'object'")
     return Tool(
