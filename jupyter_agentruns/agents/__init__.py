@@ -40,7 +40,7 @@ from ..errors import error_object
 
 __all__ = [
     "ENTRY_POINT_GROUP", "AgentSpec", "EventTooLarge", "Run", "RunClosed", "TokenBudgetExceeded",
-    "agent", "check_schema", "error_object", "import_object", "load_agents",
+    "agent", "error_object", "import_object", "load_agents",
 ]  # fmt: skip
 
 ENTRY_POINT_GROUP = "jupyter_agentruns.agents"
