@@ -42,7 +42,7 @@ from traitlets.config import Config
 from jupyter_agentruns.agents.demo import answer_words
 from jupyter_agentruns.store.postgres import PostgresStore
 
-from servers import default_sigint, free_port
+from servers import default_sigint, free_ports
 
 pytestmark = pytest.mark.hub
 
@@ -125,7 +125,7 @@ class Hub:
 
     def __init__(self, home: Path, store_config: str, proxy: str):
         self.home = home
-        self.port, hub_port, api_port = free_port(), free_port(), free_port()
+        self.port, hub_port, api_port = free_ports(3)
         self.url = f"http://127.0.0.1:{self.port}"
         self.admin_token = secrets.token_hex(16)
         self.culler_token = secrets.token_hex(16)
