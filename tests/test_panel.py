@@ -34,6 +34,25 @@ def open_panel(page) -> None:
     page.locator(PANEL).wait_for(state="visible", timeout=30_000)
 
 
+def menu_item(page, menu: str, item: str):
+    """The menu bar's ``menu`` opened, and its ``item``.
+
+    A click on the menu bar while the page is still starting its plugins can be
+    lost (the menu never opens): the menu is clicked again until it shows.
+    """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout  # browser tests only
+
+    entry = page.locator(".lm-Menu-item", has_text=item)
+    for _ in range(10):
+        page.locator(".lm-MenuBar-itemLabel", has_text=menu).click()
+        try:
+            entry.wait_for(state="visible", timeout=3_000)
+            return entry
+        except PlaywrightTimeout:
+            page.keyboard.press("Escape")
+    raise AssertionError(f"the {menu} menu never showed {item!r}")
+
+
 def panel_row(page, run_id: str):
     return page.locator(f"{PANEL} .agentruns-panel-run[data-run-id='{run_id}']")
 
@@ -207,8 +226,7 @@ def test_notebook_7_shows_the_panel_in_its_left_sidebar_with_links_to_open(tmp_p
             ).json()
         page.goto(f"{server.url}notebooks/seven.ipynb?token={server.token}")
         page.locator(".jp-Notebook").wait_for(timeout=90_000)
-        page.locator(".lm-MenuBar-itemLabel", has_text="View").click()
-        page.locator(".lm-Menu-item", has_text="Left Sidebar").hover()
+        menu_item(page, "View", "Left Sidebar").hover()
         page.locator(".lm-Menu-item", has_text="Show Agent runs").click()
         row = panel_row(page, made["run_id"])
         row.wait_for(timeout=30_000)
