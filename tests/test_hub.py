@@ -196,6 +196,12 @@ class Hub:
         for pid in started:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        # A hub that exited by itself (it could not start) is no longer the parent of
+        # the proxy it had started: the proxy is found by the pid file the hub wrote.
+        with contextlib.suppress(OSError, ValueError):
+            pid = int((self.home / "jupyterhub-proxy.pid").read_text())
+            if b"\0--port\0%d\0" % self.port in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
 
     def log_tail(self, lines: int = 60) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
