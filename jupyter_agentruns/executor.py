@@ -110,6 +110,7 @@ class Execution:
         self.snapshot = reducer.Snapshot()
         self.last_type: str | None = None
         self.closed = False  # its terminal event is queued: it takes no more events
+        self.ended = False  # its end is being appended: only the end's own events follow
         self.stop: Stop | None = None
         self.cancel: dict[str, Any] | None = None  # {requested_at, reason, stage} once Stop.CANCEL
         self.fatal: BaseException | None = (
@@ -173,13 +174,14 @@ class Execution:
         return self.append(transition.type, transition.data, data_json, transition.fields)
 
     async def end(self, end: Transition) -> None:
-        """Commit the run's end: its open questions given up, then ``end`` (``lifecycle.ending``).
+        """Commit the run's end: its open questions given up and steps ended, then ``end`` (``lifecycle.ending``).
 
         Whoever waits in ``ask()`` is woken with ``RunClosed``.
         """
         self.encode(end.type, end.data)  # an output that cannot be stored fails before anything
         await self.reserve()
-        for transition in lifecycle.ending(reducer.open_inputs(self.snapshot.structure()), end):
+        self.ended = True
+        for transition in lifecycle.ending(self.snapshot.structure(), end):
             self.apply(transition)
         self.stop_asking()
 
@@ -211,6 +213,7 @@ class Execution:
             raise RunClosed(f"run {self.run_id} has ended")
         if (
             isinstance(self.fatal, TokenBudgetExceeded)
+            and not self.ended
             and not type.startswith("run.")
             and type != "input.resolved"
         ):
