@@ -111,7 +111,7 @@ class Execution:
         self.snapshot = reducer.Snapshot()
         self.last_type: str | None = None
         self.closed = False  # its terminal event is queued: it takes no more events
-        self.ended = False  # its end is being appended: only the end's own events follow
+        self.closing = False  # its end is being appended: only the end's own events follow
         self.stop: Stop | None = None
         self.cancel: dict[str, Any] | None = None  # {requested_at, reason, stage} once Stop.CANCEL
         self.fatal: BaseException | None = (
@@ -183,7 +183,7 @@ class Execution:
         """
         self.encode(end.type, end.data)  # an output that cannot be stored fails before anything
         await self.reserve()
-        self.ended = True
+        self.closing = True
         for transition in lifecycle.ending(self.snapshot.structure(), end):
             self.apply(transition)
         self.stop_asking()
@@ -216,7 +216,7 @@ class Execution:
             raise RunClosed(f"run {self.run_id} has ended")
         if (
             isinstance(self.fatal, TokenBudgetExceeded)
-            and not self.ended
+            and not self.closing
             and not type.startswith("run.")
             and type != "input.resolved"
         ):
@@ -693,7 +693,6 @@ class Executor:
         max_event_bytes: int,
         max_run_seconds: float,
         log: logging.Logger,
-        agent_silence_seconds: float = 0,
         on_finished: Callable[[Execution], None],
         check_usage: Callable[[Execution], str | None] | None = None,
         history: Callable[[str], Any] | None = None,
@@ -701,6 +700,7 @@ class Executor:
         max_resume_attempts: int = 0,
         notebook_tools: Callable[[RunContext], Any] | None = None,
         mcp_servers: dict[str, dict[str, Any]] | None = None,
+        agent_silence_seconds: float = 0,
     ):
         self._notebook_tools = notebook_tools
         self._mcp_servers = mcp_servers or {}

@@ -215,7 +215,7 @@ class Processes:
         self.idle_seconds = idle_seconds
         self.log = log
         self.live: dict[Hashable, Any] = {}
-        # run_id -> the conversation whose turn the run is taking (see stderr_tail).
+        # run_id -> the conversation whose turn the run is taking (see stderr_lines).
         self.turns: dict[str, Any] = {}
         self._changed = asyncio.Event()
         self._timers: dict[int, asyncio.TimerHandle] = {}
