@@ -88,6 +88,7 @@ class AgentRuns(ExtensionApp, SettingsTraits):
                 served_owners=self.effective_served_owners(),
                 sessions=SessionPaths(self.serverapp.root_dir),
                 notebook=notebook,
+                agent_stderr=self.agent_processes.stderr_lines if self.agent_processes else None,
             )
         except UnsafeStore as exc:
             self.startup_error = str(exc)

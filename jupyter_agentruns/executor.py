@@ -85,6 +85,7 @@ class Stop(enum.Enum):
     CANCEL = "cancel"  # a cancel request: ends cancelled
     SHUTDOWN = "shutdown"  # the server stops: ends interrupted
     DEADLINE = "deadline"  # max_run_seconds: ends failed
+    SILENT = "silent"  # agent_silence_seconds without an event: ends failed
     LOST = "lost"  # ended by another server, or by the writer (a value the store refused): nothing more is written
     HANDOVER = "handover"  # the server stops: a resumable run is left for the next executor
 
@@ -110,6 +111,7 @@ class Execution:
         self.snapshot = reducer.Snapshot()
         self.last_type: str | None = None
         self.closed = False  # its terminal event is queued: it takes no more events
+        self.closing = False  # its end is being appended: only the end's own events follow
         self.stop: Stop | None = None
         self.cancel: dict[str, Any] | None = None  # {requested_at, reason, stage} once Stop.CANCEL
         self.fatal: BaseException | None = (
@@ -132,6 +134,8 @@ class Execution:
         self.history: Callable[[], Any] | None = None
         # Since when (monotonic) a question of the run has been open, while one is.
         self.waiting_since: float | None = None
+        # When (monotonic) the run last had an event: its agent's silence is counted from it.
+        self.last_event_at = time.monotonic()
         self.conversation: Callable[[], Any] | None = None
         # Tool calls numbered so far (c1, c2, ...): shared by every RunContext of
         # the run (its agent's, and the notebook tools' calls made over MCP).
@@ -173,13 +177,14 @@ class Execution:
         return self.append(transition.type, transition.data, data_json, transition.fields)
 
     async def end(self, end: Transition) -> None:
-        """Commit the run's end: its open questions given up, then ``end`` (``lifecycle.ending``).
+        """Commit the run's end: its open questions given up and steps ended, then ``end`` (``lifecycle.ending``).
 
         Whoever waits in ``ask()`` is woken with ``RunClosed``.
         """
         self.encode(end.type, end.data)  # an output that cannot be stored fails before anything
         await self.reserve()
-        for transition in lifecycle.ending(reducer.open_inputs(self.snapshot.structure()), end):
+        self.closing = True
+        for transition in lifecycle.ending(self.snapshot.structure(), end):
             self.apply(transition)
         self.stop_asking()
 
@@ -211,6 +216,7 @@ class Execution:
             raise RunClosed(f"run {self.run_id} has ended")
         if (
             isinstance(self.fatal, TokenBudgetExceeded)
+            and not self.closing
             and not type.startswith("run.")
             and type != "input.resolved"
         ):
@@ -243,6 +249,7 @@ class Execution:
         self._writer.append(item)
         self.bytes += len(data_json)
         self.seq = seq
+        self.last_event_at = time.monotonic()
         if terminal:
             self.closed = True
         else:
@@ -262,6 +269,12 @@ class Execution:
                     self.task.cancel()
                 raise self.fatal
         return seq
+
+    def silence_left(self, silence: float) -> float:
+        """Seconds before the agent has been silent for ``silence`` (a waiting run is never silent)."""
+        if self.waiting_since is not None:
+            return silence
+        return self.last_event_at + silence - time.monotonic()
 
     def track_waiting(self) -> None:
         """Note when the run began waiting for an answer (or that it no longer waits)."""
@@ -687,6 +700,7 @@ class Executor:
         max_resume_attempts: int = 0,
         notebook_tools: Callable[[RunContext], Any] | None = None,
         mcp_servers: dict[str, dict[str, Any]] | None = None,
+        agent_silence_seconds: float = 0,
     ):
         self._notebook_tools = notebook_tools
         self._mcp_servers = mcp_servers or {}
@@ -697,6 +711,7 @@ class Executor:
         self._broadcaster = broadcaster
         self._max_event_bytes = max_event_bytes
         self._max_run_seconds = max_run_seconds
+        self._agent_silence_seconds = agent_silence_seconds
         self._log = log
         self._on_finished = on_finished
         self._check_usage = check_usage
@@ -756,15 +771,11 @@ class Executor:
             # "Task exception was never retrieved" with a traceback.
             agent.add_done_callback(_retrieve)
             stopping = asyncio.ensure_future(execution.stopping.wait())
-            done, _ = await asyncio.wait(
-                {agent, stopping},
-                timeout=self._max_run_seconds,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
+            overdue = await self._watch(execution, {agent, stopping})
             stopping.cancel()
-            if agent not in done:
+            if not agent.done():
                 if execution.stop is None:
-                    execution.request_stop(Stop.DEADLINE)
+                    execution.request_stop(overdue or Stop.DEADLINE)
                 agent.cancel()
                 # The agent's finally blocks get a bounded time, not forever.
                 await asyncio.wait({agent}, timeout=CANCEL_GRACE_SECONDS)
@@ -774,6 +785,29 @@ class Executor:
         except Exception:
             self._log.exception("agentruns: executing %s failed", execution.run_id)
             await self._forget(execution)
+
+    async def _watch(self, execution: Execution, waits: set[asyncio.Future]) -> Stop | None:
+        """Wait until one of ``waits`` is done (None), or the run is overdue: why it must stop.
+
+        ``Stop.DEADLINE`` after ``max_run_seconds``; ``Stop.SILENT`` once its
+        agent has emitted nothing for ``agent_silence_seconds`` (when set).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._max_run_seconds
+        silence = self._agent_silence_seconds
+        while True:
+            timeout = deadline - loop.time()
+            if silence > 0:
+                timeout = min(timeout, max(execution.silence_left(silence), 0))
+            done, _ = await asyncio.wait(
+                waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            if done:
+                return None
+            if loop.time() >= deadline:
+                return Stop.DEADLINE
+            if silence > 0 and execution.silence_left(silence) <= 0:
+                return Stop.SILENT
 
     def context(self, execution: Execution) -> RunContext:
         """A ``run`` for the agent API on a live run (its agent's, or the notebook tools')."""
@@ -860,6 +894,14 @@ class Executor:
                 {
                     "type": "deadline_exceeded",
                     "message": f"the run took longer than max_run_seconds ({self._max_run_seconds:g} s)",
+                }
+            )
+        if execution.stop is Stop.SILENT:
+            return lifecycle.failed(
+                {
+                    "type": "agent_silent",
+                    "message": "the agent said nothing for "
+                    f"{self._agent_silence_seconds:g} s (agent_silence_seconds) and was stopped",
                 }
             )
         if execution.fatal is not None:

@@ -149,10 +149,24 @@ def _end(type: str, data: dict[str, Any], fields: dict[str, Any] | None = None) 
     return Transition(type, data, {**(fields or {}), **ended})
 
 
-def ending(open_inputs: list[dict[str, Any]], end: Transition) -> list[Transition]:
-    """What a run's end commits: each question still open given up (reason ``cancelled``), then ``end``.
+# Why a step still running when its run ended has no result, by how the run ended.
+STEP_CUT = {
+    "run.succeeded": "the run ended before this step did",
+    "run.failed": "the run failed before this step ended",
+    "run.cancelled": "the run was cancelled before this step ended",
+    "run.interrupted": "the run was interrupted before this step ended",
+}
 
-    The same for a run its executor ends and for one ended in the store.
+
+def ending(snapshot: dict[str, Any], end: Transition) -> list[Transition]:
+    """What a run's end commits: its open questions given up, its open steps ended, then ``end``.
+
+    ``snapshot`` is the run's (its structure) before the end. A question
+    still open is resolved with reason ``cancelled``; a tool step still
+    ``running`` completes failed, with error type ``interrupted`` when the run
+    ends interrupted and ``cancelled`` otherwise: the log itself says that the
+    step stopped with its run. The same for a run its executor ends and for
+    one ended in the store.
     """
     given_up = [
         Transition(
@@ -165,9 +179,23 @@ def ending(open_inputs: list[dict[str, Any]], end: Transition) -> list[Transitio
                 "reason": "cancelled",
             },
         )
-        for request in open_inputs
+        for request in snapshot.get("inputs", [])
+        if request["status"] == "open"
     ]
-    return [*given_up, end]
+    cut = "interrupted" if end.type == "run.interrupted" else "cancelled"
+    stopped = [
+        Transition(
+            "tool.completed",
+            {
+                "call_id": tool["call_id"],
+                "ok": False,
+                "error": {"type": cut, "message": STEP_CUT[end.type]},
+            },
+        )
+        for tool in snapshot.get("tools", [])
+        if tool.get("status") == "running"
+    ]
+    return [*given_up, *stopped, end]
 
 
 def as_pending_cancel(run: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:

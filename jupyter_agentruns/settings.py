@@ -124,6 +124,12 @@ class SettingsTraits(HasTraits):
     max_run_seconds = Float(
         86400, help="A run still going after this fails with deadline_exceeded."
     ).tag(config=True)
+    agent_silence_seconds = Float(
+        0,
+        help="A running run whose agent has emitted no event for this long (a run waiting for "
+        "a person's answer is not silent) is stopped and fails with agent_silent: an agent "
+        "stuck on a model server that never answers ends instead of running on. 0: never.",
+    ).tag(config=True)
     waiting_activity_seconds = Float(
         3600,
         help="How long a resumable run waiting for a person's answer keeps its server from "
@@ -251,12 +257,12 @@ class SettingsTraits(HasTraits):
             )
         return value
 
-    @validate("waiting_activity_seconds")
+    @validate("waiting_activity_seconds", "agent_silence_seconds")
     def _waiting_seconds(self, proposal):
         value = proposal["value"]
         if not math.isfinite(value) or value < 0:
             raise TraitError(
-                "c.AgentRuns.waiting_activity_seconds must be 0 or a positive number of "
+                f"c.AgentRuns.{proposal['trait'].name} must be 0 or a positive number of "
                 f"seconds, not {value!r}"
             )
         return value
@@ -369,6 +375,7 @@ class Settings:
     max_body_bytes: int
     max_event_bytes: int
     max_run_seconds: float
+    agent_silence_seconds: float
     waiting_activity_seconds: float
     max_resume_attempts: int
     max_tokens_per_run: int

@@ -16,6 +16,9 @@ the first word of each prompt:
 - ``big``: more than an event holds: a 300 KB piece of text, a step with 2 MB
   of output and content and a 3 MB diff, all in characters JSON escapes.
 - ``crash``: a line on stderr (with the value of ``$SECRET``), then exits 3.
+- ``stuck``: lines on stderr as a model server's client logs a refusal (with
+  the value of ``$SECRET``, terminal colours and markup), then says nothing
+  until its turn is cancelled.
 - ``refuse`` / ``max_tokens``: ends its turn with that stop reason.
 - ``write PATH TEXT`` / ``read PATH``: ``fs/write_text_file`` / ``fs/read_text_file``
   (PATH relative to its session's directory unless absolute); answers what came back.
@@ -355,6 +358,17 @@ class Scripted:
             sys.stderr.write(f"something broke; the key was {os.environ.get('SECRET')}\n")
             sys.stderr.flush()
             os._exit(3)
+        if word == "stuck":
+            for index in range(30):
+                sys.stderr.write(f"retrying the model server, attempt {index}\n")
+            sys.stderr.write(
+                "\x1b[31mERROR\x1b[0m <b>500</b> Automatic streaming tool choice is not "
+                f"supported (key {os.environ.get('SECRET')})\n"
+            )
+            sys.stderr.flush()
+            while session_id not in self.cancelled:
+                await asyncio.sleep(0.05)
+            return None, "cancelled"
         if word in ("refuse", "max_tokens"):
             await self.say(session_id, "No.")
             return None, "refusal" if word == "refuse" else "max_tokens"

@@ -227,7 +227,11 @@ def thread_asker(run, input):
 
 
 async def spender(run, input):
-    """Reports the usage totals it is given, a word of text between each; ``swallow`` catches what that raises."""
+    """Reports the usage totals it is given, a word of text between each; ``swallow`` catches what that raises.
+
+    ``in_step``: all of it inside a tool step it never ends itself."""
+    if input.get("in_step"):
+        await run.tool_started("spend", {})
     for input_tokens, output_tokens in input.get("steps", []):
         await run.text("word ")
         try:

@@ -49,6 +49,7 @@ SHARED_FILES = {
     "test_panel.py",
     "test_permissions.py",
     "test_secrets.py",
+    "test_silence_views.py",
 }
 
 

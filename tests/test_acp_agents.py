@@ -482,3 +482,41 @@ async def test_an_acp_agent_gets_the_mcp_servers_and_the_runs_notebook_tools_in_
     assert second[:2] == [files, web] and second[2]["headers"][0]["value"] not in (token, "")
     # A run without a kernel has no notebook tools.
     assert given(await run_prompt(api, "mcp", "mcphttp")) == [files, web]
+
+
+async def test_a_stuck_agent_s_last_stderr_lines_are_served_for_its_run(api):
+    run_id = (await submit(api, "scripted", {"prompt": "stuck"})).json()["run_id"]
+
+    async def said() -> dict:
+        answer = await api.get(f"runs/{run_id}/stderr")
+        assert answer.status_code == 200
+        return answer.json()
+
+    for _ in range(200):
+        answer = await said()
+        if any("not supported" in line for line in answer["lines"]):
+            break
+        await asyncio.sleep(0.05)
+    assert answer["run_id"] == run_id and answer["live"] is True
+    # The last 20 lines, as text: the entry's secret hidden, colours removed, markup left as it is.
+    assert len(answer["lines"]) == 20
+    assert answer["lines"][0] == "retrying the model server, attempt 11"
+    assert answer["lines"][-1] == (
+        "ERROR <b>500</b> Automatic streaming tool choice is not supported (key [hidden])"
+    )
+    run = (await api.get(f"runs/{run_id}")).json()
+    assert run["status"] == "running" and run["last_event_at"] is not None
+    await api.post(f"runs/{run_id}/cancel")
+    ended = await wait_run(api, run_id)
+    assert ended["last_event_at"] is None
+    assert await said() == {"run_id": run_id, "live": False, "lines": []}
+    assert (await api.get("runs/run_nobody_has/stderr")).status_code == 404
+
+
+@pytest.mark.parametrize("acp_settings", [{"agent_silence_seconds": 2}])
+async def test_a_stuck_agent_fails_agent_silent_after_agent_silence_seconds(api):
+    run_id = (await submit(api, "scripted", {"prompt": "stuck"})).json()["run_id"]
+    run = await wait_run(api, run_id, timeout=30)
+    assert run["status"] == "failed" and run["error"]["type"] == "agent_silent"
+    # Its process was told to stop its turn, and nothing is left running for the run.
+    assert (await api.get(f"runs/{run_id}/stderr")).json()["live"] is False

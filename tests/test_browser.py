@@ -672,3 +672,35 @@ def test_a_run_code_step_is_approved_from_its_code_and_inserted_as_a_cell(lab, p
     cells = page.locator(".jp-Notebook .jp-Cell")
     page.wait_for_function("() => document.querySelectorAll('.jp-Notebook .jp-Cell').length === 2")
     assert cells.nth(1).locator(".jp-InputArea-editor").inner_text().strip() == code
+
+
+def test_a_run_code_step_cancelled_mid_way_shows_cancelled_not_running(lab, page):
+    code = "import time\ntime.sleep(60)"
+    write_notebook(
+        lab.home / "sleepy_code.ipynb",
+        [
+            "from jupyter_agentruns import submit\n"
+            f"run = submit('notebook_mcp_client', {{'calls': [['run_code', {{'code': {code!r}}}]]}})"
+        ],
+    )
+    open_notebook(page, lab, "sleepy_code.ipynb")
+    run_cell(page, 0)
+    card = widget(page).locator(".agentruns-input--open")
+    card.wait_for(timeout=60_000)
+    card.get_by_role("button", name="approve").click()
+    step = widget(page).locator(".agentruns-tool")
+    step.locator(".agentruns-tool-status", has_text="running").wait_for(timeout=30_000)
+    widget(page).get_by_role("button", name="Cancel").click()
+    wait_attr(page, 0, "data-status", "v === 'cancelled'")
+    # The step ended with its run: the view, the run and the record say so.
+    step.locator(".agentruns-tool-status", has_text="failed").wait_for(timeout=10_000)
+    said = step.locator(".agentruns-tool-result").inner_text()
+    assert said == "cancelled: the run was cancelled before this step ended"
+    run_id = widget(page).get_attribute("data-run-id")
+    with lab.client() as client:
+        [tool] = client.get(f"runs/{run_id}").json()["snapshot"]["tools"]
+        assert tool["status"] == "failed" and tool["error"]["type"] == "cancelled"
+        record = client.get(f"runs/{run_id}", headers={"Accept": "text/markdown"}).text
+        assert "failed: the run was cancelled before this step ended" in record
+    step.scroll_into_view_if_needed()
+    page.screenshot(path=picture("cancelled-run-code-step.png"))

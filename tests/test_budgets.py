@@ -49,6 +49,18 @@ async def test_a_run_fails_at_the_usage_event_that_crosses_max_tokens_per_run(ap
 
 
 @pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS, "max_tokens_per_run": 100}])
+async def test_a_step_open_when_its_run_crosses_its_token_budget_ends_with_the_run(api):
+    run = await run_to_end(api, spend((60, 70), in_step=True))
+    assert run["status"] == "failed" and run["error"]["type"] == "token_budget_exceeded"
+    events = await all_events(api, run["run_id"])
+    # Over its budget the agent adds nothing more, but its end still closes its step.
+    assert [e["type"] for e in events][-3:] == ["usage", "tool.completed", "run.failed"]
+    cut = {"type": "cancelled", "message": "the run failed before this step ended"}
+    assert events[-2]["data"] == {"call_id": "c1", "ok": False, "error": cut}
+    assert run["snapshot"]["tools"][0]["status"] == "failed"
+
+
+@pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS, "max_tokens_per_run": 100}])
 async def test_an_agent_that_catches_the_budget_error_still_fails_and_emits_nothing_more(api):
     run = await run_to_end(api, spend((80, 80), (90, 90), swallow=True))
     assert run["status"] == "failed" and run["error"]["type"] == "token_budget_exceeded"

@@ -4,6 +4,8 @@ import asyncio
 
 import pytest
 
+from jupyter_agentruns.record import run_markdown
+
 import agents_for_tests
 from agents_for_tests import TEST_AGENTS
 from conftest import all_events, demo_input, sse_frames, submit, wait_for, wait_run, wait_seq
@@ -99,6 +101,24 @@ async def test_cancel_runs_the_agents_finally_blocks(api):
     assert run["status"] == "cancelled"
     assert run_id in agents_for_tests.finally_ran
     assert run["cancel"]["stage"]["step"] == "tool wait running"
+
+
+@pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS}])
+async def test_a_step_running_when_its_run_is_cancelled_ends_cancelled_in_the_log_and_the_record(
+    api,
+):
+    run_id = (await submit(api, agent="sleeper", input={})).json()["run_id"]
+    await wait_seq(api, run_id, 2)  # run.started, tool.started
+    await api.post(f"runs/{run_id}/cancel")
+    run = await wait_run(api, run_id)
+    assert run["status"] == "cancelled"
+    events = await all_events(api, run_id)
+    assert [e["type"] for e in events][-2:] == ["tool.completed", "run.cancelled"]
+    cut = {"type": "cancelled", "message": "the run was cancelled before this step ended"}
+    assert events[-2]["data"] == {"call_id": "c1", "ok": False, "error": cut}
+    [step] = run["snapshot"]["tools"]
+    assert step["status"] == "failed" and step["error"] == cut
+    assert "failed: the run was cancelled before this step ended" in run_markdown(run)
 
 
 @pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS}])

@@ -99,3 +99,19 @@ def test_the_lifecycle_statuses_are_the_shared_ones():
     assert sorted(lifecycle.ACTIVE_STATUSES) == shared["active"]
     assert sorted(lifecycle.TERMINAL_STATUSES) == shared["terminal"]
     assert lifecycle.TERMINAL_EVENTS == shared["terminal_events"]
+
+
+def test_a_run_s_end_closes_its_open_steps_and_questions_as_the_shared_vector_says():
+    from jupyter_agentruns import lifecycle
+
+    events = json.loads(
+        (Path(__file__).parent / "vectors" / "ended_with_open_steps.json").read_text()
+    )["events"]
+    before = [e for e in events if e["type"] != "run.cancel_requested"][:5]
+    end = events[-1]
+    ending = lifecycle.ending(reduce(before), lifecycle.cancelled(**end["data"]))
+    assert [(t.type, t.data) for t in ending] == [(e["type"], e["data"]) for e in events[6:]]
+    # Ended interrupted, the same step is cut by an interruption, and a step ended is left alone.
+    ending = lifecycle.ending(reduce(before), lifecycle.interrupted("lease_expired"))
+    [step] = [t.data for t in ending if t.type == "tool.completed"]
+    assert step["call_id"] == "c1" and step["error"]["type"] == "interrupted"

@@ -233,3 +233,27 @@ def test_the_docs_resumable_agent_does_each_step_once_across_a_kill(servers, tmp
         completed = [t["args"]["n"] for t in tools if t["status"] == "completed"]
         assert completed == list(range(30))  # each step completed once, in order
         assert all(t["status"] in ("completed", "failed") for t in tools)
+
+
+@pytest.mark.timeout(120)
+def test_a_step_running_when_its_server_is_killed_ends_interrupted_with_its_run(servers):
+    first = servers("a", agents={"sleeper": "agents_for_tests:sleeper"})
+    with first.client() as client:
+        run = client.post("runs", json={"agent": "sleeper", "input": {}}).json()
+        wait_seq(client, run["run_id"], 2)  # run.started, tool.started
+    first.kill()
+    # The sleeper is not resumable: the next server ends its run interrupted.
+    with servers("b", agents={"sleeper": "agents_for_tests:sleeper"}).client() as client:
+        ended = wait_status(client, run["run_id"], TERMINAL)
+        assert ended["status"] == "interrupted"
+        cut = {"type": "interrupted", "message": "the run was interrupted before this step ended"}
+        [step] = ended["snapshot"]["tools"]
+        assert step["status"] == "failed" and step["error"] == cut
+        events = [json.loads(e) for e in raw_events(client, run["run_id"])]
+        assert [e["type"] for e in events] == [
+            "run.started",
+            "tool.started",
+            "tool.completed",
+            "run.interrupted",
+        ]
+        assert events[2]["data"] == {"call_id": "c1", "ok": False, "error": cut}

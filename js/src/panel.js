@@ -12,6 +12,7 @@ import { RunState } from "./runstate.js";
 import { RUN_DELETED_EVENT, runPagesOpen } from "./links.js";
 import { STATUSES } from "./status.js";
 import { button, element, formatAgo, formatCost, formatTokens, inputCard, isCost, isTokenCount, parseTime } from "./dom.js";
+import { silenceWords } from "./silence.js";
 import { runTitle, timingWords } from "./words.js";
 
 /** Runs on one page of the panel; "More" adds another page. */
@@ -569,7 +570,9 @@ export class RunsPanel {
     const created = parseTime(row.state.run ? row.state.run.created_at : null);
     row.age.textContent = created === null ? "" : formatAgo(created, now);
     row.age.title = row.state.run && row.state.run.created_at ? `created ${row.state.run.created_at}` : "";
-    row.timing.textContent = timingWords(row.state, now);
+    const silence = silenceWords(row.state, now);
+    row.timing.textContent = [timingWords(row.state, now), silence].filter(Boolean).join(" · ");
+    row.timing.classList.toggle("agentruns-panel-timing--silent", silence !== "");
   }
 
   /** @param {Row} row */

@@ -12,6 +12,7 @@ import { button, element, formatCost, formatTokens, isCost, parseTime } from "./
 import { isPlainObject } from "./json.js";
 import { RUN_DELETED_EVENT } from "./links.js";
 import { isTerminalType } from "./status.js";
+import { silenceWords } from "./silence.js";
 import { RunView, eventSummary } from "./view.js";
 import { answerWords, cancelledWords, clockTime, formatDuration, runTitle } from "./words.js";
 
@@ -19,6 +20,8 @@ import { answerWords, cancelledWords, clockTime, formatDuration, runTitle } from
 export const TIMELINE_PAGE = 500;
 /** Runs of a `retry_of` chain followed back at most. */
 export const MAX_CHAIN = 20;
+/** How often the page looks whether its run's agent is silent, and reads its stderr again while it is. */
+export const STDERR_CHECK_MS = 10_000;
 
 /**
  * @typedef {{seq: number, type: string, ts: string, data: any}} Envelope
@@ -237,6 +240,13 @@ export class RunPage {
     this.timeline = element("ol", "agentruns-runpage-timeline");
     this.timelineNote = element("div", "agentruns-runpage-timeline-note");
     this.timelineNote.hidden = true;
+    // A silent agent's last words on stderr (an ACP agent's process), as text.
+    this.stderrNode = element("pre", "agentruns-runpage-stderr");
+    this.stderrSection = element("section", "agentruns-runpage-section agentruns-runpage-stderr-section");
+    this.stderrSection.append(element("h3", "agentruns-runpage-heading", "The agent's last words on stderr"), this.stderrNode);
+    this.stderrSection.hidden = true;
+    /** @type {any} */
+    this.stderrTimer = null;
     this.moreButton = button("Load more events", "agentruns-runpage-more");
     this.moreButton.hidden = true;
     this.moreButton.addEventListener("click", () => void this.readEvents());
@@ -244,6 +254,7 @@ export class RunPage {
       head,
       this._section("Input", this.inputNode),
       this._section("Run", this.viewNode),
+      this.stderrSection,
       this._section("Attempts", this.chain),
       this._section("Timeline", this.timelineNote, this.timeline, this.moreButton),
     );
@@ -291,12 +302,45 @@ export class RunPage {
       return this._say(await errorMessage(response));
     }
     this._setRun(await response.json());
-    await Promise.all([this.readEvents(), this.readChain()]);
+    this.stderrTimer = setInterval(() => void this.readStderr(), STDERR_CHECK_MS);
+    await Promise.all([this.readEvents(), this.readChain(), this.readStderr()]);
   }
 
   dispose() {
     this.disposed = true;
+    if (this.stderrTimer !== null) clearInterval(this.stderrTimer);
     this.view.dispose();
+  }
+
+  /**
+   * While the run's agent is silent, show the last lines its process wrote
+   * to stderr (a model server's refusal often shows there first); else hide them.
+   * @returns {Promise<void>}
+   */
+  async readStderr() {
+    const state = this.view.state;
+    if (this.disposed || state === null || silenceWords(state, Date.now()) === "") {
+      this.stderrSection.hidden = true;
+      return;
+    }
+    let answer;
+    try {
+      const response = await apiFetch(`${runsUrl(this.baseUrl, this.runId)}/stderr`);
+      if (!response.ok) return;
+      answer = await response.json();
+    } catch {
+      return;
+    }
+    const lines = isPlainObject(answer) && Array.isArray(answer.lines) ? answer.lines.filter((line) => typeof line === "string") : [];
+    if (this.disposed || lines.length === 0) {
+      this.stderrSection.hidden = true;
+      return;
+    }
+    // Text, never markup: what an agent printed is shown as it is.
+    this.stderrNode.textContent = lines.join("\n");
+    this.stderrSection.hidden = false;
+    // The newest line, most often the one that says why, in sight.
+    this.stderrNode.scrollTop = this.stderrNode.scrollHeight;
   }
 
   /** @param {any} run */

@@ -14,7 +14,7 @@ import { TERMINAL_TYPES, isTerminal } from "./status.js";
  *   attempt?: number,
  *   created_at?: string | null, started_at?: string | null, finished_at?: string | null,
  *   last_seq: number, first_seq?: number, snapshot: Snapshot,
- *   output?: any, error?: RunError | null, cancel?: Cancel | null,
+ *   output?: any, error?: RunError | null, cancel?: Cancel | null, last_event_at?: string | null,
  * }} Run
  * @typedef {{run_id: string, seq: number, type: string, ts: string, data: Record<string, any>}} Envelope
  * @typedef {{seq: number, type: string, data: Record<string, any>}} UnknownEvent
@@ -159,6 +159,8 @@ export class RunState {
     this.resumedAt = null;
     /** @type {string | null} when the run began to wait for an answer, if this view saw it */
     this.waitingSince = null;
+    /** @type {string | null} when its last event came (what a silence is counted from) */
+    this.lastEventAt = null;
     /** @type {UnknownEvent[]} */
     this.unknown = [];
     /** @type {string | null} */
@@ -195,6 +197,7 @@ export class RunState {
     this.startedAt = loaded.started_at ?? null;
     this.finishedAt = loaded.finished_at ?? null;
     this.attempt = typeof loaded.attempt === "number" ? loaded.attempt : 1;
+    this.lastEventAt = typeof loaded.last_event_at === "string" ? loaded.last_event_at : null;
     // The run object does not say since when it waits: a later question's event will.
     if (this.status !== "waiting") this.waitingSince = null;
     this.interruptReason = null;
@@ -240,6 +243,7 @@ export class RunState {
   // What the snapshot does not hold: the status and its details, and unknown events.
   /** @param {Envelope} event */
   _record({ type, data, ts, seq }) {
+    this.lastEventAt = ts;
     if (type === "run.started") {
       this.status = "running";
       this.startedAt = this.startedAt ?? ts;

@@ -14,6 +14,7 @@ import { runPagesOpen, requestRunPage } from "./links.js";
 import { MAX_MARKDOWN_CHARS, renderMarkdown } from "./markdown.js";
 import { RunState } from "./runstate.js";
 import { ACTIVE_STATUSES, isTerminal } from "./status.js";
+import { silenceWords } from "./silence.js";
 import { cancelledWords, clockTime, formatDuration, progressWords, runTitle, sameRunWords, timingWords } from "./words.js";
 
 /**
@@ -705,7 +706,10 @@ export class RunView {
     }
     // A run that never started shows when it was made, and says it never started.
     this.elapsed.title = `${started === null ? "created" : "started"} ${new Date(at).toLocaleString()}`;
-    this.elapsed.textContent = `${clockTime(at)} · ${timingWords(state, Date.now())}`;
+    const now = Date.now();
+    const silence = silenceWords(state, now);
+    this.elapsed.textContent = [clockTime(at), timingWords(state, now), silence].filter(Boolean).join(" · ");
+    this.elapsed.classList.toggle("agentruns-elapsed--silent", silence !== "");
     if (state.terminal || this.problem !== null) this._stopClock();
     else if (this.clock === null) this.clock = setInterval(() => this._renderClock(), CLOCK_TICK_MS);
   }

@@ -33,7 +33,7 @@ from typing import Any
 
 from traitlets.config import LoggingConfigurable
 
-from .. import metrics
+from .. import lifecycle, metrics
 from ..agents import AgentSpec
 from ..broadcaster import Broadcaster, Channel
 from ..compaction import Compactor
@@ -79,10 +79,13 @@ class Engine(LoggingConfigurable):
         served_owners: frozenset[str] | None = None,
         sessions: SessionPaths | None = None,
         notebook: NotebookAccess | None = None,
+        agent_stderr: Callable[[str], list[str] | None] | None = None,
     ):
         super().__init__(parent=parent)  # for its log: the server's
         # The notebook tools (None: a server without them, e.g. the command line's).
         self.notebook = notebook
+        # What the agent process of a run this server executes wrote to stderr (ACP agents').
+        self._agent_stderr = agent_stderr
         # A notebook's path in a session, relative to the server's root (none: as sent).
         self.sessions = sessions or SessionPaths(None)
         self.settings = settings
@@ -196,6 +199,7 @@ class Engine(LoggingConfigurable):
             broadcaster=self.broadcaster,
             max_event_bytes=settings.max_event_bytes,
             max_run_seconds=settings.max_run_seconds,
+            agent_silence_seconds=settings.agent_silence_seconds,
             log=self.log,
             on_finished=self._run_finished,
             check_usage=self.budgets.check_usage,
@@ -430,6 +434,18 @@ class Engine(LoggingConfigurable):
     async def list_runs(self, owner: str, **query: Any) -> bytes:
         """One page of the owner's runs as JSON (see ``Reads.list_runs``)."""
         return await self.reads.list_runs(owner, **query)
+
+    async def agent_stderr(self, owner: str, run_id: str) -> dict[str, Any]:
+        """The last lines the agent process of the caller's active run wrote to stderr.
+
+        ``live`` is false when this server runs no such process for the run
+        (not an ACP agent's run, ended, or executed by another server).
+        """
+        head = await self.reads.owned_head(owner, run_id)
+        lines = None
+        if self._agent_stderr is not None and lifecycle.is_active(head["status"]):
+            lines = self._agent_stderr(run_id)
+        return {"run_id": run_id, "live": lines is not None, "lines": lines or []}
 
     async def usage(self, owner: str) -> dict[str, int]:
         return await self.reads.usage(owner)

@@ -298,6 +298,11 @@ class Reads:
             and row.get("session")
         )
         run["queued_behind"] = conn.queued_behind(row["run_id"]) if waits else None
+        # When a run going on last had an event: a view says when its agent has been silent long.
+        run["last_event_at"] = None
+        if lifecycle.is_active(row["status"]) and row["last_seq"]:
+            last = conn.read_events(row["run_id"], row["last_seq"] - 1, 1, max_bytes=1)
+            run["last_event_at"] = last[0][2] if last else None
         if row.get("cancel_request") is not None:
             # Recorded for the server executing the run, which has not taken it
             # yet: answer with the run as it will be in a moment.

@@ -226,8 +226,19 @@ class CancelHandler(AgentRunsHandler):
         self.write_json(run, 202 if started else 200)
 
 
+class StderrHandler(AgentRunsHandler):
+    """``GET runs/{id}/stderr``: the last lines an active run's agent process wrote to stderr."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, run_id: str) -> None:
+        check_run_id(run_id)
+        self.write_json(await self.engine.agent_stderr(self.owner, run_id))
+
+
 default_handlers = [
     (r"api/agentruns/runs", RunsHandler),
     (rf"api/agentruns/runs/{RUN_ID}", RunHandler),
     (rf"api/agentruns/runs/{RUN_ID}/cancel", CancelHandler),
+    (rf"api/agentruns/runs/{RUN_ID}/stderr", StderrHandler),
 ]

@@ -425,9 +425,9 @@ def commit_transitions(
 def end_stored(
     conn: StoreConnection, row: dict[str, Any], end: lifecycle.Transition
 ) -> list[tuple[str, int, str, str, str]]:
-    """End a run no executor holds with ``end``: its open questions given up first (see ``lifecycle.ending``)."""
+    """End a run no executor holds with ``end``, what it left open closed first (``lifecycle.ending``)."""
     snapshot = reduce_stored(
         conn, row["run_id"], reducer.Snapshot(row["snapshot"]), row["snapshot_seq"], row["last_seq"]
     )
-    transitions = lifecycle.ending(reducer.open_inputs(snapshot.structure()), end)
+    transitions = lifecycle.ending(snapshot.structure(), end)
     return commit_transitions(conn, row, transitions, snapshot)[0]

@@ -93,9 +93,11 @@ class AcpAgent:
             lambda message: run.progress(None, message),
         )
         turn = Turn(self.name, run, conversation, self.files)
+        self.processes.turns[run.run_id] = conversation
         try:
             return await turn.take(input, cwd, attached)
         finally:
+            self.processes.turns.pop(run.run_id, None)
             # Not awaited here: a cancelled run ends at once, while its agent
             # gets its few seconds to stop the turn.
             self.processes.spawn(turn.end(self.processes, keep=run.session is not None))

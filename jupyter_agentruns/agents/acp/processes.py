@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -31,8 +32,21 @@ GUARD = Path(__file__).with_name("guard.py")
 # One ACP message at most (a tool's output, a file's contents).
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 STDERR_TAIL_BYTES = 16 * 1024
+# What a view shows of it: its last lines, each cut at so many characters.
+STDERR_LINES = 20
+STDERR_LINE_CHARS = 300
+# Terminal colours and cursor moves (ANSI escapes), then what else is not text.
+_ESCAPE = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # How long a process gets to exit once its stdin is closed, then after SIGTERM.
 STOP_SECONDS = 2.0
+
+
+def last_lines(text: str) -> list[str]:
+    """At most ``STDERR_LINES`` last lines of ``text``, as plain text: colours and control characters removed."""
+    text = _CONTROL.sub("", _ESCAPE.sub("", text))
+    lines = [line.rstrip()[:STDERR_LINE_CHARS] for line in text.splitlines()]
+    return [line for line in lines if line.strip()][-STDERR_LINES:]
 
 
 def clean_environment(env: dict[str, str]) -> dict[str, str]:
@@ -201,6 +215,8 @@ class Processes:
         self.idle_seconds = idle_seconds
         self.log = log
         self.live: dict[Hashable, Any] = {}
+        # run_id -> the conversation whose turn the run is taking (see stderr_lines).
+        self.turns: dict[str, Any] = {}
         self._changed = asyncio.Event()
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Future] = set()
@@ -255,6 +271,14 @@ class Processes:
             )
             changed = self._changed
             await changed.wait()
+
+    def stderr_lines(self, run_id: str) -> list[str] | None:
+        """The last lines the agent taking ``run_id``'s turn wrote to stderr (None: no such turn here)."""
+        conversation = self.turns.get(run_id)
+        if conversation is None:
+            return None
+        process = conversation.process
+        return last_lines(process.stderr_tail()) if process is not None else []
 
     def release(self, conversation: Any, keep: bool) -> None:
         """The conversation's turn ended: keep it for the next run (``keep``) or close it."""
