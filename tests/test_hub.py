@@ -10,15 +10,18 @@ the team's schema as a PostgreSQL role of its user's own, through the
 ``AGENTRUNS_STORE_URL`` that a callable ``c.Spawner.environment`` builds:
 that part of the hub's configuration is read from the docs' JupyterHub guide, as written
 there. Every request goes through the proxy with a hub token, as a
-browser's or a script's would.
+script's would, or from Chromium logged in at the hub's page, as a person's.
 
 One hub serves the module's tests; every process it started (the proxy, the
-servers) is ended after them, whatever happened.
+servers) is ended after them, whatever happened. The browser's test runs
+again on a hub of its own, of the lowest JupyterHub pyproject.toml allows.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
+import json
 import os
 import re
 import secrets
@@ -31,18 +34,34 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 import pytest
 import rawdb
 from httpx_sse import connect_sse
+from packaging.version import Version
 from traitlets.config import Config
 
 from jupyter_agentruns.agents.demo import answer_words
 from jupyter_agentruns.store.postgres import PostgresStore
 
+from conftest import picture
 from servers import default_sigint, free_ports
+from test_browser import (  # noqa: F401  (fixtures are found by name)
+    CHROMIUM,
+    browser,
+    jp_asyncio_loop,
+    jp_server_cleanup,
+    page,
+    run_cell,
+    wait_answer,
+    wait_attr,
+    wait_idle,
+    widget,
+    write_notebook,
+)
+from test_panel import PANEL, open_panel, panel_row, wait_row_status
 
 pytestmark = pytest.mark.hub
 
@@ -96,6 +115,10 @@ c.JupyterHub.load_roles = [
 """)
 
 
+# The environment of the lowest JupyterHub the test extra allows (scripts/test makes it).
+LOWEST_HUB_PYTHON = Path(__file__).parent.parent / ".venv-hub-lowest" / "bin" / "python"
+
+
 def proxy_command() -> str | None:
     """configurable-http-proxy: where scripts/test caches it, else on PATH."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
@@ -123,8 +146,10 @@ def descendants(pid: int) -> list[int]:
 class Hub:
     """JupyterHub as a subprocess, driven through its REST API with a service's token."""
 
-    def __init__(self, home: Path, store_config: str, proxy: str):
+    def __init__(self, home: Path, store_config: str, proxy: str, python: str = sys.executable):
+        """``python``: the environment whose JupyterHub runs, for the hub and its servers alike."""
         self.home = home
+        self.python = python
         self.port, hub_port, api_port = free_ports(3)
         self.url = f"http://127.0.0.1:{self.port}"
         self.admin_token = secrets.token_hex(16)
@@ -142,7 +167,7 @@ class Hub:
             "hub_db": f"sqlite:///{home / 'jupyterhub.sqlite'}",
             "cookie_secret": str(home / "cookie_secret"),
             "homes": str(home / "homes"),
-            "singleuser": str(Path(sys.executable).parent / "jupyterhub-singleuser"),
+            "singleuser": str(Path(python).parent / "jupyterhub-singleuser"),
             "server_args": server_args,
             "admin_token": self.admin_token,
             "culler_token": self.culler_token,
@@ -164,7 +189,7 @@ class Hub:
     def start(self, timeout: float = 60) -> None:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "jupyterhub", "-f", str(self.home / "jupyterhub_config.py")],
+                [self.python, "-m", "jupyterhub", "-f", str(self.home / "jupyterhub_config.py")],
                 cwd=self.home,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -357,6 +382,29 @@ def hub(proxy, store, tmp_path_factory):
         hub.stop()
 
 
+@pytest.fixture
+def lowest_hub(proxy, store, tmp_path_factory):
+    """A hub of the lowest JupyterHub pyproject.toml allows, with Bob's server started.
+
+    It runs from the environment ``scripts/test`` makes for it beside ``.venv``
+    (``.venv-hub-lowest``): hub and servers alike, since a single-user server's
+    login checks come from its own JupyterHub package.
+    """
+    if not LOWEST_HUB_PYTHON.exists():
+        reason = f"no {LOWEST_HUB_PYTHON.parent.parent.name}: bash scripts/test makes it"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason}; CI must run the hub's tests")
+        pytest.skip(reason)
+    _, store_config = store
+    hub = Hub(tmp_path_factory.mktemp("hub-lowest"), store_config, proxy, str(LOWEST_HUB_PYTHON))
+    try:
+        hub.start()
+        hub.start_servers("bob")
+        yield hub
+    finally:
+        hub.stop()
+
+
 def submit(client: httpx.Client, input: dict) -> str:
     response = client.post("runs", json={"agent": "demo", "input": input})
     assert response.status_code == 201, response.text
@@ -508,3 +556,106 @@ def test_the_idle_culler_stops_a_server_only_once_its_runs_are_over_or_have_wait
     assert finished is not None and culled["bob"] > finished
     # Alice's was culled while her run waited for her: the run waits on, for her next server.
     assert runs[waiting] == ("waiting", 1)
+
+
+def lowest_allowed_hub() -> Version:
+    """The lowest JupyterHub that pyproject.toml's test extra allows."""
+    pyproject = (Path(__file__).parent.parent / "pyproject.toml").read_text()
+    [minimum] = re.findall(r'"jupyterhub>=([0-9.]+)"', pyproject)
+    return Version(minimum)
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(
+    not os.path.exists(CHROMIUM) and not os.environ.get("CI"),
+    reason="Chromium is not installed (apt-get install chromium)",
+)
+@pytest.mark.parametrize("jupyterhub", ["installed", "lowest"])
+def test_a_person_logged_in_to_the_hub_sees_runs_in_the_panel_the_widget_and_after_a_refresh(
+    jupyterhub,
+    request,
+    page,  # noqa: F811  (the fixture imported above)
+):
+    # The hub's single-user servers check the XSRF token on every request of a
+    # page, reads too: the panel, the widget, the page's stream and the outputs
+    # a refresh restores all answer 403 to a request without it.
+    if jupyterhub == "installed":
+        hub, user = request.getfixturevalue("hub"), "alice"
+        expected = Version(importlib.metadata.version("jupyterhub"))
+    else:
+        hub, user = request.getfixturevalue("lowest_hub"), "bob"
+        expected = lowest_allowed_hub()
+    version = Version(hub.api.get("").json()["version"])
+    assert version.release[:2] == (expected.release + (0,))[:2], version
+    hub.start_servers(*(name for name in [user] if hub.server(name) is None))
+    home = hub.home / "homes" / user
+    settings = home / ".jupyter" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
+    (settings / "themes.jupyterlab-settings").write_text(json.dumps({"theme": "JupyterLab Light"}))
+    prompt = f"through JupyterHub {version}"
+    write_notebook(
+        home / "hub.ipynb",
+        [
+            "from jupyter_agentruns import submit\n"
+            f'run = submit("demo", {{"prompt": "{prompt}", "chunks": 40, "delay": 0.1}})'
+        ],
+    )
+    answers: list[tuple[int, str]] = []
+    page.on(
+        "response",
+        lambda response: (
+            answers.append((response.status, response.url))
+            if "/api/agentruns/" in response.url
+            else None
+        ),
+    )
+
+    # Logged in at the hub's page, as a person is, who is then sent on to the
+    # notebook: the server knows them by the cookie the hub's OAuth gave it.
+    notebook = f"/user/{user}/lab/tree/hub.ipynb?reset"
+    page.goto(f"{hub.url}/hub/login?next={quote(notebook, safe='')}")
+    page.locator("#username_input").fill(user)
+    page.locator("#login_submit").click()
+    wait_idle(page)
+    assert page.url.startswith(f"{hub.url}/user/{user}/lab"), page.url
+    open_panel(page)
+    run_cell(page, 0)
+    run_id = wait_attr(page, 0, "data-run-id", "v && v.startsWith('run_')")
+    wait_attr(page, 0, "data-status", "v === 'succeeded'")
+    wait_answer(page, 0, prompt, 40)
+    panel_row(page, run_id).wait_for(timeout=30_000)
+    wait_row_status(page, run_id, "succeeded")
+    page.locator(PANEL).screenshot(path=picture(f"hub-{jupyterhub}-panel.png"))
+    widget(page).screenshot(path=picture(f"hub-{jupyterhub}-widget.png"))
+
+    # Dark, and a refresh without saving: the run's output comes back from the server.
+    with hub.client(user, path="") as client:
+        response = client.put(
+            "lab/api/settings/@jupyterlab/apputils-extension:themes",
+            json={"raw": json.dumps({"theme": "JupyterLab Dark"})},
+        )
+        assert response.status_code == 204, response.text
+    page.reload()
+    wait_idle(page)
+    page.wait_for_function(
+        "(runId) => !!document.querySelector("
+        "`.jp-Notebook .jp-OutputArea-output .agentruns-run[data-run-id='${runId}'][data-status='succeeded']`)",
+        arg=run_id,
+        timeout=60_000,
+    )
+    wait_answer(page, 0, prompt, 40)
+    open_panel(page)
+    wait_row_status(page, run_id, "succeeded")
+    page.locator(PANEL).screenshot(path=picture(f"hub-{jupyterhub}-panel-dark.png"))
+    widget(page).screenshot(path=picture(f"hub-{jupyterhub}-widget-dark.png"))
+
+    shown = page.locator(PANEL).inner_text() + widget(page).inner_text()
+    assert "Forbidden" not in shown and "signed out" not in shown
+    refused = [(status, url) for status, url in answers if status in (401, 403)]
+    assert refused == []
+    # The widget followed the run live, on the page's one stream.
+    assert any(status == 200 and "/api/agentruns/streams" in url for status, url in answers)

@@ -48,14 +48,15 @@ export function xsrfToken() {
   return match ? match[1] : null;
 }
 
-const SAFE_METHODS = new Set(["GET", "HEAD", "OPTIONS"]);
-
 /**
  * @typedef {Omit<RequestInit, "body" | "headers"> & {body?: unknown, headers?: Record<string, string>}} ApiInit
+ * @typedef {(url: string, init?: ApiInit) => Promise<Response>} Fetch what talks to the server: apiFetch, or a test's
  */
 
 /**
- * fetch() with cookie auth, JSON bodies, and the XSRF header on writes.
+ * fetch() with cookie auth, JSON bodies, and the XSRF header on every request:
+ * tornado checks it on writes only, but JupyterHub's single-user servers check
+ * it on a page's reads too, and answer 403 to a GET without it.
  * @param {string} url
  * @param {ApiInit} [options]
  * @returns {Promise<Response>}
@@ -69,10 +70,8 @@ export function apiFetch(url, options = {}) {
     body = JSON.stringify(body);
     headers["Content-Type"] = "application/json";
   }
-  if (!SAFE_METHODS.has(method)) {
-    const token = xsrfToken();
-    if (token !== null) headers["X-XSRFToken"] = token;
-  }
+  const token = xsrfToken();
+  if (token !== null) headers["X-XSRFToken"] = token;
   return fetch(url, { ...options, method, headers, body: /** @type {string | undefined} */ (body), credentials: "same-origin" });
 }
 

@@ -1,7 +1,7 @@
 // One stream for the whole page.
 
 import { DEFAULT_RETRY_MS, SIGNED_OUT_RETRY_MS, backoffDelay } from "./backoff.js";
-import { withSlash } from "./api.js";
+import { apiFetch, withSlash } from "./api.js";
 import { isPlainObject, isSeq } from "./json.js";
 import { SSEParser } from "./sse.js";
 import { isTerminal, isTerminalType } from "./status.js";
@@ -25,7 +25,7 @@ import { isTerminal, isTerminalType } from "./status.js";
  * }} Connection
  * @typedef {{
  *   baseUrl?: string,
- *   fetch?: (url: string, init: RequestInit) => Promise<Response>,
+ *   fetch?: import("./api.js").Fetch,
  *   setTimeout?: (fn: () => void, ms: number) => any,
  *   clearTimeout?: (id: any) => void,
  *   random?: () => number,
@@ -48,7 +48,7 @@ export class Hub {
   /** @param {HubOptions} [options] */
   constructor(options = {}) {
     this.baseUrl = withSlash(options.baseUrl || "/");
-    this.fetch = options.fetch || ((/** @type {string} */ url, /** @type {RequestInit} */ init) => globalThis.fetch(url, init));
+    this.fetch = options.fetch || apiFetch;
     this.setTimeout = options.setTimeout || ((/** @type {() => void} */ fn, /** @type {number} */ ms) => globalThis.setTimeout(fn, ms));
     this.clearTimeout = options.clearTimeout || ((/** @type {any} */ id) => globalThis.clearTimeout(id));
     this.random = options.random || Math.random;

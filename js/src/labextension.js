@@ -9,7 +9,7 @@ import { IStatusBar } from "@jupyterlab/statusbar";
 import { LabIcon } from "@jupyterlab/ui-components";
 import { Widget } from "@lumino/widgets";
 
-import { apiBase, pageOption } from "./api.js";
+import { apiBase, apiFetch, pageOption } from "./api.js";
 import { RunWatch } from "./attention.js";
 import { Attention } from "./notify.js";
 import { RunsPanel, contentsPath } from "./panel.js";
@@ -45,7 +45,7 @@ async function restorePanel(app, panel) {
     cells.push({ id: cell.id, type: cell.type, runIds: shownRunIds(/** @type {any[]} */ (shown)), source: cell.sharedModel.getSource() });
   }
   const { restored, gone } = await restoreOutputs({
-    fetch: (url, init) => fetch(url, init),
+    fetch: apiFetch,
     baseUrl: apiBase(),
     path: context.path,
     lastModified: context.contentsModel ? context.contentsModel.last_modified : null,

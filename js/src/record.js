@@ -86,7 +86,7 @@ export function switchedBundle(data, run, record) {
 /**
  * Fetch a run's record (`text/markdown`) from the server: the text, or null
  * when the server has no record to give (an error, or an answer of another type).
- * @param {(url: string, init: RequestInit) => Promise<Response>} fetch
+ * @param {import("./api.js").Fetch} fetch
  * @param {string} url the run's URL
  * @returns {Promise<string | null>}
  */

@@ -8,7 +8,7 @@
 
 import { Widget } from "@lumino/widgets";
 
-import { apiBase, runsUrl } from "./api.js";
+import { apiBase, apiFetch, runsUrl } from "./api.js";
 import { findModel, watchModels } from "./models.js";
 import { MIME_TYPE, fetchRecord, runData, switchedBundle, updatedBundle } from "./record.js";
 import { RunView, followNewRun, syncFor } from "./view.js";
@@ -111,7 +111,7 @@ export class RunRenderer extends Widget {
   async _ranAgain(run, previous) {
     const model = findModel(previous);
     if (model) followNewRun(model, run);
-    const record = await fetchRecord(fetch, runsUrl(apiBase(), run.run_id));
+    const record = await fetchRecord(apiFetch, runsUrl(apiBase(), run.run_id));
     const mimeModel = this.mimeModel;
     if (mimeModel === null || this.isDisposed) return;
     const fields = { run_id: run.run_id, status: run.status, last_seq: run.last_seq, agent: run.agent };
@@ -127,7 +127,7 @@ export class RunRenderer extends Widget {
   async _shown(state) {
     if (!state.terminal || state.run === null || this.recordChecked === state.runId) return;
     this.recordChecked = state.runId;
-    const record = await fetchRecord(fetch, runsUrl(apiBase(), state.runId));
+    const record = await fetchRecord(apiFetch, runsUrl(apiBase(), state.runId));
     const mimeModel = this.mimeModel;
     if (mimeModel === null || this.isDisposed || this.outputRunId !== state.runId) return;
     const fields = { run_id: state.runId, status: state.status, last_seq: state.lastSeq, agent: state.run.agent };

@@ -23,7 +23,7 @@ import { sha256Hex } from "./sha256.js";
  * @typedef {{id: string, type: string, runIds: string[], source?: string}} CellInfo what the plugin needs of a cell
  * @typedef {{output_type: "display_data", data: Record<string, any>, metadata: Record<string, any>}} DisplayData
  * @typedef {{cellId: string, run: Run, unsaved: boolean}} LostRun
- * @typedef {(url: string, init: RequestInit) => Promise<Response>} Fetch
+ * @typedef {import("./api.js").Fetch} Fetch
  */
 
 /** Runs asked for per page of the list. */

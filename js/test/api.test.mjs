@@ -76,13 +76,20 @@ test("apiFetch sends JSON with cookie auth and the XSRF header on a POST", async
   assert.equal(init.headers["Idempotency-Key"], "k");
 });
 
-test("apiFetch sends the XSRF header on DELETE but not on GET", async () => {
+test("apiFetch sends the XSRF header on reads too: JupyterHub's servers check it on a GET", async () => {
   fakePage({ cookie: "_xsrf=tok" });
   const calls = [];
   globalThis.fetch = async (url, init) => calls.push(init);
   await apiFetch("/x", { method: "DELETE" });
   await apiFetch("/x");
-  assert.equal(calls[0].headers["X-XSRFToken"], "tok");
-  assert.equal(calls[1].headers["X-XSRFToken"], undefined);
-  assert.equal(calls[1].method, "GET");
+  await apiFetch("/x", { headers: { Accept: "text/event-stream" } });
+  assert.deepEqual(
+    calls.map((init) => [init.method, init.headers["X-XSRFToken"]]),
+    [["DELETE", "tok"], ["GET", "tok"], ["GET", "tok"]],
+  );
+  assert.equal(calls[2].headers.Accept, "text/event-stream");
+  // No cookie (a token login): no header.
+  fakePage({});
+  await apiFetch("/x");
+  assert.equal("X-XSRFToken" in calls[3].headers, false);
 });

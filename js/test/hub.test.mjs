@@ -156,6 +156,34 @@ test("one connection carries two runs", async () => {
   assert.deepEqual(b.states, ["connected"]);
 });
 
+test("by default the stream and the hub's reads carry the XSRF token: JupyterHub's servers want it on a GET", async () => {
+  const realFetch = globalThis.fetch;
+  const server = fakeServer();
+  globalThis.fetch = server.fetch;
+  globalThis.document = { cookie: "_xsrf=tok", getElementById: () => null };
+  try {
+    const clock = new FakeClock();
+    const hub = new Hub({ baseUrl: "/user/ada/", setTimeout: clock.setTimeout, clearTimeout: clock.clearTimeout });
+    const [a] = await connected(hub, clock, server, [["run_a", 0]]);
+    const stream = server.requests[0];
+    assert.equal(stream.url, "/user/ada/api/agentruns/streams?runs=run_a:0");
+    assert.equal(stream.init.headers.Accept, "text/event-stream");
+    assert.equal(stream.init.headers["X-XSRFToken"], "tok");
+    assert.equal(stream.init.credentials, "same-origin");
+    // A stream that ends before its run did: the run is read, with the token too.
+    stream.end();
+    await settle();
+    const read = server.last();
+    assert.equal(read.url, "/user/ada/api/agentruns/runs/run_a");
+    assert.equal(read.init.headers["X-XSRFToken"], "tok");
+    await read.json(200, { run_id: "run_a", status: "succeeded", last_seq: 0, snapshot: {} });
+    assert.equal(a.snapshots.length, 1);
+  } finally {
+    globalThis.fetch = realFetch;
+    delete globalThis.document;
+  }
+});
+
 test("registrations close together share one request", async () => {
   const { clock, server, hub } = setup();
   hub.register("run_a", 0, {});
