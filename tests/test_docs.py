@@ -52,7 +52,8 @@ def page(name: str) -> str:
 def test_the_readme_starts_with_the_two_commands_and_fits_on_a_page():
     assert README.startswith(
         "# jupyter_agentruns\n\n```bash\n"
-        "bash scripts/lab    # JupyterLab with the extension, opened on notebooks/quickstart.ipynb\n"
+        "bash scripts/lab    # JupyterLab with the extension, "
+        "opened on a copy of notebooks/quickstart.ipynb in workspace/\n"
         "bash scripts/test   # installs what the tests need (.venv, Chromium) and runs them\n"
         "```\n"
     )
