@@ -198,10 +198,12 @@ RUN_COUNT_SECONDS = 2.0
 
 RUNS = Sampled(
     "agentruns_runs",
-    f"Runs in the store by status, as this server last counted them (on a reader thread, "
+    f"Runs in the store by status, of the owners this server serves (served_owners: on a "
+    "hub user's server, that user's runs), as it last counted them (on a reader thread, "
     f"when a scrape found the last count over {RUN_COUNT_SECONDS:g} s old: a scrape reports "
-    "the count the one before it asked for). Store-wide: servers sharing one "
-    "PostgreSQL store each report the same runs, so aggregate them with max, not sum.",
+    "the count the one before it asked for). With store_wide_metrics, every run of the "
+    "store: servers sharing one store then report the same runs, so aggregate them with "
+    "max, not sum.",
     label="status",
 )
 EXECUTING_RUNS = Sampled(

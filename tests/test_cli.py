@@ -20,6 +20,7 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import rawdb
@@ -27,6 +28,8 @@ from tcpproxy import TcpProxy
 
 from jupyter_agentruns.cli import build_parser, exits, output
 from jupyter_agentruns.client import Server, find_server, redact_url
+from jupyter_agentruns.store.postgres import PostgresStore
+from jupyter_agentruns.store.sqlite import SQLiteStore
 
 from servers import ServerProcess, wait_status
 
@@ -1018,3 +1021,71 @@ def test_doctor_and_gc_leave_an_older_or_newer_schema_as_it_is(store_kind, tmp_p
     assert gc.returncode == 69 and "upgrade this package" in one_clear_line(gc)
     assert version() == known + 1
     conn.close()
+
+
+@pytest.mark.timeout(120)
+def test_migrate_creates_the_store_then_says_it_is_up_to_date(store_kind, tmp_path, request):
+    if store_kind == "sqlite":
+        path = tmp_path / "new" / "agentruns.sqlite3"
+        where = ["--db", str(path)]
+        store = SQLiteStore(path, migrate=False)
+    else:
+        url = request.getfixturevalue("postgres_url")
+        where = ["--store-url", url]
+        store = PostgresStore(url)
+    known = store.schema_versions_known
+
+    created = store_cli(tmp_path, "migrate", *where)
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.startswith("created the store at ")
+    assert created.stdout.endswith(f": schema version {known}\n")
+    assert store.schema_version() == known
+    conn = store.connect()
+    try:
+        assert conn.count_runs_by_status() == {}  # its tables are there, and empty
+    finally:
+        conn.close()
+
+    again = store_cli(tmp_path, "migrate", *where, "--json")
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    assert report["schema_version_before"] == report["schema_version"] == known
+    text = store_cli(tmp_path, "migrate", *where)
+    assert text.returncode == 0 and text.stdout.endswith(f"is up to date: schema version {known}\n")
+
+
+@pytest.mark.timeout(120)
+def test_migrate_brings_an_older_schema_forward_and_leaves_a_newer_one(
+    store_kind, tmp_path, request
+):
+    where, known, version, conn = older_store(store_kind, tmp_path, request)
+    migrated = store_cli(tmp_path, "migrate", *where)
+    assert migrated.returncode == 0, migrated.stderr
+    assert f"from schema version {known - 1} to {known}\n" in migrated.stdout
+    assert version() == known
+    doctor = store_cli(tmp_path, "doctor", *where, "--json")
+    assert doctor.returncode == 0 and json.loads(doctor.stdout)["problems"] == []
+
+    if store_kind == "sqlite":
+        conn.execute(f"PRAGMA user_version = {known + 1}")
+    else:
+        conn.execute("INSERT INTO schema_version (version) VALUES (?)", [known + 1])
+    newer = store_cli(tmp_path, "migrate", *where)
+    assert newer.returncode == 69 and "upgrade this package" in one_clear_line(newer)
+    assert version() == known + 1
+    conn.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.own_store
+def test_migrate_of_a_store_it_cannot_reach_or_a_wrong_url_is_one_line_and_no_password(
+    tmp_path, postgres_url
+):
+    parts = urlsplit(postgres_url)
+    unreachable = urlunsplit(parts._replace(netloc="postgres:s3cret-pw@127.0.0.1:1"))
+    failed = store_cli(tmp_path, "migrate", "--store-url", unreachable)
+    assert failed.returncode == 69 and "cannot be reached" in one_clear_line(failed)
+    wrong = store_cli(tmp_path, "migrate", "--store-url", "mysql://me:s3cret-pw@db/runs")
+    assert wrong.returncode == 64 and "must be a postgresql:// URL" in one_clear_line(wrong)
+    for process in (failed, wrong):
+        assert "s3cret" not in process.stdout + process.stderr

@@ -52,7 +52,8 @@ def page(name: str) -> str:
 def test_the_readme_starts_with_the_two_commands_and_fits_on_a_page():
     assert README.startswith(
         "# jupyter_agentruns\n\n```bash\n"
-        "bash scripts/lab    # JupyterLab with the extension, opened on notebooks/quickstart.ipynb\n"
+        "bash scripts/lab    # JupyterLab with the extension, "
+        "opened on a copy of notebooks/quickstart.ipynb in workspace/\n"
         "bash scripts/test   # installs what the tests need (.venv, Chromium) and runs them\n"
         "```\n"
     )
@@ -66,6 +67,36 @@ def test_every_link_of_the_readme_and_the_pages_leads_to_a_file():
     for base, target in links:
         if "://" not in target:
             assert (base / target).exists(), f"{base}: {target}"
+
+
+def test_every_image_of_the_pages_is_one_the_built_site_copies_and_exists():
+    """Sphinx copies the images of Markdown and of {image}, never those of raw HTML:
+    an <img> in a page is missing from the built site, and the build does not say so."""
+    shown = 0
+    for path in DOCS.rglob("*.md"):
+        if "_build" in path.parts or "generated" in path.parts:
+            continue
+        text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)  # code blocks
+        text = re.sub(r"`[^`\n]*`", "", text)  # inline code
+        assert not re.search(r"<img\b", text, re.I), f"{path}: a raw HTML <img>"
+        for target in re.findall(r"^```\{(?:image|figure)\} (\S+)$", path.read_text(), re.M):
+            assert (path.parent / target).is_file(), f"{path}: {target}"
+            shown += 1
+    assert shown >= 1
+
+
+def test_the_site_build_finds_an_image_its_pages_show_but_it_does_not_have(tmp_path):
+    import agentruns_images
+
+    (tmp_path / "_images").mkdir()
+    (tmp_path / "_images" / "panel.png").write_bytes(b"png")
+    (tmp_path / "tutorials").mkdir()
+    (tmp_path / "tutorials" / "first-run.html").write_text(
+        '<p><img alt="kept" src="../_images/panel.png"/>'
+        '<img src="https://example.org/a.png"><img src="data:image/png;base64,AA=="></p>'
+        '<img alt="raw" src="../panel.png" width="250">'
+    )
+    assert agentruns_images.missing_images(tmp_path) == ["tutorials/first-run.html: ../panel.png"]
 
 
 # The reference misses nothing -----------------------------------------------

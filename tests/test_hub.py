@@ -37,14 +37,13 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
+import hubguide
 import pytest
 import rawdb
 from httpx_sse import connect_sse
 from packaging.version import Version
-from traitlets.config import Config
 
 from jupyter_agentruns.agents.demo import answer_words
-from jupyter_agentruns.store.postgres import PostgresStore
 
 from conftest import picture
 from servers import default_sigint, free_ports
@@ -292,60 +291,83 @@ class Hub:
             )
 
 
-def readme_store_config(address: str, role_prefix: str, secret: Path) -> str:
-    """The JupyterHub guide's configuration of the store, with this test's database, names and secret."""
-    readme = (Path(__file__).parent.parent / "docs" / "how-to" / "jupyterhub.md").read_text()
-    marker = "# jupyterhub_config.py: each user's server reaches the team's schema"
-    block = readme[readme.index(marker) :].split("```", 1)[0]
+def our_names(text: str) -> str:
+    return hubguide.our_names(text, f"t{os.getpid()}")
+
+
+def readme_store_config(address: str, role_prefix: str, secret: Path, admin_url: str) -> str:
+    """The JupyterHub guide's configuration of the store and its pre_spawn_hook, with this
+    test's database, names, secret and role-making role."""
+    block = hubguide.block(
+        "python", "# jupyterhub_config.py: each user's server reaches the team's schema"
+    )
+    block += our_names(hubguide.block("python", "# jupyterhub_config.py, below the block above"))
     for pattern, value in (
         (r'^AGENTRUNS_DATABASE = ".*"$', f"AGENTRUNS_DATABASE = {address!r}"),
         (r'^AGENTRUNS_ROLE_PREFIX = ".*"$', f"AGENTRUNS_ROLE_PREFIX = {role_prefix!r}"),
         (r'open\(".*?", "rb"\)', f'open({str(secret)!r}, "rb")'),
+        (r'^AGENTRUNS_ADMIN_URL = ".*"$', f"AGENTRUNS_ADMIN_URL = {admin_url!r}"),
     ):
         block, found = re.subn(pattern, lambda _, value=value: value, block, flags=re.M)
         assert found == 1, f"the guide's hub configuration has no {pattern}"
+    assert "c.Spawner.pre_spawn_hook = agentruns_pre_spawn_hook" in block
     return block
 
 
 @pytest.fixture(scope="module")
 def store(postgres_database, tmp_path_factory):
-    """The team's schema, made by its owner (postgres), and a role of each user's own on it.
+    """The team's schema as the guide makes it, with this test's names.
 
-    Yields the store's URL as its owner, and the guide's configuration that
-    gives each user's server its role's URL.
+    An administrator makes the schema's owner, the group role and the role
+    that makes users' roles; the owner makes the tables with ``jupyter
+    agentruns migrate`` and grants the group role what a server uses. Each
+    user's role is made by the hub's pre_spawn_hook, at the user's first
+    start. Yields the store's URL (as the administrator, to read what
+    servers wrote), and the guide's configuration for the hub.
     """
-    url = f"{postgres_database}?schema=team"
-    PostgresStore(url).open().close()  # the schema and its tables, as a first server makes them
-    parts = urlsplit(url)
+    import psycopg
+
+    parts = urlsplit(postgres_database)
+    schema, owner, group, maker = map(our_names, ("team", "team_owner", "team_users", "team_admin"))
+
+    def url_as(role: str, query: str = "") -> str:
+        netloc = f"{role}@{parts.hostname}:{parts.port}"
+        return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+    url = f"{postgres_database}?schema={schema}"
     secret = tmp_path_factory.mktemp("secret") / "agentruns-secret"
     secret.write_bytes(secrets.token_hex(32).encode() + b"\n")
     role_prefix = f"agentruns_t{os.getpid()}_"
-    store_config = readme_store_config(
-        f"{parts.hostname}:{parts.port}{parts.path}?schema=team", role_prefix, secret
-    )
-    settings = Config()
-    defined = {"c": settings}
-    exec(store_config, defined)  # what the hub does with it
-    roles = [role_prefix + user for user in USERS]
-    admin = rawdb.connect(urlunsplit(parts._replace(query="schema=public")))
+    roles = [role_prefix + user for user in USERS] + [maker, group, owner]
+    admin = psycopg.connect(postgres_database, autocommit=True)
     try:
-        for role in roles:
-            password = defined["agentruns_role_password"](role)
-            admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
-            admin.execute(f"GRANT USAGE ON SCHEMA team TO {role}")
-            admin.execute(
-                f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA team TO {role}"
-            )
-            admin.execute(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA team TO {role}")
+        admin.execute(our_names(hubguide.block("sql", "CREATE ROLE team_owner")))
+        env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path_factory.mktemp("no-config"))}
+        migrate = subprocess.run(
+            [sys.executable, "-m", "jupyter_agentruns.cli", "migrate"]
+            + ["--store-url", url_as(owner, f"schema={schema}")],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert migrate.returncode == 0 and "created the store" in migrate.stdout, migrate.stderr
+        with psycopg.connect(url_as(owner), autocommit=True) as as_owner:
+            as_owner.execute(our_names(hubguide.block("sql", "-- as team_owner")))
+        store_config = readme_store_config(
+            f"{parts.hostname}:{parts.port}{parts.path}?schema={schema}",
+            role_prefix,
+            secret,
+            url_as(maker),
+        )
         yield url, store_config
     finally:
         admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ANY(?)",
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ANY(%s)",
             [roles],
         )
+        admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         for role in roles:
-            admin.execute(f"DROP OWNED BY {role}")
-            admin.execute(f"DROP ROLE IF EXISTS {role}")
+            if admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone():
+                admin.execute(f'DROP OWNED BY "{role}"')
+                admin.execute(f'DROP ROLE "{role}"')
         admin.close()
 
 

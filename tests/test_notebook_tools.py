@@ -6,9 +6,14 @@ of the cost); each test leaves the kernel idle.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
+import os
 import re
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -332,15 +337,14 @@ def test_the_tutorials_notebook_lines_let_the_agent_work_on_the_data(lab, model)
     server, http, kernel = lab
     tutorial = (Path(__file__).parent.parent / "docs/tutorials/notebook-tools.md").read_text()
     cell = re.search(r"```python\n(import pandas as pd\n.*?)```", tutorial, re.S).group(1)
-    assert 'sales = pd.read_csv("sales.csv")' in cell and "submit(" in cell
-    (server.home / "work" / "sales.csv").write_text("city,units\nParis,3\nLyon,9\nNice,4\n")
+    assert "sales = pd.DataFrame(" in cell and "submit(" in cell
     model.reply(
         tool_calls(("list_variables", "{}")),
         tool_calls(("describe", json.dumps({"name": "sales"}))),
         tool_calls(
             ("run_code", json.dumps({"code": "sales.groupby('city').units.sum().idxmax()"}))
         ),
-        answer("Lyon sold the most: 9 units."),
+        answer("Lyon sold the most: 340 units."),
     )
     _, displays, error = kernel.run_cell(cell, "cell-tutorial")
     assert error is None, error
@@ -356,7 +360,7 @@ def test_the_tutorials_notebook_lines_let_the_agent_work_on_the_data(lab, model)
     assert '"name": "sales"' in tool_messages[0]["content"]  # list_variables saw the DataFrame
     assert "Lyon" in tool_messages[1]["content"]  # describe: its first rows
     assert "result:\n'Lyon'" in tool_messages[2]["content"], tool_messages[2]["content"]
-    assert run["output"]["text"] == "Lyon sold the most: 9 units."
+    assert run["output"]["text"] == "Lyon sold the most: 340 units."
 
 
 def test_the_openai_agents_tool_choice_may_name_a_notebook_tool(lab, model):
@@ -409,3 +413,34 @@ def test_on_a_hub_users_server_the_tools_act_for_its_user_only(tmp_path):
             assert anonymous.status_code == 403 and anonymous.json()["error"] == "forbidden"
     finally:
         server.kill()
+
+
+def test_the_tutorials_mcp_client_script_runs_as_written(lab, tmp_path):
+    """docs/tutorials/notebook-tools.md's script for the MCP SDK's client, with this server's URL."""
+    server, http, kernel = lab
+    tutorial = Path(__file__).parent.parent / "docs" / "tutorials" / "notebook-tools.md"
+    [script] = re.findall(
+        r"^  ```python\n(  # mcp_client\.py.*?)^  ```$", tutorial.read_text(), re.S | re.M
+    )
+    script = textwrap.dedent(script)
+    for pattern, value in (
+        (r'^URL = ".*?"', f"URL = {server.url + 'api/agentruns/mcp'!r}"),
+        (r'^NOTEBOOK = ".*?"', f"NOTEBOOK = {NOTEBOOK!r}"),
+    ):
+        script, found = re.subn(pattern, value, script, flags=re.M)
+        assert found == 1, pattern
+    (tmp_path / "mcp_client.py").write_text(script)
+    _, _, error = kernel.run_cell("scores = [3, 1, 2]", "cell-scores")
+    assert error is None, error
+
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "mcp_client.py")],
+        env={**os.environ, "JUPYTER_TOKEN": server.token},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    names, variables = done.stdout.split("\n", 1)
+    assert {"describe", "list_variables", "read_notebook", "run_code"} <= set(
+        ast.literal_eval(names)
+    )
+    assert "scores" in {variable["name"] for variable in json.loads(variables)}

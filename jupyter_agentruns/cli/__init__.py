@@ -3,8 +3,8 @@
 Against a running server (found as a kernel finds it: ``--url``/``--token``,
 ``AGENTRUNS_URL``/``AGENTRUNS_TOKEN``, else the one running server):
 ``list``, ``show``, ``tail``, ``cancel``, ``answer``, ``export``, ``usage``.
-On the store itself, no server needed: ``gc``, ``doctor``, and ``copy`` (a
-SQLite store into PostgreSQL). Output is for
+On the store itself, no server needed: ``gc``, ``doctor``, ``migrate``, and
+``copy`` (a SQLite store into PostgreSQL). Output is for
 people; ``--json`` is for scripts. Exit statuses are in ``exits.py``.
 """
 
@@ -27,7 +27,7 @@ schema version, 77 the token was refused, 78 the Jupyter configuration is wrong,
 130 stopped by Ctrl-C"""
 
 
-STORE_COMMANDS = ("gc", "doctor", "copy")
+STORE_COMMANDS = ("gc", "doctor", "migrate", "copy")
 # How long tail waits for a byte before it takes the stream for dead and reconnects.
 # The server pings every heartbeat_interval (15 s by default) and does not say
 # its own: this leaves room for one set to a minute, twice over.
@@ -161,6 +161,23 @@ def build_parser() -> argparse.ArgumentParser:
         "doctor",
         parents=[store],
         help="check the store: where, schema, runs, expired leases, versions",
+    )
+    commands.add_parser(
+        "migrate",
+        parents=[store],
+        help="create the store's tables, or bring them to this version, and say what was done",
+        description=(
+            "Create the store, or bring its schema to this package's version, now. Servers do "
+            "it at their start when their role may; run this as the schema's owner instead "
+            "where the servers' roles may not create tables (a hub's least-privilege roles), "
+            "before servers of a new version start. A store already at this version is left "
+            "as it is."
+        ),
+        epilog=(
+            "Stop the servers of an older version first: a migrated schema may change beneath "
+            "them. On PostgreSQL, tables a migration adds are granted to the servers' roles by "
+            "ALTER DEFAULT PRIVILEGES (see the JupyterHub guide)."
+        ),
     )
     copy = commands.add_parser(
         "copy",

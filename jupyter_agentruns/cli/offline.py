@@ -1,10 +1,11 @@
-"""The commands that work on the store itself, with no server: gc, doctor and copy.
+"""The commands that work on the store itself, with no server: gc, doctor, migrate and copy.
 
-For gc and doctor, the store is the one a server started here would use:
+For gc, doctor and migrate, the store is the one a server started here would use:
 ``c.AgentRuns.*`` from the Jupyter configuration files (and
 ``AGENTRUNS_STORE_URL``), unless ``--db`` or ``--store-url`` names another.
 Both stores are safe to share between processes (SQLite in WAL mode,
-PostgreSQL), so they may run while servers use the same store. copy moves
+PostgreSQL), so they may run while servers use the same store; migrate
+changes the schema, for servers of its own version. copy moves
 a SQLite file's runs into PostgreSQL, with the file's servers stopped; the
 files of several servers merge into one schema (see ``store/copy.py``).
 """
@@ -131,7 +132,8 @@ def schema_problem(stored: int, known: int) -> str | None:
     if stored < known:
         return (
             f"the store has schema version {stored}, this package knows {known}: a server of "
-            "this version migrates it at its start (this command does not)"
+            "this version migrates it at its start, or jupyter agentruns migrate does (this "
+            "command does not)"
         )
     if stored > known:
         return (
@@ -348,6 +350,40 @@ def cmd_doctor(args, out: TextIO) -> int:
     return exits.FAILED if report["problems"] else exits.OK
 
 
+# migrate ---------------------------------------------------------------------
+
+
+def cmd_migrate(args, out: TextIO) -> int:
+    configured = configured_settings(args.db, args.store_url)
+    opened = open_store(configured)
+    where = factory.location(configured)
+    known = opened.schema_versions_known
+    before = stored_schema(opened, configured)
+    if before > known:
+        raise CliError(
+            f"{schema_problem(before, known)}; migrate leaves it as it is", exits.UNAVAILABLE
+        )
+    if before < known:
+        try:
+            opened.migrate()
+        except Exception as error:
+            raise CliError(
+                f"the store at {where} could not be migrated, and is left as it was: "
+                f"{factory.without_secrets(configured, str(error))}",
+                exits.UNAVAILABLE,
+            ) from None
+    after = stored_schema(opened, configured)
+    if args.json:
+        print_json({"store": where, "schema_version_before": before, "schema_version": after}, out)
+    elif before == after:
+        out.write(f"the store at {where} is up to date: schema version {after}\n")
+    elif before == 0:
+        out.write(f"created the store at {where}: schema version {after}\n")
+    else:
+        out.write(f"migrated the store at {where} from schema version {before} to {after}\n")
+    return exits.OK
+
+
 # copy ------------------------------------------------------------------------
 
 
@@ -412,4 +448,5 @@ def cmd_copy(args, out: TextIO) -> int:
     return exits.OK
 
 
-COMMANDS = {"gc": cmd_gc, "doctor": cmd_doctor, "copy": cmd_copy}  # STORE_COMMANDS of the parser
+# STORE_COMMANDS of the parser
+COMMANDS = {"gc": cmd_gc, "doctor": cmd_doctor, "migrate": cmd_migrate, "copy": cmd_copy}

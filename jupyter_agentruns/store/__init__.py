@@ -353,6 +353,10 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
+    def migrate(self) -> None:
+        """Create the store, or bring its schema to ``schema_versions_known``, now."""
+
+    @abc.abstractmethod
     def describe(self) -> str:
         """Where the store is, for the server log (never with credentials)."""
 

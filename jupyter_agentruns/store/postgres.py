@@ -365,6 +365,9 @@ class PostgresStore(Store):
     def connect(self) -> PostgresConnection:
         return PostgresConnection(self)
 
+    def migrate(self) -> None:
+        self.open().close()  # a connection connects at its first use: this one at once
+
     def describe(self) -> str:
         return self.url.describe()
 

@@ -311,6 +311,9 @@ class SQLiteStore(Store):
         finally:
             conn.close()
 
+    def migrate(self) -> None:
+        self.connect().close()
+
     def describe(self) -> str:
         return f"SQLite {self.path}"
 
