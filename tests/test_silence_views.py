@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_panel import open_panel, open_run_page, panel_row
 
 from conftest import picture
 from servers import ServerProcess
@@ -24,6 +23,7 @@ from test_browser import (  # noqa: F401  (fixtures are found by name)
     run_cell,
     write_notebook,
 )
+from test_panel import open_panel, open_run_page, panel_row
 
 SCRIPTED = [sys.executable, str(Path(__file__).with_name("acp_agent.py"))]
 SECRET = "sk-test-entry-secret-0123456789"
