@@ -520,3 +520,31 @@ async def test_a_stuck_agent_fails_agent_silent_after_agent_silence_seconds(api)
     assert run["status"] == "failed" and run["error"]["type"] == "agent_silent"
     # Its process was told to stop its turn, and nothing is left running for the run.
     assert (await api.get(f"runs/{run_id}/stderr")).json()["live"] is False
+
+
+def test_an_agent_s_stderr_never_shows_a_run_s_notebook_tools_token():
+    from jupyter_agentruns.agents.acp.processes import AgentProcess, last_lines
+    from jupyter_agentruns.notebook import NotebookAccess
+
+    access = NotebookAccess(None, owner_mode="per-user")  # type: ignore[arg-type]  # tokens only
+    token = access.token_for("run_a")
+    # An agent that logs the MCP servers its session was given, headers and all.
+    script = (
+        "import sys; "
+        f"sys.stderr.write('mcp: Authorization: Bearer {token}\\n'); "
+        f"sys.stderr.write('url?token={token}&x=1 key SECRET-VALUE\\n')"
+    )
+
+    async def tail() -> str:
+        process = await AgentProcess.start(
+            [sys.executable, "-c", script], {"KEY": "SECRET-VALUE"}, os.getcwd()
+        )
+        assert await process.exited(10) == 0
+        return process.stderr_tail()
+
+    text = asyncio.run(tail())
+    assert token not in text and "SECRET-VALUE" not in text
+    assert last_lines(text) == [
+        "mcp: Authorization: Bearer agr_[hidden]",
+        "url?token=agr_[hidden]&x=1 key [hidden]",
+    ]

@@ -4,7 +4,8 @@
   outlives the server, even one killed with SIGKILL) with a clean
   environment: ``PATH``, ``HOME`` and its entry's ``env``, nothing else of the
   server's (no Jupyter token, no store URL). Its stderr is drained into a
-  bounded tail for error messages, with the entry's ``env`` values blanked.
+  bounded tail for error messages, with the entry's ``env`` values and runs'
+  notebook-tools tokens blanked.
 - ``Pipe``: its stdio as the SDK's message transport. It reads the next
   message only while the conversation has room: a fast agent then blocks on
   its own writes, and the store sets the pace (nothing piles up in memory).
@@ -38,6 +39,10 @@ STDERR_LINE_CHARS = 300
 # Terminal colours and cursor moves (ANSI escapes), then what else is not text.
 _ESCAPE = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# A run's token for the notebook tools (``agr_`` and 43 URL-safe characters), which
+# the agent is given in its session's MCP servers and may log: this run's or an
+# earlier run's of the same process.
+_RUN_TOKEN = re.compile(r"agr_[A-Za-z0-9_-]{16,}")
 # How long a process gets to exit once its stdin is closed, then after SIGTERM.
 STOP_SECONDS = 2.0
 
@@ -110,6 +115,7 @@ class AgentProcess:
         text = self._tail.decode("utf-8", errors="replace")
         for secret in self._secrets:
             text = text.replace(secret, "[hidden]")
+        text = _RUN_TOKEN.sub("agr_[hidden]", text)
         text = text.strip()
         return text[-characters:] if len(text) > characters else text
 
