@@ -1,7 +1,8 @@
 """PostgreSQL going away under a running server: 503s meanwhile, nothing committed lost.
 
 A proxy between the server and the database cuts every connection and
-refuses new ones for a while, as a database restart or a network cut does.
+refuses new ones for a while, as a database restart or a network cut does;
+or it holds every byte without closing anything, as a database that hangs does.
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ def session_proxy(postgres_database):
 @pytest.fixture
 def proxy(session_proxy):
     session_proxy.restore()
+    session_proxy.resume()
     yield session_proxy
     session_proxy.restore()
+    session_proxy.resume()
 
 
 @pytest.fixture
@@ -119,3 +122,47 @@ async def test_a_database_outage_mid_run_answers_503_then_the_run_ends_with_noth
     # The submit made during the outage, if it got through, made one run.
     again = await submit(api, key="during-the-outage")
     assert again.status_code in (200, 201)
+
+
+@pytest.mark.timeout(150)
+async def test_a_database_that_hangs_answers_503_within_seconds_then_the_run_ends_with_nothing_lost(
+    api, proxy
+):
+    run_id = (await submit(api, input=demo_input(chunks=400, delay=0.01))).json()["run_id"]
+    seen: list[str] = []
+    streaming = asyncio.ensure_future(follow(api, run_id, seen))
+    await wait_seq(api, run_id, 20)
+
+    proxy.pause()
+    loop = asyncio.get_running_loop()
+    answers = []
+    # Three lease periods (lease_seconds is 5): the run's lease cannot be renewed meanwhile.
+    until = loop.time() + 15
+    while loop.time() < until:
+        for request in (
+            lambda: api.get(f"runs/{run_id}"),
+            lambda: submit(api, key="while-it-hangs"),
+        ):
+            began = loop.time()
+            response = await request()
+            answers.append((response.status_code, response.headers.get("Retry-After"),
+                            response.json().get("error"), loop.time() - began))  # fmt: skip
+    stalled = (await api.get(f"runs/{run_id}")).status_code
+    proxy.resume()
+
+    # Its events waited for the database, then committed: the run went on and ended.
+    run = await wait_run(api, run_id, timeout=60)
+    await asyncio.wait_for(streaming, 30)
+    assert run["status"] == "succeeded", run
+    assert stalled == 503
+    assert {a[:3] for a in answers} == {(503, "5", "store_unavailable")}, answers
+    # Each answered within seconds (the statement's bound, or the connect's), not held.
+    assert max(a[3] for a in answers) < 8, answers
+
+    events = await all_events(api, run_id)
+    assert [e["seq"] for e in events] == list(range(1, run["last_seq"] + 1))
+    assert [e["type"] for e in events].count("run.succeeded") == 1
+    assert run["output"]["text"] == run["snapshot"]["messages"][0]["text"]
+    assert [json.loads(raw)["seq"] for raw in seen] == list(range(1, run["last_seq"] + 1))
+    again = await submit(api, key="while-it-hangs")
+    assert again.status_code == 201
