@@ -10,11 +10,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+import psycopg
 import pytest
 from tcpproxy import TcpProxy
+
+from jupyter_agentruns.store import StoreUnavailable
+from jupyter_agentruns.store.postgres import PostgresStore
 
 from conftest import POSTGRES_URL, all_events, demo_input, parse_sse, submit, wait_run, wait_seq
 
@@ -166,3 +171,37 @@ async def test_a_database_that_hangs_answers_503_within_seconds_then_the_run_end
     assert [json.loads(raw)["seq"] for raw in seen] == list(range(1, run["last_seq"] + 1))
     again = await submit(api, key="while-it-hangs")
     assert again.status_code == 201
+
+
+@pytest.mark.timeout(60)
+def test_a_statement_is_bounded_whether_the_database_runs_it_long_or_never_answers(
+    proxy, agentruns_config, postgres_database
+):
+    conn = PostgresStore(agentruns_config["store_url"]).connect()
+    # Another server's transaction that hangs while it holds a submit's lock.
+    holder = psycopg.connect(postgres_database, autocommit=True)
+    try:
+        assert conn.get_run("run_none") is None
+        holder.execute("BEGIN")
+        holder.execute("SELECT pg_advisory_xact_lock(hashtextextended('alice', 0))")
+        began = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="did not finish a statement within 5 s"):
+            with conn.transaction():
+                conn.serialize("alice")
+        assert time.monotonic() - began < 6
+        assert conn.get_run("run_none") is None  # the same connection goes on
+
+        proxy.pause()
+        began = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="did not answer within 6 s"):
+            conn.get_run("run_none")
+        assert time.monotonic() - began < 7
+        proxy.resume()
+        assert conn.get_run("run_none") is None  # connected again
+        # The copy command's connections are not bounded so: its statements are large.
+        with PostgresStore(agentruns_config["store_url"]).open() as copying:
+            assert copying.execute("SHOW statement_timeout").fetchone() == ("0",)
+    finally:
+        proxy.resume()
+        conn.close()
+        holder.close()
