@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import threading
 import time
 from urllib.parse import urlsplit, urlunsplit
 
@@ -18,6 +19,7 @@ import psycopg
 import pytest
 from tcpproxy import TcpProxy
 
+from jupyter_agentruns.reader import Reader
 from jupyter_agentruns.store import StoreUnavailable
 from jupyter_agentruns.store.postgres import PostgresStore
 
@@ -188,14 +190,14 @@ def test_a_statement_is_bounded_whether_the_database_runs_it_long_or_never_answe
         with pytest.raises(StoreUnavailable, match="did not finish a statement within 5 s"):
             with conn.transaction():
                 conn.serialize("alice")
-        assert time.monotonic() - began < 6
+        assert time.monotonic() - began < 7
         assert conn.get_run("run_none") is None  # the same connection goes on
 
         proxy.pause()
         began = time.monotonic()
         with pytest.raises(StoreUnavailable, match="did not answer within 6 s"):
             conn.get_run("run_none")
-        assert time.monotonic() - began < 7
+        assert time.monotonic() - began < 8
         proxy.resume()
         assert conn.get_run("run_none") is None  # connected again
         # The copy command's connections are not bounded so: its statements are large.
@@ -205,3 +207,41 @@ def test_a_statement_is_bounded_whether_the_database_runs_it_long_or_never_answe
         proxy.resume()
         conn.close()
         holder.close()
+
+
+@pytest.mark.timeout(60)
+def test_reads_queued_behind_reads_the_database_holds_are_answered_within_seconds(
+    proxy, agentruns_config
+):
+    reader = Reader(PostgresStore(agentruns_config["store_url"]), threads=2)
+
+    async def read() -> tuple[str, float]:
+        began = time.monotonic()
+        try:
+            await reader.run(lambda conn: conn.get_run("run_none"))
+        except StoreUnavailable as exc:
+            return str(exc), time.monotonic() - began
+        return "answered", time.monotonic() - began
+
+    async def reads() -> list[tuple[str, float]]:
+        # Each thread connected (the two reads meet, one on each), then the database hangs.
+        both = threading.Barrier(2, timeout=10)
+
+        def meet(conn):
+            both.wait()
+            return conn.get_run("run_none")
+
+        assert await asyncio.gather(reader.run(meet), reader.run(meet)) == [None, None]
+        proxy.pause()
+        return await asyncio.gather(read(), read(), read())
+
+    try:
+        held, held_too, queued = asyncio.run(reads())
+    finally:
+        proxy.resume()
+        reader.close()
+    # Two reads on the two threads wait for the database until their statements'
+    # bound; the third waits for a thread no longer than it would for the database.
+    assert "did not answer within 6 s" in held[0] and "did not answer within 6 s" in held_too[0]
+    assert "no connection to the store was free within 5 s" in queued[0]
+    assert max(held[1], held_too[1], queued[1]) < 8
