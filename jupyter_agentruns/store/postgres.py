@@ -211,7 +211,10 @@ class _Answers:
     and says nothing holds the calling thread for as long as it hangs. Shutting
     the socket down under the wait ends it (the connection then fails, and is
     replaced on its next use). The thread starts at the first statement and
-    sleeps until the nearest deadline, or until there is one.
+    sleeps until the nearest deadline; with none, until there is one. Deadlines
+    come in the order they are set, so a new one is never nearer than one the
+    thread sleeps until: it is woken only from a sleep without a deadline (a
+    statement costs no wake-up of another thread, one in ``seconds`` at most).
     """
 
     def __init__(self, seconds: float):
@@ -219,6 +222,7 @@ class _Answers:
         self._cond = threading.Condition()
         self._waiting: set[_Waited] = set()
         self._thread: threading.Thread | None = None
+        self._idle = False  # the thread sleeps until there is a deadline
 
     @contextlib.contextmanager
     def awaited(self, conn: psycopg.Connection | None) -> Iterator[_Waited]:
@@ -230,8 +234,8 @@ class _Answers:
                 )
                 self._thread.start()
             self._waiting.add(waited)
-            # Deadlines come in the order they are set: only a first one is nearer.
-            if len(self._waiting) == 1:
+            if self._idle:
+                self._idle = False
                 self._cond.notify()
         try:
             yield waited
@@ -249,6 +253,7 @@ class _Answers:
                     waited.cut = True
                     _shut_down(waited.conn)
                 nearest = min((w.deadline for w in self._waiting), default=None)
+                self._idle = nearest is None
                 self._cond.wait(None if nearest is None else max(nearest - now, 0.01))
 
 
