@@ -41,12 +41,33 @@ def usage_problem(usage: Any) -> str | None:
 
 
 def reported_count(value: Any) -> int | None:
-    """A token count a model server reported, or None when it cannot be one (absurd, negative, not a number)."""
+    """A token count reported from outside (a model server, an ACP agent), or None when it cannot be one.
+
+    Negative, fractional or not a number: None. A number above 2**53 (``1e20``)
+    is counted as 2**53, the most a count can be: over any token budget, so
+    ``max_tokens_per_run`` stops the run; the agent says so in the run's log
+    (``over_max``).
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
+    if value > MAX_TOKENS:
+        return MAX_TOKENS
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
         return None
-    return int(value) if 0 <= value <= MAX_TOKENS else None
+    return int(value) if value >= 0 else None
+
+
+def over_max(value: Any) -> bool:
+    """Whether a reported count is a number above 2**53 (counted as 2**53)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and value > MAX_TOKENS
+
+
+def over_max_message(source: str, reported: str) -> str:
+    """What a run's log says of counts above 2**53 that ``source`` reported."""
+    return (
+        f"usage reported by {source} is over 2**53 tokens ({reported}): counted as 2**53, "
+        "over any token budget"
+    )
 
 
 def tokens(usage: dict[str, Any]) -> tuple[int, int]:

@@ -14,6 +14,11 @@ than the same reads made a part at a time on the loop, with sends between
 them. ``Reader.small(fn)`` runs those on the loop's own connection for a store
 that says its reads are local (SQLite), and on a reader thread for one across
 a network.
+
+A read of a store across a network waits at most ``THREAD_WAIT_SECONDS`` for
+a reader thread: while the database hangs, the threads wait on it (until the
+store's own bound on an answer) and the reads queued behind them are answered
+``StoreUnavailable`` rather than held.
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from .store import Store, StoreConnection
+from .store import Store, StoreConnection, StoreUnavailable
 
 T = TypeVar("T")
+
+THREAD_WAIT_SECONDS = 5.0
 
 
 class Reader:
@@ -37,10 +44,24 @@ class Reader:
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="agentruns-reader")
         self._inline = store.connect() if store.local_reads else None
+        # A local file does not hang: its reads wait their turn, however long.
+        self._thread_wait = None if store.local_reads else THREAD_WAIT_SECONDS
 
     async def run(self, fn: Callable[[StoreConnection], T]) -> T:
         """``fn(connection)`` on a reader thread."""
-        return await asyncio.get_running_loop().run_in_executor(self._pool, self._call, fn)
+        if self._thread_wait is None:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, self._call, fn)
+        future = self._pool.submit(self._call, fn)
+        read = asyncio.wrap_future(future)
+        try:
+            return await asyncio.wait_for(asyncio.shield(read), self._thread_wait)
+        except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11
+            if future.cancel():  # still queued: it never runs
+                raise StoreUnavailable(
+                    f"no connection to the store was free within {self._thread_wait:g} s "
+                    "(the database is slow to answer)"
+                ) from None
+        return await read  # started in time: its statements have their own bounds
 
     async def small(self, fn: Callable[[StoreConnection], T]) -> T:
         """``fn(connection)`` for a read with a bound: on the loop when the store is local.

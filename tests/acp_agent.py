@@ -20,6 +20,7 @@ the first word of each prompt:
   the value of ``$SECRET``, terminal colours and markup), then says nothing
   until its turn is cancelled.
 - ``refuse`` / ``max_tokens``: ends its turn with that stop reason.
+- ``usage IN OUT``: answers ``counted``, its turn's usage IN and OUT tokens.
 - ``write PATH TEXT`` / ``read PATH``: ``fs/write_text_file`` / ``fs/read_text_file``
   (PATH relative to its session's directory unless absolute); answers what came back.
 - ``env``, ``pid``, ``cwd``, ``history``, ``state``, ``blocks``, ``mcp``: answers its
@@ -231,9 +232,13 @@ class Scripted:
                 turn["answer"] = said or ""
                 break
         self._save(session_id)
-        usage = (
-            Usage(input_tokens=100, output_tokens=20, total_tokens=120) if word == "all" else None
-        )
+        usage = None
+        if word == "all":
+            usage = Usage(input_tokens=100, output_tokens=20, total_tokens=120)
+        elif word == "usage":
+            input_tokens, output_tokens = map(int, rest.split())
+            usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens,
+                          total_tokens=input_tokens + output_tokens)  # fmt: skip
         return PromptResponse(stop_reason=stop, usage=usage)
 
     async def act(self, session_id: str, word: str, rest: str, prompt: list[Any], state: dict):
@@ -241,6 +246,8 @@ class Scripted:
         cwd = state["cwd"]
         if word == "echo":
             return rest, "end_turn"
+        if word == "usage":
+            return "counted", "end_turn"
         if word == "mcp":
             return json.dumps(self.mcp_servers.get(session_id)), "end_turn"
         if word == "all":

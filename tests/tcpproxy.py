@@ -3,7 +3,9 @@
 Terminating a backend only drops one connection, and the next connect
 succeeds at once; an outage is when connecting fails too. Between the server
 and PostgreSQL, ``cut()`` closes every connection through the proxy and
-refuses new ones until ``restore()``.
+refuses new ones until ``restore()``. A database that hangs is another
+thing: ``pause()`` holds every byte, both ways, without closing anything
+(connections open and are accepted, nothing is answered) until ``resume()``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ class TcpProxy:
         self._listener.listen(64)
         self.port = self._listener.getsockname()[1]
         self._up = True
+        self._flowing = threading.Event()
+        self._flowing.set()
         self._closed = False
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
@@ -54,6 +58,7 @@ class TcpProxy:
                 data = source.recv(65536)
                 if not data:
                     break
+                self._flowing.wait()
                 sink.sendall(data)
         except OSError:
             pass
@@ -86,8 +91,17 @@ class TcpProxy:
     def restore(self) -> None:
         self._up = True
 
+    def pause(self) -> None:
+        """Hold every byte, in both directions, and close nothing: a database that hangs."""
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        """Let the held bytes through, in order, and every one after them."""
+        self._flowing.set()
+
     def close(self) -> None:
         self._closed = True
+        self.resume()
         self.cut()
         # Closing a socket does not wake a thread blocked in its accept(); shutting it down does.
         with contextlib.suppress(OSError):

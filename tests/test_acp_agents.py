@@ -280,6 +280,20 @@ async def test_the_stop_reason_ends_the_run(api):
     assert ended["output"] == {"text": "hello there", "stop_reason": "end_turn"}
 
 
+@pytest.mark.parametrize("acp_settings", [{"max_tokens_per_run": 1000}])
+async def test_usage_over_2_53_tokens_is_said_and_counted_as_2_53_so_the_budget_stops_the_run(api):
+    # Left out, it let a run past its token budget, and nobody was told.
+    run = await run_prompt(api, f"usage {10**20} 5")
+    assert run["status"] == "failed" and run["error"]["type"] == "token_budget_exceeded", run
+    events = await all_events(api, run["run_id"])
+    assert [e["type"] for e in events][-3:] == ["x.usage_over_max", "usage", "run.failed"]
+    said = events[-3]["data"]["message"]
+    assert f"input_tokens {10**20}" in said and "counted as 2**53" in said
+    assert events[-2]["data"] == {"input_tokens": 2**53, "output_tokens": 5}
+    within = await run_prompt(api, "usage 600 400")
+    assert within["status"] == "succeeded", within["error"]
+
+
 @pytest.mark.parametrize("acp_settings", [{"acp_idle_seconds": 0.3}])
 async def test_runs_of_a_session_continue_one_conversation(api, state):
     first = await run_prompt(api, "echo one", session="nb.ipynb")

@@ -83,6 +83,11 @@ def agentruns_config(examples_importable, request):
                 }
             },
         }
+    if getattr(request, "param", None) == "budget":  # parametrized indirectly
+        return {
+            "agents": {"openai": "jupyter_agentruns.agents.openai:OpenAIAgent"},
+            "max_tokens_per_run": 1000,
+        }
     return {
         "agents": {
             "openai": "jupyter_agentruns.agents.openai:OpenAIAgent",
@@ -416,7 +421,7 @@ async def test_usage_the_server_does_not_report_nor_can_count_is_said_once_and_l
     assert of_type(events, "usage") == [] and run["output"]["usage"] is None
 
 
-@pytest.mark.parametrize("reported", [(10**20, 3), (1e20, 3), (-1000, 3), (5, 2**53 + 1)])
+@pytest.mark.parametrize("reported", [(-1000, 3), (1.5, 3), (5, -1)])
 async def test_usage_no_server_could_mean_is_ignored_said_once_and_the_run_goes_on(
     api, fake, reported
 ):
@@ -431,6 +436,33 @@ async def test_usage_no_server_could_mean_is_ignored_said_once_and_the_run_goes_
     [said] = of_type(events, "x.usage_unreported")
     assert "cannot be token counts" in said["message"] and "is ignored" in said["message"]
     assert repr(reported[0])[:10] in said["message"]
+
+
+@pytest.mark.parametrize("reported", [(10**20, 3), (1e20, 3), (5, 2**53 + 1)])
+async def test_usage_over_2_53_tokens_is_said_once_and_counted_as_2_53(api, fake, reported):
+    # Ignored, it let a run past its token budget; stored, it failed the writer's batch.
+    fake.reply(tool_calls(("add", '{"a": 1, "b": 2}'), usage=reported), answer("3", usage=reported))
+    run, events = await run_to_end(api, {"prompt": "Add 1 and 2"})
+
+    assert run["status"] == "succeeded", run["error"]
+    [said] = of_type(events, "x.usage_over_max")
+    assert "over 2**53 tokens" in said["message"] and "counted as 2**53" in said["message"]
+    assert repr(max(reported))[:10] in said["message"]
+    counted = [min(int(value), 2**53) for value in reported]
+    # Two calls: their totals, each at most 2**53.
+    totals = {"input_tokens": min(2 * counted[0], 2**53),
+              "output_tokens": min(2 * counted[1], 2**53)}  # fmt: skip
+    assert of_type(events, "usage")[-1] == totals == run["snapshot"]["usage"]
+
+
+@pytest.mark.parametrize("agentruns_config", ["budget"], indirect=True)
+async def test_usage_over_2_53_tokens_is_over_max_tokens_per_run(api, fake):
+    fake.reply(tool_calls(("add", '{"a": 1, "b": 2}'), usage=(10**20, 3)), answer("3"))
+    run, events = await run_to_end(api, {"prompt": "Add 1 and 2"})
+
+    assert run["status"] == "failed" and run["error"]["type"] == "token_budget_exceeded", run
+    assert [e["type"] for e in events][-3:] == ["x.usage_over_max", "usage", "run.failed"]
+    assert of_type(events, "usage") == [{"input_tokens": 2**53, "output_tokens": 3}]
 
 
 async def test_usage_the_server_does_not_report_is_counted_by_its_tokenizer_as_an_estimate(

@@ -223,6 +223,12 @@ def test_a_server_stopping_under_open_streams_ends_them_and_answers_503(tmp_path
 
     log = server.log_path.read_text(errors="replace")
     assert "Traceback" not in log and "ProgrammingError" not in log, server.log_tail(80)
+    # A 503 while the server stops is the answer it should give: one line at INFO
+    # each, not an error with the request's headers.
+    answered_503 = [line for line in log.splitlines() if re.search(r" 503 [A-Z]+ /", line)]
+    assert answered_503, server.log_tail(80)
+    assert all(line.startswith("[I ") for line in answered_503), answered_503
+    assert '"User-Agent"' not in log, server.log_tail(80)
     # Each stream's response ended as an HTTP response ends: its client resumes from its cursor.
     assert [(stream.status, stream.ended) for stream in streams] == [(200, "cleanly")] * 3
     for poll in polls:

@@ -7,6 +7,7 @@ from typing import Any, cast
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
+from jupyter_server.prometheus.log_functions import prometheus_log_method
 from tornado import web
 
 from .. import jsonio
@@ -152,6 +153,20 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
             )
             return
         super().log_exception(typ, value, tb)
+
+    def _log(self) -> None:
+        # jupyter_server logs every 5xx as an error, with the request's headers:
+        # a 503 while the server stops is the answer it should give, worth one line.
+        if self.get_status() == 503 and self.stopping:
+            self.log.info(
+                "agentruns: 503 %s %s: the server is stopping (%.2f ms)",
+                self.request.method,
+                self.request.path,
+                1000 * self.request.request_time(),
+            )
+            prometheus_log_method(self)  # counted as every other request is
+            return
+        super()._log()
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]

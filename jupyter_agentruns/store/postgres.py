@@ -28,6 +28,15 @@ A connection lost (the database restarted, a network cut) raises
 ``StoreUnavailable``; the next use connects again. One found dead outside a
 transaction (it sat idle while the database restarted) is replaced at once
 and its statement run again: the database that is back answers it.
+
+A database that hangs (a paused process, a proxy whose backend stopped, a
+host gone from the network) is unavailable too, within seconds: connecting
+is bounded (``connect_timeout``), a statement the database runs too long is
+ended by it (``statement_timeout``), and one it never answers (the bytes
+accepted, nothing sent back: no timeout of the database's or of TCP's sees
+it) is cut by this process after ``ANSWER_TIMEOUT_SECONDS``. TCP keepalives
+and ``tcp_user_timeout`` end an idle connection (the listener's) to a host
+that is gone; a URL's own libpq parameters of that kind are kept.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ import re
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 from urllib.parse import unquote
@@ -58,6 +68,21 @@ except ImportError:  # the extra is not installed: PostgresStore says how to get
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_SECONDS = 5
+# Every statement of a server is bounded (a page of events, a batch of at most
+# 16 MB): one the database runs this long is waiting on a lock held by a server
+# that hangs, or on a database that cannot keep up. Either way it is unavailable.
+STATEMENT_TIMEOUT_SECONDS = 5
+# A statement that has no answer this long is cut (the database's own timeout
+# above ends one it runs; this ends one it never got or never answers).
+ANSWER_TIMEOUT_SECONDS = STATEMENT_TIMEOUT_SECONDS + 1
+# A host that stops acknowledging: found out within about 15 s, even on an idle connection.
+TCP_BOUNDS = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 5,
+    "tcp_user_timeout": 15_000,
+}
 # NOTIFY payloads are at most 8000 bytes: a batch naming more runs sends several.
 NOTIFY_MAX_BYTES = 7000
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -164,6 +189,84 @@ SECRET_PARAMETERS = ("password", "sslpassword")
 # libpq's messages quote parts of the string it was given, the password among them:
 # from the first quote to the last, but for its quoted "=".
 _QUOTED = re.compile(r'".*"', re.DOTALL)
+
+
+class NoAnswer(StoreUnavailable):
+    """The database took a statement and did not answer in time: it hangs, or is overwhelmed."""
+
+
+class _Waited:
+    __slots__ = ("conn", "deadline", "cut")
+
+    def __init__(self, conn: psycopg.Connection | None, deadline: float):
+        self.conn = conn
+        self.deadline = deadline
+        self.cut = False
+
+
+class _Answers:
+    """Connections awaiting the database's answer, each cut at its deadline by one thread.
+
+    psycopg waits for an answer without a bound: a peer that takes the bytes
+    and says nothing holds the calling thread for as long as it hangs. Shutting
+    the socket down under the wait ends it (the connection then fails, and is
+    replaced on its next use). The thread starts at the first statement and
+    sleeps until the nearest deadline; with none, until there is one. Deadlines
+    come in the order they are set, so a new one is never nearer than one the
+    thread sleeps until: it is woken only from a sleep without a deadline (a
+    statement costs no wake-up of another thread, one in ``seconds`` at most).
+    """
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self._cond = threading.Condition()
+        self._waiting: set[_Waited] = set()
+        self._thread: threading.Thread | None = None
+        self._idle = False  # the thread sleeps until there is a deadline
+
+    @contextlib.contextmanager
+    def awaited(self, conn: psycopg.Connection | None) -> Iterator[_Waited]:
+        waited = _Waited(conn, time.monotonic() + self.seconds)
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="agentruns-postgres-answers", daemon=True
+                )
+                self._thread.start()
+            self._waiting.add(waited)
+            if self._idle:
+                self._idle = False
+                self._cond.notify()
+        try:
+            yield waited
+        finally:
+            with self._cond:
+                self._waiting.discard(waited)
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                for waited in [w for w in self._waiting if w.deadline <= now]:
+                    # Under the lock: a statement that ended meanwhile is not cut.
+                    self._waiting.discard(waited)
+                    waited.cut = True
+                    _shut_down(waited.conn)
+                nearest = min((w.deadline for w in self._waiting), default=None)
+                self._idle = nearest is None
+                self._cond.wait(None if nearest is None else max(nearest - now, 0.01))
+
+
+def _shut_down(conn: psycopg.Connection | None) -> None:
+    """Shut a connection's socket down under whoever waits on it: their wait fails at once."""
+    if conn is None:
+        return
+    with contextlib.suppress(OSError, psycopg.Error):
+        with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+_ANSWERS = _Answers(ANSWER_TIMEOUT_SECONDS)
 
 
 class BadStoreUrl(ValueError):
@@ -298,9 +401,9 @@ class PostgresStore(Store):
 
     schema_versions_known = len(_MIGRATIONS)
 
-    def open(self) -> psycopg.Connection:
+    def open(self, statement_timeout: float | None = None) -> psycopg.Connection:
         """A new autocommit connection with the store's schema first in its search path."""
-        conn = self._open()
+        conn = self._open(statement_timeout)
         if not self._migrated:
             with self._migrating:
                 if not self._migrated:
@@ -331,14 +434,18 @@ class PostgresStore(Store):
             "documentation's JupyterHub guide has the statements)"
         )
 
-    def _open(self) -> psycopg.Connection:
+    def _open(self, statement_timeout: float | None = None) -> psycopg.Connection:
         """A connection as ``open`` makes it, without migrating the schema."""
         try:
             assert self.url.parameters is not None  # read where psycopg is installed
+            options = f"-c search_path={self.schema}"
+            if statement_timeout is not None:
+                options += f" -c statement_timeout={round(statement_timeout * 1000)}"
             parameters: dict[str, Any] = {
+                **TCP_BOUNDS,
                 **self.url.parameters,
                 "connect_timeout": CONNECT_TIMEOUT_SECONDS,
-                "options": f"-c search_path={self.schema}",
+                "options": options,
             }
             conn = psycopg.connect(autocommit=True, **parameters)
         except psycopg.Error as exc:
@@ -400,7 +507,8 @@ class PostgresConnection(SQLConnection):
             if self._in_transaction:
                 raise StoreUnavailable("the connection to PostgreSQL was lost mid-transaction")
             self._discard()
-            conn = self._conn = self._store.open()
+            # The server's own statements are all small (the copy's, through open(), are not).
+            conn = self._conn = self._store.open(STATEMENT_TIMEOUT_SECONDS)
         return conn
 
     def _connected(self) -> bool:
@@ -415,10 +523,22 @@ class PostgresConnection(SQLConnection):
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
-        """psycopg's failures as the store's: a lost connection, or a batch to retry."""
+        """psycopg's failures as the store's: a lost connection, no answer, or a batch to retry."""
+        conn = self._conn
         try:
-            yield
+            with _ANSWERS.awaited(conn) as waited:
+                yield
+        except psycopg.errors.QueryCanceled:
+            raise NoAnswer(
+                f"{self._store.describe()} did not finish a statement within "
+                f"{STATEMENT_TIMEOUT_SECONDS} s"
+            ) from None
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            if waited.cut:
+                self._discard()
+                raise NoAnswer(
+                    f"{self._store.describe()} did not answer within {ANSWER_TIMEOUT_SECONDS} s"
+                ) from None
             if not self._connected():
                 raise StoreUnavailable(
                     f"the connection to PostgreSQL was lost: {self._store.url.scrub(str(exc))}"
@@ -436,6 +556,8 @@ class PostgresConnection(SQLConnection):
         try:
             with self._errors():
                 return statement(conn)
+        except NoAnswer:
+            raise  # a database that hangs: asking again would wait as long again
         except StoreUnavailable:
             if self._in_transaction:
                 raise
@@ -487,10 +609,7 @@ class PostgresConnection(SQLConnection):
             self._notify()
             self._execute("COMMIT")
         except BaseException:
-            if self._connected():
-                assert self._conn is not None  # it is connected
-                with contextlib.suppress(psycopg.Error):
-                    self._conn.execute("ROLLBACK")
+            self._roll_back()
             raise
         finally:
             self._in_transaction = False
@@ -505,15 +624,18 @@ class PostgresConnection(SQLConnection):
         try:
             yield
         except BaseException:
-            if self._connected():
-                assert self._conn is not None  # it is connected
-                with contextlib.suppress(psycopg.Error):
-                    self._conn.execute("ROLLBACK")
+            self._roll_back()
             raise
         else:
             self._execute("COMMIT")
         finally:
             self._in_transaction = False
+
+    def _roll_back(self) -> None:
+        if self._connected():
+            assert self._conn is not None  # it is connected
+            with contextlib.suppress(psycopg.Error, StoreBusy), self._errors():
+                self._conn.execute("ROLLBACK")
 
     def _notify(self) -> None:
         if not self._touched:
@@ -746,9 +868,4 @@ class _Listener(Listener):
         would otherwise take up to a quarter of a second longer. Its connection's socket
         is shut down under it; the thread then sees the connection fail, and stops."""
         with self._conn_lock:
-            if self._conn is None:
-                return
-            with contextlib.suppress(OSError, psycopg.Error):
-                fd = self._conn.pgconn.socket
-                with socket.socket(fileno=os.dup(fd)) as sock:
-                    sock.shutdown(socket.SHUT_RDWR)
+            _shut_down(self._conn)

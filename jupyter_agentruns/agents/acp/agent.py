@@ -180,13 +180,9 @@ class Turn:
         response = await self.prompt(self.blocks(prompt, attached))
         usage = response.usage
         if usage is not None:
-            counts = [
-                mapping.token_count(usage.input_tokens),
-                mapping.token_count(usage.output_tokens),
-            ]
-            # Agents that were told none by their model server say 0 and 0: not a count.
-            if None not in counts and any(counts):
-                await run.usage(*counts)
+            await self.translation.usage(
+                input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
+            )
         await run.save_checkpoint(
             {
                 "session_id": conversation.session_id,

@@ -16,6 +16,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ... import budgets
+
 # A text delta at most: clients refuse one over 64 KiB.
 TEXT_PIECE = 16 * 1024
 # What one tool event may carry of the agent's input, output and content
@@ -27,7 +29,6 @@ CONTENT_BYTES = 96 * 1024
 DIFF_CONTEXT_LINES = 20
 # A run's output keeps its text up to this size (the snapshot has all of it).
 OUTPUT_TEXT_LIMIT = 64 * 1024
-MAX_TOKENS = 2**53
 PLAN_STATUSES = ("pending", "in_progress", "completed")
 MAX_PLAN_ENTRIES = 200
 
@@ -183,10 +184,10 @@ def plan_entries(entries: Any) -> list[dict[str, Any]]:
 
 
 def token_count(value: Any) -> int | None:
-    """A token count an agent reported, or None when it cannot be one."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS:
-        return None
-    return value
+    """A token count an agent reported, or None when it cannot be one; one above 2**53 is 2**53."""
+    if not isinstance(value, int):
+        return None  # ACP's counts are integers
+    return budgets.reported_count(value)
 
 
 def permission_question(
@@ -262,6 +263,7 @@ class Translation:
         # The text of each message of the turn, for the run's output.
         self._answers: list[list[str]] = []
         self._text_size = 0
+        self._told_over_max = False
 
     async def apply(self, update: Any) -> None:
         kind = getattr(update, "session_update", None)
@@ -276,13 +278,29 @@ class Translation:
         elif kind == "plan":
             await self.run.plan(plan_entries(update.entries))
         elif kind == "usage_update":
-            used = token_count(update.used)
-            if used is not None:
-                # The tokens the conversation's context holds: what the next
-                # model call reads. The turn's own counts replace it at its end.
-                await self.run.usage(used, 0)
+            # The tokens the conversation's context holds: what the next
+            # model call reads. The turn's own counts replace it at its end.
+            await self.usage(used=update.used)
         # Anything else (the user's own message replayed, commands, modes,
         # session titles) is not part of the run.
+
+    async def usage(self, **reported: Any) -> None:
+        """Usage the agent reported (``used``, or ``input_tokens`` and ``output_tokens``), as the run's.
+
+        What cannot be counts is left out; counts over 2**53 are counted as
+        2**53, and the run's log says so once.
+        """
+        counts = [token_count(value) for value in reported.values()]
+        # Agents that were told none by their model server say 0 and 0: not a count.
+        if None in counts or not any(counts):
+            return
+        if not self._told_over_max and any(map(budgets.over_max, reported.values())):
+            self._told_over_max = True
+            said = ", ".join(f"{name} {value!r:.30}" for name, value in reported.items())
+            await self.run.custom(
+                "usage_over_max", {"message": budgets.over_max_message("the agent", said)}
+            )
+        await self.run.usage(*counts, *[0] * (2 - len(counts)))
 
     async def text(self, text: str, agent_message: str | None = None) -> None:
         if not text:

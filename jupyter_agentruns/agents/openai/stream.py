@@ -24,6 +24,8 @@ class Turn:
         self.usage: dict[str, int] | None = None
         # Usage the server reported that cannot be token counts, as it reported it.
         self.absurd_usage: str | None = None
+        # Usage it reported over 2**53 tokens (counted as 2**53), as it reported it.
+        self.over_max_usage: str | None = None
         self.model: str | None = None
         self.started = False  # a token arrived: retrying now would repeat it
         self.message_id: str | None = None  # the run's message its text streamed into
@@ -44,14 +46,15 @@ class Turn:
         if chunk.usage is not None:
             reported = chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0
             input_tokens, output_tokens = (budgets.reported_count(value) for value in reported)
+            said = f"prompt_tokens {reported[0]!r:.30}, completion_tokens {reported[1]!r:.30}"
             if input_tokens is None or output_tokens is None:
-                # Not counts (1e20, -5, "many"): ignored, as if not reported.
+                # Not counts (-5, 1.5, "many"): ignored, as if not reported.
                 self.usage = None
-                self.absurd_usage = (
-                    f"prompt_tokens {reported[0]!r:.30}, completion_tokens {reported[1]!r:.30}"
-                )
+                self.absurd_usage = said
             else:
                 self.usage = {"input_tokens": input_tokens, "output_tokens": output_tokens}
+                if any(budgets.over_max(value) for value in reported):
+                    self.over_max_usage = said
         text = ""
         for choice in chunk.choices or []:
             if choice.index not in (0, None):

@@ -6,6 +6,7 @@ import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
+from ... import budgets
 from .stream import Turn
 from .upstream import server_name
 
@@ -41,6 +42,7 @@ class Usage:
         self.totals: dict[str, Any] | None = None
         self.tokenizer = True  # until the server shows it has none
         self.told = False
+        self.told_over_max = False
 
     async def add(self, request: dict[str, Any], turn: Turn) -> None:
         """Count one model call, and emit the totals so far."""
@@ -55,7 +57,22 @@ class Usage:
                 )
         if counts is None:
             return
-        totals = {kind: (self.totals or {}).get(kind, 0) + count for kind, count in counts.items()}
+        if turn.over_max_usage is not None and not self.told_over_max:
+            self.told_over_max = True
+            await self.run.custom(
+                "usage_over_max",
+                {
+                    "server": self.server,
+                    "message": budgets.over_max_message(
+                        f"the model server at {self.server}", turn.over_max_usage
+                    ),
+                },
+            )
+        # No total is over 2**53 either: what is over it is as much as a count can say.
+        totals = {
+            kind: min((self.totals or {}).get(kind, 0) + count, budgets.MAX_TOKENS)
+            for kind, count in counts.items()
+        }
         if estimated or (self.totals or {}).get("estimated"):
             totals["estimated"] = True
         if self.price is not None:
