@@ -409,3 +409,56 @@ def test_on_a_hub_users_server_the_tools_act_for_its_user_only(tmp_path):
             assert anonymous.status_code == 403 and anonymous.json()["error"] == "forbidden"
     finally:
         server.kill()
+
+
+# Looking at variables never calls the person's code ---------------------------
+
+
+def test_list_variables_calls_no_property_of_the_persons_objects(lab):
+    server, http, kernel = lab
+    marker = server.home / "touched"
+    cell = f"""
+import pathlib
+MARKER = pathlib.Path({str(marker)!r})
+def _touch(what):
+    MARKER.write_text(what)
+class Sneaky:
+    @property
+    def __class__(self):
+        _touch("__class__")
+        return int
+    @property
+    def shape(self):
+        _touch("shape")
+        return (1, 2)
+    @property
+    def dtype(self):
+        _touch("dtype")
+        return "int64"
+    def __len__(self):
+        _touch("__len__")
+        return 3
+    def __getattr__(self, name):
+        _touch(name)
+        raise AttributeError(name)
+Sneaky.__module__ = "numpy.core"
+class DataFrame(Sneaky):
+    pass
+DataFrame.__module__ = "pandas.core.frame"
+sneaky, frame = Sneaky(), DataFrame()
+"""
+    _, _, error = kernel.run_cell(cell, "cell-sneaky")
+    assert error is None, error
+    listed, described = call_tools(
+        server,
+        [
+            ("list_variables", {"notebook": NOTEBOOK}),
+            ("describe", {"notebook": NOTEBOOK, "name": "frame"}),
+        ],
+    )
+    assert not listed.is_error and not described.is_error, (text(listed), text(described))
+    variables = {v["name"]: v for v in json.loads(text(listed))}
+    assert variables["sneaky"] == {"name": "sneaky", "type": "numpy.core.Sneaky"}
+    assert variables["frame"] == {"name": "frame", "type": "pandas.core.frame.DataFrame"}
+    assert json.loads(text(described))["type"] == "pandas.core.frame.DataFrame"
+    assert not marker.exists(), marker.read_text()
