@@ -7,7 +7,9 @@ of the cost); each test leaves the kernel idle.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import queue
 import re
 import threading
 import time
@@ -409,6 +411,111 @@ def test_on_a_hub_users_server_the_tools_act_for_its_user_only(tmp_path):
             assert anonymous.status_code == 403 and anonymous.json()["error"] == "forbidden"
     finally:
         server.kill()
+
+
+# Big outputs: one budget for what a call answers and keeps ------------------
+
+MAX_EVENT_BYTES = 262144  # the server's default
+BUDGET = MAX_EVENT_BYTES // 2
+
+
+def encoded(data) -> int:
+    """An event's data size as the store counts it (JSON, ASCII, no spaces)."""
+    return len(json.dumps(data, separators=(",", ":")))
+
+
+def answer_size(result) -> int:
+    """What an MCP answer's text and images take, encoded as in an event."""
+    return sum(
+        encoded(item.text) if item.type == "text" else encoded(item.data) for item in result.content
+    )
+
+
+def tool_completed(http, run_id):
+    events = http.get(f"runs/{run_id}/events", params={"limit": 1000}).json()["events"]
+    [completed] = [e["data"] for e in events if e["type"] == "tool.completed"]
+    return completed
+
+
+def drain(kernel):
+    """Read what the test's own kernel client was sent meanwhile: beyond a thousand unread
+    messages, ZeroMQ drops the newest, and the next cell's answer would be lost."""
+    deadline = time.monotonic() + 30
+    with contextlib.suppress(queue.Empty):
+        while time.monotonic() < deadline:
+            kernel.client.get_iopub_msg(timeout=1)
+
+
+def run_code_in_a_run(http, kernel, code):
+    run_id = submit(http, "nb_mcp", {"calls": [["run_code", {"code": code}]]}, kernel.kernel_id)
+    approve_next(http, run_id)
+    run = wait_status(http, run_id, ["succeeded", "failed"])
+    assert run["status"] == "succeeded", run["error"]
+    [step] = run["snapshot"]["tools"]
+    assert step["status"] == "completed", step
+    return run, tool_completed(http, run_id)
+
+
+def test_ten_big_displays_are_cut_to_the_budget_and_the_step_completes(lab):
+    server, http, kernel = lab
+    code = "from IPython.display import display\nfor i in range(10): display('x' * 20000)"
+    run, completed = run_code_in_a_run(http, kernel, code)
+    assert encoded(completed) <= BUDGET + 1024 < MAX_EVENT_BYTES
+    [shown] = completed["content"]
+    # What the model read is kept once: as the step's text, not again in its result.
+    assert completed["result"] == {"images": []}
+    assert shown["text"] == run["output"]["answers"][0]["text"]
+    assert shown["text"].count("display:\n'xxxx") >= 5
+    assert "more displays not shown" in shown["text"], shown["text"][-300:]
+
+
+def test_thousands_of_displays_and_control_characters_stay_within_the_budget(lab):
+    server, http, kernel = lab
+    many = "from IPython.display import display\nfor i in range(3000): display(i)\n'done'"
+    control = (
+        "import sys\nfrom IPython.display import display\n"
+        "print('\\x01' * 200000)\nsys.stderr.write('\\x02' * 50000)\n"
+        "for i in range(10): display('\\x03' * 20000)"
+    )
+    started = time.monotonic()
+    displays, controls = call_tools(
+        server,
+        [
+            ("run_code", {"notebook": NOTEBOOK, "code": many}),
+            ("run_code", {"notebook": NOTEBOOK, "code": control}),
+        ],
+    )
+    assert time.monotonic() - started < 60
+    assert not displays.is_error and answer_size(displays) <= BUDGET
+    assert "display:\n0\n" in text(displays) and "more displays not shown" in text(displays)
+    assert "result:\n'done'" in text(displays)
+    # A control character takes six bytes once encoded: the budget counts those.
+    assert not controls.is_error and answer_size(controls) <= BUDGET
+    assert "more characters not shown" in text(controls)
+    assert "\x01" in text(controls) and "more displays not shown" in text(controls)
+    # Recorded as a run's step, the same output stays under max_event_bytes.
+    run, completed = run_code_in_a_run(http, kernel, control)
+    assert encoded(completed) <= BUDGET + 1024
+    drain(kernel)
+
+
+def test_an_image_heavy_output_keeps_the_images_that_fit_and_says_how_many_did_not(lab):
+    server, http, kernel = lab
+    code = (
+        "import base64, os\nfrom IPython.display import display\n"
+        "for i in range(12):\n"
+        "    display({'image/png': base64.b64encode(os.urandom(30000)).decode()}, raw=True)\n"
+        "print('plotted')"
+    )
+    (answered,) = call_tools(server, [("run_code", {"notebook": NOTEBOOK, "code": code})])
+    images = [item for item in answered.content if item.type == "image"]
+    assert 0 < len(images) < 12 and answer_size(answered) <= BUDGET
+    assert f"{12 - len(images)} more images" in text(answered) and "plotted" in text(answered)
+    run, completed = run_code_in_a_run(http, kernel, code)
+    assert encoded(completed) <= BUDGET + 1024
+    kept = completed["result"]["images"]
+    assert len(kept) == len(images) and kept[0]["mime"] == "image/png"
+    assert f"{12 - len(kept)} more images" in completed["content"][0]["text"]
 
 
 # Looking at variables never calls the person's code ---------------------------
