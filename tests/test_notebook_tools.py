@@ -569,3 +569,53 @@ sneaky, frame = Sneaky(), DataFrame()
     assert variables["frame"] == {"name": "frame", "type": "pandas.core.frame.DataFrame"}
     assert json.loads(text(described))["type"] == "pandas.core.frame.DataFrame"
     assert not marker.exists(), marker.read_text()
+
+
+# A hidden helper never keeps the kernel from the person's cells ---------------
+
+SLOW = """
+class Slow:
+    def __repr__(self):
+        import time
+        time.sleep(600)
+        return "slow"
+slow = Slow()
+"""
+
+
+def next_cell_runs_promptly(kernel):
+    started = time.monotonic()
+    stdout, _, error = kernel.run_cell("print('next cell')", "cell-next")
+    assert error is None and stdout.strip() == "next cell"
+    return time.monotonic() - started
+
+
+def test_describe_whose_caller_goes_away_is_interrupted(lab):
+    server, http, kernel = lab
+    _, _, error = kernel.run_cell(SLOW, "cell-slow")
+    assert error is None, error
+
+    async def give_up():
+        headers = {"Authorization": f"token {server.token}"}
+        client = create_mcp_http_client(headers=headers)
+        url = server.url + "api/agentruns/mcp"
+        async with client, streamable_http_client(url, http_client=client) as streams:
+            async with ClientSession(streams[0], streams[1]) as session:
+                await session.initialize()
+                call = session.call_tool("describe", {"notebook": NOTEBOOK, "name": "slow"})
+                with pytest.raises(asyncio.TimeoutError):
+                    await asyncio.wait_for(call, 2)
+
+    asyncio.run(give_up())
+    assert next_cell_runs_promptly(kernel) < 10
+
+
+def test_describe_that_takes_too_long_is_interrupted_and_says_so(lab):
+    server, http, kernel = lab
+    _, _, error = kernel.run_cell(SLOW, "cell-slow")
+    assert error is None, error
+    started = time.monotonic()
+    (described,) = call_tools(server, [("describe", {"notebook": NOTEBOOK, "name": "slow"})])
+    assert described.is_error and "kernel_timeout" in text(described), text(described)
+    assert time.monotonic() - started < 40
+    assert next_cell_runs_promptly(kernel) < 5

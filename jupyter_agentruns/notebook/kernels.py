@@ -26,6 +26,8 @@ MAX_TEXT_CHARS = 20_000
 MAX_INTROSPECTION_CHARS = 100_000
 # What one execution's output may take, as JSON encodes it (images included).
 MAX_OUTPUT_BYTES = 131_072
+# How long one of our own snippets may run before the kernel is interrupted.
+INTROSPECTION_SECONDS = 20.0
 MAX_CELL_CHARS = 4_000
 MAX_NOTEBOOK_CHARS = 40_000
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -40,6 +42,12 @@ class KernelUnavailable(Exception):
     """The kernel died, restarted or was shut down: what was sent to it is lost."""
 
     error_type = "kernel_unavailable"
+
+
+class KernelTimeout(Exception):
+    """Our own snippet took too long: the kernel was interrupted (the person's cells go on)."""
+
+    error_type = "kernel_timeout"
 
 
 class NotebookNotFound(LookupError):
@@ -239,15 +247,40 @@ class Kernels:
         on_waiting: Callable[[bool], Awaitable[None]] | None = None,
         stream_limit: int = MAX_STREAM_CHARS,
         room: int = MAX_OUTPUT_BYTES,
+        timeout: float | None = None,
     ) -> Output:
         """Run ``code`` in the kernel and collect what it shows (at most ``room`` bytes of it).
 
-        Cancelled (the run was cancelled), the kernel is interrupted, not
-        restarted. A kernel that dies or restarts meanwhile raises
-        ``KernelUnavailable``. ``on_waiting(True)`` is awaited when the code
-        has to wait for the kernel to finish something else, and
-        ``on_waiting(False)`` when it goes.
+        Cancelled (the run was cancelled, or the caller went away), the kernel
+        is interrupted, not restarted, if it still runs our code. ``timeout``:
+        seconds it may take, waiting included; past them the kernel is
+        interrupted the same way and ``KernelTimeout`` raised. A kernel that
+        dies or restarts meanwhile raises ``KernelUnavailable``.
+        ``on_waiting(True)`` is awaited when the code has to wait for the
+        kernel to finish something else, and ``on_waiting(False)`` when it goes.
         """
+        if timeout is None:
+            return await self._execute(kernel_id, code, silent, on_waiting, stream_limit, room)
+        try:
+            return await asyncio.wait_for(
+                self._execute(kernel_id, code, silent, on_waiting, stream_limit, room), timeout
+            )
+        except asyncio.TimeoutError:
+            raise KernelTimeout(
+                f"the kernel did not answer within {timeout:g} seconds (it was busy, or the "
+                "variable is slow to look at): what we ran was interrupted, the notebook's "
+                "variables are kept"
+            ) from None
+
+    async def _execute(
+        self,
+        kernel_id: str,
+        code: str,
+        silent: bool,
+        on_waiting: Callable[[bool], Awaitable[None]] | None,
+        stream_limit: int,
+        room: int,
+    ) -> Output:
         manager = self._manager(kernel_id)
         process = _process(manager)
         told = False
@@ -290,6 +323,7 @@ class Kernels:
                     if content["execution_state"] == "busy":
                         ours = True
                     elif content["execution_state"] == "idle":
+                        ours = False
                         if getattr(manager, "shutting_down", False) or _process(manager) != process:
                             # Stopped by a restart or shutdown (it interrupts what
                             # runs, with or without an error to show for it).
@@ -302,12 +336,17 @@ class Kernels:
                 elif kind == "error":
                     output.add_error(content)
         except asyncio.CancelledError:
-            # Only what we sent: a cell of the person's that got in first is theirs.
-            if ours and kernel_id in self.kernel_manager:
-                await asyncio.shield(ensure_async(self.kernel_manager.interrupt_kernel(kernel_id)))
+            # Only what we sent, and only while it runs: a cell of the person's
+            # that got in first, or came after ours ended, is theirs.
+            if ours:
+                await asyncio.shield(self._interrupt_ours(kernel_id, client, msg_id))
             raise
         finally:
             client.stop_channels()
+
+    async def _interrupt_ours(self, kernel_id: str, client: Any, msg_id: str | None) -> None:
+        if not await _ended(client, msg_id) and kernel_id in self.kernel_manager:
+            await ensure_async(self.kernel_manager.interrupt_kernel(kernel_id))
 
     async def _check(self, kernel_id: str, manager: Any, process: Any) -> None:
         if (
@@ -328,6 +367,7 @@ class Kernels:
             silent=True,
             stream_limit=MAX_INTROSPECTION_CHARS,
             room=6 * MAX_INTROSPECTION_CHARS,
+            timeout=INTROSPECTION_SECONDS,
         )
         if output.error is not None:
             raise RuntimeError(f"{output.error['ename']}: {output.error['evalue']}")
@@ -357,6 +397,21 @@ class Kernels:
                 break
             parts.append(text)
         return "\n\n".join(parts)
+
+
+async def _ended(client: Any, msg_id: str | None) -> bool:
+    """Whether the kernel said it is done with ``msg_id`` in what its client holds unread."""
+    while True:
+        try:
+            msg = await client.get_iopub_msg(timeout=0)
+        except queue.Empty:
+            return False
+        if (
+            msg["parent_header"].get("msg_id") == msg_id
+            and msg["msg_type"] == "status"
+            and msg["content"].get("execution_state") == "idle"
+        ):
+            return True
 
 
 def _process(manager: Any) -> Any:

@@ -10,7 +10,9 @@ unless ``notebook_tools_approval`` is ``"never"``.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,7 +153,14 @@ class NotebookTools:
             await run.tool_completed(call_id, ok=False, error=error)
             return Outcome(False, _error_text(error), error=error)
         await run.durable()  # the log shows the call before it has any effect
-        outcome = await self._call(name, args, kernel_id, notebook, run)
+        try:
+            outcome = await self._call(name, args, kernel_id, notebook, run)
+        except asyncio.CancelledError:
+            # Its caller went away, or the run ends: the step ends too, if the run goes on.
+            error = {"type": "cancelled", "message": "the call was stopped before it ended"}
+            with contextlib.suppress(Exception):
+                await asyncio.shield(run.tool_completed(call_id, ok=False, error=error))
+            raise
         if outcome.ok:
             # What the caller read is kept once, as the step's text.
             content = [{"type": "text", "text": outcome.text}]
