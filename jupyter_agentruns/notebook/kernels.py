@@ -306,6 +306,10 @@ class Kernels:
                     msg = await client.get_iopub_msg(timeout=POLL_SECONDS)
                 except queue.Empty:
                     await self._check(kernel_id, manager, process)
+                    if await _replied(client, msg_id):
+                        # The kernel answered and has said nothing since: its
+                        # "idle" was lost (ZeroMQ drops what a flood leaves unread).
+                        return output
                     continue
                 kind, content = msg["msg_type"], msg["content"]
                 restarted = content.get("execution_state") in ("starting", "restarting")
@@ -397,6 +401,17 @@ class Kernels:
                 break
             parts.append(text)
         return "\n\n".join(parts)
+
+
+async def _replied(client: Any, msg_id: str | None) -> bool:
+    """Whether the kernel's answer to ``msg_id`` came (on the shell channel)."""
+    while True:
+        try:
+            msg = await client.get_shell_msg(timeout=0)
+        except queue.Empty:
+            return False
+        if msg["parent_header"].get("msg_id") == msg_id:
+            return True
 
 
 async def _ended(client: Any, msg_id: str | None) -> bool:
