@@ -518,6 +518,25 @@ def test_an_image_heavy_output_keeps_the_images_that_fit_and_says_how_many_did_n
     assert f"{12 - len(kept)} more images" in completed["content"][0]["text"]
 
 
+def resident_bytes(pid) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) * 1024
+
+
+def test_fifty_megabytes_of_displays_never_grow_the_server(lab):
+    server, http, kernel = lab
+    code = "from IPython.display import display\nfor i in range(2500): display('x' * 20000)"
+    call_tools(server, [("run_code", {"notebook": NOTEBOOK, "code": "1"})])  # all imported
+    before = resident_bytes(server.process.pid)
+    (answered,) = call_tools(server, [("run_code", {"notebook": NOTEBOOK, "code": code})])
+    grown = resident_bytes(server.process.pid) - before
+    drain(kernel)
+    assert not answered.is_error and answer_size(answered) <= BUDGET
+    assert "more displays not shown" in text(answered)
+    # Cut as it came: not the 50 MB the kernel sent, nor twice that as one answer.
+    assert grown < 40 * 2**20, grown
+
+
 # Looking at variables never calls the person's code ---------------------------
 
 
