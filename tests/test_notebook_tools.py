@@ -280,7 +280,10 @@ def test_cancelling_a_run_interrupts_its_run_code_and_keeps_the_kernel(lab):
     # Interrupted, not restarted: the kernel is free and keeps its variables.
     (after,) = call_tools(server, [("run_code", {"notebook": NOTEBOOK, "code": "kept"})])
     assert "still here" in text(after), text(after)
-    assert run["snapshot"]["tools"][0]["name"] == "run_code"
+    [step] = run["snapshot"]["tools"]
+    assert step["name"] == "run_code"
+    # The step ended with its call: never left running in the record.
+    assert step["status"] == "failed" and step["error"]["type"] == "cancelled", step
 
 
 def test_a_kernel_restart_fails_the_call_with_kernel_unavailable(lab):
