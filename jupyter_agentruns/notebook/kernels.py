@@ -100,7 +100,9 @@ class Output:
         for mime in IMAGE_MIMES:
             image = data.get(mime)
             if isinstance(image, str):
-                size = encoded_size(image) + PART_BYTES
+                # (Measured only when it may fit: encoding a huge one would copy it.)
+                fits = len(image) + PART_BYTES <= self.room
+                size = encoded_size(image) + PART_BYTES if fits else self.room + 1
                 if size <= self.room:
                     self.room -= size
                     self.images.append({"mime": mime, "data": image.strip()})
