@@ -576,7 +576,16 @@ class RunContext:
         if content is not None:
             check_tool_content(content)
             data["content"] = content
-        return await self._execution.emit("tool.completed", data)
+        try:
+            return await self._execution.emit("tool.completed", data)
+        except EventTooLarge as exc:
+            # The step ends all the same, saying why (the run fails, as any
+            # oversized event makes it): never a step left running.
+            error = {"type": "event_too_large", "message": f"the call's end was not kept: {exc}"}
+            await self._execution.emit(
+                "tool.completed", {"call_id": call_id, "ok": False, "error": error}
+            )
+            raise
 
     async def reasoning(self, delta: str, message_id: str | None = None) -> int:
         """Stream a piece of the model's visible thinking (the views fold it under "Thinking")."""

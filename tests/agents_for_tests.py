@@ -34,6 +34,12 @@ async def huge_event(run, input):
     return {}
 
 
+async def oversized_step(run, input):
+    async with run.tool("fetch", {"url": "https://example.org/big"}) as call:
+        call.result = "x" * 5000
+    return {}
+
+
 async def bad_output(run, input):
     return {"not json": object()}
 
@@ -339,6 +345,7 @@ TEST_AGENTS = {
         "counter",
         "crashes",
         "huge_event",
+        "oversized_step",
         "bad_output",
         "reserved_type",
         "sleeper",

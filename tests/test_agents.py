@@ -52,6 +52,17 @@ async def test_an_event_over_max_event_bytes_fails_the_run(api):
     assert types == ["run.started", "message.started", "run.failed"]
 
 
+async def test_a_tool_step_too_large_to_record_ends_failed_and_the_run_fails(api):
+    run = await run_agent(api, "oversized_step")
+    assert run["status"] == "failed" and run["error"]["type"] == "event_too_large"
+    # The step is never left running: it ends with why its result was not kept.
+    [step] = run["snapshot"]["tools"]
+    assert step["status"] == "failed" and step["error"]["type"] == "event_too_large"
+    assert "over max_event_bytes (4096)" in step["error"]["message"]
+    types = [e["type"] for e in await all_events(api, run["run_id"])]
+    assert types == ["run.started", "tool.started", "tool.completed", "run.failed"]
+
+
 async def test_an_output_that_is_not_json_fails_the_run(api):
     run = await run_agent(api, "bad_output")
     assert run["status"] == "failed" and run["error"]["type"] == "invalid_output"

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import json
 import os
+import queue
 import re
 import subprocess
 import sys
@@ -283,7 +285,10 @@ def test_cancelling_a_run_interrupts_its_run_code_and_keeps_the_kernel(lab):
     # Interrupted, not restarted: the kernel is free and keeps its variables.
     (after,) = call_tools(server, [("run_code", {"notebook": NOTEBOOK, "code": "kept"})])
     assert "still here" in text(after), text(after)
-    assert run["snapshot"]["tools"][0]["name"] == "run_code"
+    [step] = run["snapshot"]["tools"]
+    assert step["name"] == "run_code"
+    # The step ended with its call: never left running in the record.
+    assert step["status"] == "failed" and step["error"]["type"] == "cancelled", step
 
 
 def test_a_kernel_restart_fails_the_call_with_kernel_unavailable(lab):
@@ -444,3 +449,230 @@ def test_the_tutorials_mcp_client_script_runs_as_written(lab, tmp_path):
         ast.literal_eval(names)
     )
     assert "scores" in {variable["name"] for variable in json.loads(variables)}
+
+
+# Big outputs: one budget for what a call answers and keeps ------------------
+
+MAX_EVENT_BYTES = 262144  # the server's default
+BUDGET = MAX_EVENT_BYTES // 2
+
+
+def encoded(data) -> int:
+    """An event's data size as the store counts it (JSON, ASCII, no spaces)."""
+    return len(json.dumps(data, separators=(",", ":")))
+
+
+def answer_size(result) -> int:
+    """What an MCP answer's text and images take, encoded as in an event."""
+    return sum(
+        encoded(item.text) if item.type == "text" else encoded(item.data) for item in result.content
+    )
+
+
+def tool_completed(http, run_id):
+    events = http.get(f"runs/{run_id}/events", params={"limit": 1000}).json()["events"]
+    [completed] = [e["data"] for e in events if e["type"] == "tool.completed"]
+    return completed
+
+
+def drain(kernel):
+    """Read what the test's own kernel client was sent meanwhile: beyond a thousand unread
+    messages, ZeroMQ drops the newest, and the next cell's answer would be lost."""
+    deadline = time.monotonic() + 30
+    with contextlib.suppress(queue.Empty):
+        while time.monotonic() < deadline:
+            kernel.client.get_iopub_msg(timeout=1)
+
+
+def run_code_in_a_run(http, kernel, code):
+    run_id = submit(http, "nb_mcp", {"calls": [["run_code", {"code": code}]]}, kernel.kernel_id)
+    approve_next(http, run_id)
+    run = wait_status(http, run_id, ["succeeded", "failed"])
+    assert run["status"] == "succeeded", run["error"]
+    [step] = run["snapshot"]["tools"]
+    assert step["status"] == "completed", step
+    return run, tool_completed(http, run_id)
+
+
+def test_ten_big_displays_are_cut_to_the_budget_and_the_step_completes(lab):
+    server, http, kernel = lab
+    code = "from IPython.display import display\nfor i in range(10): display('x' * 20000)"
+    run, completed = run_code_in_a_run(http, kernel, code)
+    assert encoded(completed) <= BUDGET + 1024 < MAX_EVENT_BYTES
+    [shown] = completed["content"]
+    # What the model read is kept once: as the step's text, not again in its result.
+    assert completed["result"] == {"images": []}
+    assert shown["text"] == run["output"]["answers"][0]["text"]
+    assert shown["text"].count("display:\n'xxxx") >= 5
+    assert "more displays not shown" in shown["text"], shown["text"][-300:]
+
+
+def test_thousands_of_displays_and_control_characters_stay_within_the_budget(lab):
+    server, http, kernel = lab
+    many = "from IPython.display import display\nfor i in range(1800): display(i * 10**200)\n'done'"
+    control = (
+        "import sys\nfrom IPython.display import display\n"
+        "print('\\x01' * 200000)\nsys.stderr.write('\\x02' * 50000)\n"
+        "for i in range(10): display('\\x03' * 20000)"
+    )
+    started = time.monotonic()
+    displays, controls = call_tools(
+        server,
+        [
+            ("run_code", {"notebook": NOTEBOOK, "code": many}),
+            ("run_code", {"notebook": NOTEBOOK, "code": control}),
+        ],
+    )
+    assert time.monotonic() - started < 60
+    assert not displays.is_error and answer_size(displays) <= BUDGET
+    assert "display:\n0\n" in text(displays) and "more displays not shown" in text(displays)
+    assert "result:\n'done'" in text(displays)
+    # A control character takes six bytes once encoded: the budget counts those.
+    assert not controls.is_error and answer_size(controls) <= BUDGET
+    assert "more characters not shown" in text(controls)
+    assert "\x01" in text(controls) and "more displays not shown" in text(controls)
+    # Recorded as a run's step, the same output stays under max_event_bytes.
+    run, completed = run_code_in_a_run(http, kernel, control)
+    assert encoded(completed) <= BUDGET + 1024
+    drain(kernel)
+
+
+def test_an_image_heavy_output_keeps_the_images_that_fit_and_says_how_many_did_not(lab):
+    server, http, kernel = lab
+    code = (
+        "import base64, os\nfrom IPython.display import display\n"
+        "for i in range(12):\n"
+        "    display({'image/png': base64.b64encode(os.urandom(30000)).decode()}, raw=True)\n"
+        "print('plotted')"
+    )
+    (answered,) = call_tools(server, [("run_code", {"notebook": NOTEBOOK, "code": code})])
+    images = [item for item in answered.content if item.type == "image"]
+    assert 0 < len(images) < 12 and answer_size(answered) <= BUDGET
+    assert f"{12 - len(images)} more images" in text(answered) and "plotted" in text(answered)
+    run, completed = run_code_in_a_run(http, kernel, code)
+    assert encoded(completed) <= BUDGET + 1024
+    kept = completed["result"]["images"]
+    assert len(kept) == len(images) and kept[0]["mime"] == "image/png"
+    assert f"{12 - len(kept)} more images" in completed["content"][0]["text"]
+
+
+def resident_bytes(pid) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) * 1024
+
+
+def test_fifty_megabytes_of_displays_never_grow_the_server(lab):
+    server, http, kernel = lab
+    code = "from IPython.display import display\nfor i in range(2500): display('x' * 20000)"
+    call_tools(server, [("run_code", {"notebook": NOTEBOOK, "code": "1"})])  # all imported
+    before = resident_bytes(server.process.pid)
+    (answered,) = call_tools(server, [("run_code", {"notebook": NOTEBOOK, "code": code})])
+    grown = resident_bytes(server.process.pid) - before
+    drain(kernel)
+    assert not answered.is_error and answer_size(answered) <= BUDGET
+    assert "more displays not shown" in text(answered)
+    # Cut as it came: not the 50 MB the kernel sent, nor twice that as one answer.
+    assert grown < 40 * 2**20, grown
+
+
+# Looking at variables never calls the person's code ---------------------------
+
+
+def test_list_variables_calls_no_property_of_the_persons_objects(lab):
+    server, http, kernel = lab
+    marker = server.home / "touched"
+    cell = f"""
+import pathlib
+MARKER = pathlib.Path({str(marker)!r})
+def _touch(what):
+    MARKER.write_text(what)
+class Sneaky:
+    @property
+    def __class__(self):
+        _touch("__class__")
+        return int
+    @property
+    def shape(self):
+        _touch("shape")
+        return (1, 2)
+    @property
+    def dtype(self):
+        _touch("dtype")
+        return "int64"
+    def __len__(self):
+        _touch("__len__")
+        return 3
+    def __getattr__(self, name):
+        _touch(name)
+        raise AttributeError(name)
+Sneaky.__module__ = "numpy.core"
+class DataFrame(Sneaky):
+    pass
+DataFrame.__module__ = "pandas.core.frame"
+sneaky, frame = Sneaky(), DataFrame()
+"""
+    _, _, error = kernel.run_cell(cell, "cell-sneaky")
+    assert error is None, error
+    listed, described = call_tools(
+        server,
+        [
+            ("list_variables", {"notebook": NOTEBOOK}),
+            ("describe", {"notebook": NOTEBOOK, "name": "frame"}),
+        ],
+    )
+    assert not listed.is_error and not described.is_error, (text(listed), text(described))
+    variables = {v["name"]: v for v in json.loads(text(listed))}
+    assert variables["sneaky"] == {"name": "sneaky", "type": "numpy.core.Sneaky"}
+    assert variables["frame"] == {"name": "frame", "type": "pandas.core.frame.DataFrame"}
+    assert json.loads(text(described))["type"] == "pandas.core.frame.DataFrame"
+    assert not marker.exists(), marker.read_text()
+
+
+# A hidden helper never keeps the kernel from the person's cells ---------------
+
+SLOW = """
+class Slow:
+    def __repr__(self):
+        import time
+        time.sleep(600)
+        return "slow"
+slow = Slow()
+"""
+
+
+def next_cell_runs_promptly(kernel):
+    started = time.monotonic()
+    stdout, _, error = kernel.run_cell("print('next cell')", "cell-next")
+    assert error is None and stdout.strip() == "next cell"
+    return time.monotonic() - started
+
+
+def test_describe_whose_caller_goes_away_is_interrupted(lab):
+    server, http, kernel = lab
+    _, _, error = kernel.run_cell(SLOW, "cell-slow")
+    assert error is None, error
+
+    async def give_up():
+        headers = {"Authorization": f"token {server.token}"}
+        client = create_mcp_http_client(headers=headers)
+        url = server.url + "api/agentruns/mcp"
+        async with client, streamable_http_client(url, http_client=client) as streams:
+            async with ClientSession(streams[0], streams[1]) as session:
+                await session.initialize()
+                call = session.call_tool("describe", {"notebook": NOTEBOOK, "name": "slow"})
+                with pytest.raises(asyncio.TimeoutError):
+                    await asyncio.wait_for(call, 2)
+
+    asyncio.run(give_up())
+    assert next_cell_runs_promptly(kernel) < 10
+
+
+def test_describe_that_takes_too_long_is_interrupted_and_says_so(lab):
+    server, http, kernel = lab
+    _, _, error = kernel.run_cell(SLOW, "cell-slow")
+    assert error is None, error
+    started = time.monotonic()
+    (described,) = call_tools(server, [("describe", {"notebook": NOTEBOOK, "name": "slow"})])
+    assert described.is_error and "kernel_timeout" in text(described), text(described)
+    assert time.monotonic() - started < 40
+    assert next_cell_runs_promptly(kernel) < 5

@@ -314,6 +314,18 @@ def result_text(result: Any) -> str:
     return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
 
 
+def step_text(step: dict[str, Any]) -> str:
+    """What the caller of a completed tool step read: its text content, else its result."""
+    texts = [
+        item["text"]
+        for item in step.get("content") or []
+        if isinstance(item, dict)
+        and item.get("type") == "text"
+        and isinstance(item.get("text"), str)
+    ]
+    return "\n".join(texts) if texts else result_text(step.get("result"))
+
+
 def error_text(error: dict[str, Any]) -> str:
     """A failed tool call as the model reads it: its error's type and message."""
     return f"Error: {error.get('type')}: {error.get('message')}"

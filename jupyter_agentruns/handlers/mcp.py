@@ -10,6 +10,7 @@ back as it goes.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
@@ -35,6 +36,8 @@ class MCPHandler(AgentRunsHandler):
     """Authenticates the caller, then lets the MCP SDK's transport answer."""
 
     _run_caller: Any = None
+    _answering: asyncio.Future | None = None  # the transport's answer, while it is made
+    _gone = False  # the caller went away before its answer
 
     # Narrower than JupyterHandler.prepare, as AgentRunsHandler.prepare is (see there).
     async def prepare(self) -> None:  # type: ignore[override]
@@ -54,6 +57,13 @@ class MCPHandler(AgentRunsHandler):
     def on_finish(self) -> None:
         super().on_finish()
         self.waiter.release()  # the transport's wait for a disconnect ends with the answer
+
+    def on_connection_close(self) -> None:
+        super().on_connection_close()
+        if self._answering is not None:
+            # Nobody will read the answer: the call stops (its kernel is interrupted).
+            self._gone = True
+            self._answering.cancel()
 
     def check_xsrf_cookie(self) -> None:
         if self._run_caller is not None:
@@ -98,7 +108,17 @@ class MCPHandler(AgentRunsHandler):
                 "notebook_tools_unavailable",
                 self.settings.get("agentruns_mcp_problem") or "The MCP server is not available.",
             )
-        await notebook_mcp.handle(self._scope(caller, SCOPE_CALLER), self._receive, self._send)
+        self._answering = asyncio.ensure_future(
+            notebook_mcp.handle(self._scope(caller, SCOPE_CALLER), self._receive, self._send)
+        )
+        try:
+            await self._answering
+        except asyncio.CancelledError:
+            if not self._gone:
+                raise
+            return  # nobody to answer
+        finally:
+            self._answering = None
         if not self._finished:
             self.finish()
 

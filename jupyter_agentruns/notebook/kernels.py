@@ -24,15 +24,30 @@ POLL_SECONDS = 0.5
 MAX_STREAM_CHARS = 20_000
 MAX_TEXT_CHARS = 20_000
 MAX_INTROSPECTION_CHARS = 100_000
+# What one execution's output may take, as JSON encodes it (images included).
+MAX_OUTPUT_BYTES = 131_072
+# How long one of our own snippets may run before the kernel is interrupted.
+INTROSPECTION_SECONDS = 20.0
 MAX_CELL_CHARS = 4_000
 MAX_NOTEBOOK_CHARS = 40_000
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# What a display or an image costs in the answer beside its own text or data.
+PART_BYTES = 64
+NOTE_BYTES = 64  # "… (N more characters not shown)"
+IMAGE_MIMES = ("image/png", "image/jpeg")
+_quote = json.encoder.encode_basestring_ascii  # as the store encodes an event's text
 
 
 class KernelUnavailable(Exception):
     """The kernel died, restarted or was shut down: what was sent to it is lost."""
 
     error_type = "kernel_unavailable"
+
+
+class KernelTimeout(Exception):
+    """Our own snippet took too long: the kernel was interrupted (the person's cells go on)."""
+
+    error_type = "kernel_timeout"
 
 
 class NotebookNotFound(LookupError):
@@ -43,7 +58,12 @@ class NotebookNotFound(LookupError):
 
 @dataclass
 class Output:
-    """What one execution in the kernel showed."""
+    """What one execution in the kernel showed, kept as it comes within ``room`` bytes.
+
+    The bytes are counted as JSON encodes the text in an event (a control
+    character takes six), and whatever does not fit is counted, never kept:
+    a kernel that prints or displays without end costs no more than ``room``.
+    """
 
     stdout: str = ""
     stderr: str = ""
@@ -52,31 +72,134 @@ class Output:
     images: list[dict[str, str]] = field(default_factory=list)
     error: dict[str, Any] | None = None
 
+    room: int = MAX_OUTPUT_BYTES
     stream_limit: int = MAX_STREAM_CHARS
+    # A quarter of the room is kept for what comes last and says most: the
+    # result, or the error (what ran before cannot crowd them out).
+    reserve: int = 0
+    # What was left out: characters of each stream, whole displays and images.
+    stdout_left_out: int = 0
+    stderr_left_out: int = 0
+    displays_left_out: int = 0
+    images_left_out: int = 0
+    image_bytes_left_out: int = 0
+
+    def __post_init__(self) -> None:
+        self.reserve = self.room // 4
+        self.room -= self.reserve
 
     def add_stream(self, name: str, text: str) -> None:
-        if name == "stderr":
-            self.stderr = bounded(self.stderr + text, self.stream_limit)
-        else:
-            self.stdout = bounded(self.stdout + text, self.stream_limit)
+        stream = "stderr" if name == "stderr" else "stdout"
+        shown = getattr(self, stream)
+        kept = self._keep(text[: max(0, self.stream_limit - len(shown))])
+        setattr(self, stream, shown + kept)
+        left_out = f"{stream}_left_out"
+        setattr(self, left_out, getattr(self, left_out) + len(text) - len(kept))
 
     def add_data(self, data: dict[str, Any], result: bool) -> None:
-        for mime in ("image/png", "image/jpeg"):
-            if isinstance(data.get(mime), str):
-                self.images.append({"mime": mime, "data": data[mime].strip()})
+        for mime in IMAGE_MIMES:
+            image = data.get(mime)
+            if isinstance(image, str):
+                # (Measured only when it may fit: encoding a huge one would copy it.)
+                fits = len(image) + PART_BYTES <= self.room
+                size = encoded_size(image) + PART_BYTES if fits else self.room + 1
+                if size <= self.room:
+                    self.room -= size
+                    self.images.append({"mime": mime, "data": image.strip()})
+                else:
+                    self.images_left_out += 1
+                    self.image_bytes_left_out += len(image) * 3 // 4
         text = data.get("text/plain")
-        if isinstance(text, str):
-            if result:
-                self.result = bounded(text, MAX_TEXT_CHARS)
-            elif not any(mime.startswith("image/") for mime in data):
-                self.displays.append(bounded(text, MAX_TEXT_CHARS))
+        if not isinstance(text, str):
+            return
+        if result:
+            self._take_reserve()
+            self.result = self._keep_whole(text)
+        elif not any(mime.startswith("image/") for mime in data):
+            if self.room < PART_BYTES:
+                self.displays_left_out += 1
+            else:
+                self.room -= PART_BYTES
+                self.displays.append(self._keep_whole(text))
+
+    def add_error(self, content: dict[str, Any]) -> None:
+        self._take_reserve()
+        traceback = ANSI.sub("", "\n".join(str(line) for line in content.get("traceback") or []))
+        self.error = {
+            "ename": self._keep_whole(str(content.get("ename")), 200),
+            "evalue": self._keep_whole(str(content.get("evalue")), 2000),
+            "traceback": self._keep_whole(traceback),
+        }
+
+    def left_out(self) -> str | None:
+        """What was not kept, in words, or None when everything was."""
+        parts = []
+        if self.displays_left_out:
+            parts.append(f"{self.displays_left_out} more displays")
+        if self.images_left_out:
+            parts.append(f"{self.images_left_out} more images ({self.image_bytes_left_out} bytes)")
+        if not parts:
+            return None
+        return f"… ({' and '.join(parts)} not shown: the output is larger than a tool call keeps)"
+
+    def _take_reserve(self) -> None:
+        self.room += self.reserve
+        self.reserve = 0
+
+    def _keep(self, text: str) -> str:
+        kept = fitting(text, self.room)
+        self.room -= encoded_size(kept)
+        return kept
+
+    def _keep_whole(self, text: str, limit: int = MAX_TEXT_CHARS) -> str:
+        """One piece of text, cut to what fits, saying how much was left out."""
+        if len(text) <= limit and encoded_size(text) <= self.room:
+            return self._keep(text)
+        kept = fitting(text[:limit], self.room - NOTE_BYTES)
+        kept += left_out_note(len(text) - len(kept))
+        self.room = max(0, self.room - encoded_size(kept))
+        return kept
 
 
 def bounded(text: str, limit: int) -> str:
     """``text`` cut to about ``limit`` characters, saying how much was left out."""
     if len(text) <= limit:
         return text
-    return text[:limit] + f"\n… ({len(text) - limit} more characters not shown)"
+    return text[:limit] + left_out_note(len(text) - limit)
+
+
+def left_out_note(characters: int) -> str:
+    return f"\n… ({characters} more characters not shown)"
+
+
+def encoded_size(text: str) -> int:
+    """The bytes ``text`` takes in an event's JSON (without its quotes)."""
+    return len(_quote(text)) - 2
+
+
+def fitting(text: str, room: int) -> str:
+    """The longest start of ``text`` that takes at most ``room`` bytes in JSON."""
+    if room <= 0:
+        return ""
+    text = text[:room]  # each character takes one byte or more
+    if encoded_size(text) <= room:
+        return text
+    low, high = 0, len(text)  # low fits, high does not
+    while high - low > 1:
+        middle = (low + high) // 2
+        if encoded_size(text[:middle]) <= room:
+            low = middle
+        else:
+            high = middle
+    return text[:low]
+
+
+def cut_to(text: str, room: int) -> str:
+    """``text`` within ``room`` bytes of JSON, saying how much was left out when it was cut."""
+    if encoded_size(text) <= room:
+        return text
+    kept = fitting(text, room - NOTE_BYTES)
+    return kept + left_out_note(len(text) - len(kept))
 
 
 class Kernels:
@@ -125,15 +248,41 @@ class Kernels:
         silent: bool = False,
         on_waiting: Callable[[bool], Awaitable[None]] | None = None,
         stream_limit: int = MAX_STREAM_CHARS,
+        room: int = MAX_OUTPUT_BYTES,
+        timeout: float | None = None,
     ) -> Output:
-        """Run ``code`` in the kernel and collect what it shows.
+        """Run ``code`` in the kernel and collect what it shows (at most ``room`` bytes of it).
 
-        Cancelled (the run was cancelled), the kernel is interrupted, not
-        restarted. A kernel that dies or restarts meanwhile raises
-        ``KernelUnavailable``. ``on_waiting(True)`` is awaited when the code
-        has to wait for the kernel to finish something else, and
-        ``on_waiting(False)`` when it goes.
+        Cancelled (the run was cancelled, or the caller went away), the kernel
+        is interrupted, not restarted, if it still runs our code. ``timeout``:
+        seconds it may take, waiting included; past them the kernel is
+        interrupted the same way and ``KernelTimeout`` raised. A kernel that
+        dies or restarts meanwhile raises ``KernelUnavailable``.
+        ``on_waiting(True)`` is awaited when the code has to wait for the
+        kernel to finish something else, and ``on_waiting(False)`` when it goes.
         """
+        if timeout is None:
+            return await self._execute(kernel_id, code, silent, on_waiting, stream_limit, room)
+        try:
+            return await asyncio.wait_for(
+                self._execute(kernel_id, code, silent, on_waiting, stream_limit, room), timeout
+            )
+        except asyncio.TimeoutError:
+            raise KernelTimeout(
+                f"the kernel did not answer within {timeout:g} seconds (it was busy, or the "
+                "variable is slow to look at): what we ran was interrupted, the notebook's "
+                "variables are kept"
+            ) from None
+
+    async def _execute(
+        self,
+        kernel_id: str,
+        code: str,
+        silent: bool,
+        on_waiting: Callable[[bool], Awaitable[None]] | None,
+        stream_limit: int,
+        room: int,
+    ) -> Output:
         manager = self._manager(kernel_id)
         process = _process(manager)
         told = False
@@ -153,12 +302,16 @@ class Kernels:
         ours = False  # the kernel began on our request (it said busy for it)
         try:
             msg_id = client.execute(code, silent=silent, store_history=False, allow_stdin=False)
-            output = Output(stream_limit=stream_limit)
+            output = Output(room=room, stream_limit=stream_limit)
             while True:
                 try:
                     msg = await client.get_iopub_msg(timeout=POLL_SECONDS)
                 except queue.Empty:
                     await self._check(kernel_id, manager, process)
+                    if await _replied(client, msg_id):
+                        # The kernel answered and has said nothing since: its
+                        # "idle" was lost (ZeroMQ drops what a flood leaves unread).
+                        return output
                     continue
                 kind, content = msg["msg_type"], msg["content"]
                 restarted = content.get("execution_state") in ("starting", "restarting")
@@ -176,6 +329,7 @@ class Kernels:
                     if content["execution_state"] == "busy":
                         ours = True
                     elif content["execution_state"] == "idle":
+                        ours = False
                         if getattr(manager, "shutting_down", False) or _process(manager) != process:
                             # Stopped by a restart or shutdown (it interrupts what
                             # runs, with or without an error to show for it).
@@ -186,20 +340,19 @@ class Kernels:
                 elif kind in ("execute_result", "display_data"):
                     output.add_data(content.get("data") or {}, result=kind == "execute_result")
                 elif kind == "error":
-                    output.error = {
-                        "ename": content.get("ename"),
-                        "evalue": content.get("evalue"),
-                        "traceback": bounded(
-                            ANSI.sub("", "\n".join(content.get("traceback") or [])), MAX_TEXT_CHARS
-                        ),
-                    }
+                    output.add_error(content)
         except asyncio.CancelledError:
-            # Only what we sent: a cell of the person's that got in first is theirs.
-            if ours and kernel_id in self.kernel_manager:
-                await asyncio.shield(ensure_async(self.kernel_manager.interrupt_kernel(kernel_id)))
+            # Only what we sent, and only while it runs: a cell of the person's
+            # that got in first, or came after ours ended, is theirs.
+            if ours:
+                await asyncio.shield(self._interrupt_ours(kernel_id, client, msg_id))
             raise
         finally:
             client.stop_channels()
+
+    async def _interrupt_ours(self, kernel_id: str, client: Any, msg_id: str | None) -> None:
+        if not await _ended(client, msg_id) and kernel_id in self.kernel_manager:
+            await ensure_async(self.kernel_manager.interrupt_kernel(kernel_id))
 
     async def _check(self, kernel_id: str, manager: Any, process: Any) -> None:
         if (
@@ -215,7 +368,12 @@ class Kernels:
     async def introspect(self, kernel_id: str, code: str) -> Any:
         """Run one of our own snippets silently; it prints one JSON value, which is returned."""
         output = await self.execute(
-            kernel_id, code, silent=True, stream_limit=MAX_INTROSPECTION_CHARS
+            kernel_id,
+            code,
+            silent=True,
+            stream_limit=MAX_INTROSPECTION_CHARS,
+            room=6 * MAX_INTROSPECTION_CHARS,
+            timeout=INTROSPECTION_SECONDS,
         )
         if output.error is not None:
             raise RuntimeError(f"{output.error['ename']}: {output.error['evalue']}")
@@ -245,6 +403,32 @@ class Kernels:
                 break
             parts.append(text)
         return "\n\n".join(parts)
+
+
+async def _replied(client: Any, msg_id: str | None) -> bool:
+    """Whether the kernel's answer to ``msg_id`` came (on the shell channel)."""
+    while True:
+        try:
+            msg = await client.get_shell_msg(timeout=0)
+        except queue.Empty:
+            return False
+        if msg["parent_header"].get("msg_id") == msg_id:
+            return True
+
+
+async def _ended(client: Any, msg_id: str | None) -> bool:
+    """Whether the kernel said it is done with ``msg_id`` in what its client holds unread."""
+    while True:
+        try:
+            msg = await client.get_iopub_msg(timeout=0)
+        except queue.Empty:
+            return False
+        if (
+            msg["parent_header"].get("msg_id") == msg_id
+            and msg["msg_type"] == "status"
+            and msg["content"].get("execution_state") == "idle"
+        ):
+            return True
 
 
 def _process(manager: Any) -> Any:

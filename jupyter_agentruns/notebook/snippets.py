@@ -2,9 +2,12 @@
 
 Each snippet defines one function, calls it, deletes it again and prints one
 JSON value. It reads the kernel's namespace without calling the person's
-code where it can: shapes and lengths only of types known to have cheap,
-harmless ones (builtin containers, NumPy arrays, pandas frames), never a
-property of an unknown object, and values only through bounded formatting.
+code where it can: a value's type by ``type()`` (``isinstance`` reads
+``__class__``, which a class may compute), shapes and lengths only of the
+very types known to have cheap, harmless ones (builtin containers, and NumPy
+arrays and pandas frames when those modules are loaded), never a property of
+an unknown object, and values only through bounded formatting (``describe``
+shows a short repr of other objects: that one calls their ``__repr__``).
 """
 
 from __future__ import annotations
@@ -13,20 +16,30 @@ import json
 
 LIST_VARIABLES = r"""
 def _agentruns_variables():
-    import json, types
+    import json, sys, types
     shell = get_ipython()
     hidden = set(getattr(shell, "user_ns_hidden", {}))
+    # Types whose shape is cheap and harmless, when their modules are loaded already.
+    shaped = set()
+    numpy, pandas = sys.modules.get("numpy"), sys.modules.get("pandas")
+    if numpy is not None:
+        shaped.add(numpy.ndarray)
+    if pandas is not None:
+        shaped.update((pandas.DataFrame, pandas.Series))
+    sized = (list, tuple, dict, set, frozenset, str, bytes, bytearray, range)
     found = []
     for name, value in list(shell.user_ns.items()):
-        if name.startswith("_") or name in hidden or isinstance(value, types.ModuleType):
-            continue
+        # type(), never isinstance(): that reads __class__, which a class may compute.
         kind = type(value)
+        if not isinstance(name, str) or name.startswith("_") or name in hidden:
+            continue
+        if issubclass(kind, types.ModuleType):
+            continue
         prefix = "" if kind.__module__ == "builtins" else kind.__module__ + "."
         entry = {"name": name, "type": prefix + kind.__qualname__}
-        module = kind.__module__.split(".")[0]
-        if module in ("numpy", "pandas") and isinstance(getattr(kind, "shape", None), property):
+        if kind in shaped:
             entry["shape"] = list(value.shape)
-        elif kind in (list, tuple, dict, set, frozenset, str, bytes, bytearray, range):
+        elif kind in sized:
             entry["length"] = len(value)
         found.append(entry)
         if len(found) >= %(limit)d:
@@ -40,7 +53,7 @@ finally:
 
 DESCRIBE = r"""
 def _agentruns_describe(name):
-    import json, reprlib, types
+    import json, reprlib, sys
     shell = get_ipython()
     if name not in shell.user_ns:
         print(json.dumps({"missing": name}))
@@ -49,9 +62,8 @@ def _agentruns_describe(name):
     kind = type(value)
     prefix = "" if kind.__module__ == "builtins" else kind.__module__ + "."
     about = {"name": name, "type": prefix + kind.__qualname__}
-    module = kind.__module__.split(".")[0]
-    if module == "pandas" and kind.__name__ == "DataFrame":
-        import pandas
+    numpy, pandas = sys.modules.get("numpy"), sys.modules.get("pandas")
+    if pandas is not None and kind is pandas.DataFrame:
         with pandas.option_context("display.max_columns", 30, "display.width", 200, "display.max_colwidth", 40):
             about["shape"] = list(value.shape)
             about["dtypes"] = {str(column): str(dtype) for column, dtype in list(value.dtypes.items())[:100]}
@@ -60,8 +72,7 @@ def _agentruns_describe(name):
                 about["summary"] = value.describe(include="all").to_string()
             except Exception as exc:
                 about["summary"] = "(no summary: %%s)" %% exc
-    elif module == "pandas" and kind.__name__ == "Series":
-        import pandas
+    elif pandas is not None and kind is pandas.Series:
         with pandas.option_context("display.width", 200, "display.max_colwidth", 40):
             about["shape"] = list(value.shape)
             about["dtype"] = str(value.dtype)
@@ -70,8 +81,7 @@ def _agentruns_describe(name):
                 about["summary"] = value.describe().to_string()
             except Exception as exc:
                 about["summary"] = "(no summary: %%s)" %% exc
-    elif module == "numpy" and kind.__name__ == "ndarray":
-        import numpy
+    elif numpy is not None and kind is numpy.ndarray:
         about["shape"] = list(value.shape)
         about["dtype"] = str(value.dtype)
         about["values"] = numpy.array2string(value.ravel()[:10], threshold=10, max_line_width=200)

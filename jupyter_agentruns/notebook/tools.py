@@ -10,14 +10,24 @@ unless ``notebook_tools_approval`` is ``"never"``.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import error_object
 from . import snippets
-from .kernels import Kernels, KernelUnavailable, NotebookNotFound, Output, bounded
+from .kernels import (
+    PART_BYTES,
+    Kernels,
+    KernelUnavailable,
+    NotebookNotFound,
+    Output,
+    cut_to,
+    encoded_size,
+)
 
 RUN_CODE = "run_code"
 NOTEBOOK_ARGUMENT = {
@@ -81,7 +91,7 @@ def definitions(with_notebook: bool = False) -> list[dict[str, Any]]:
 
 @dataclass
 class Outcome:
-    """A call's answer: ``text`` for the caller (a model), ``result`` as the tool step keeps it."""
+    """A call's answer: ``text`` for the caller (a model), ``result`` what its step keeps beside it."""
 
     ok: bool
     text: str
@@ -97,6 +107,10 @@ class NotebookTools:
         self.kernels = kernels
         self.approval = approval
         self.max_event_bytes = max_event_bytes
+        # What one call answers and its step keeps, images included, as JSON
+        # encodes it: half an event's limit, so that an agent's answer quoting
+        # it has room too.
+        self.budget = max_event_bytes // 2
 
     def asks(self, name: str) -> bool:
         """Whether a call of ``name`` made for a run asks the person first."""
@@ -139,12 +153,20 @@ class NotebookTools:
             await run.tool_completed(call_id, ok=False, error=error)
             return Outcome(False, _error_text(error), error=error)
         await run.durable()  # the log shows the call before it has any effect
-        outcome = await self._call(name, args, kernel_id, notebook, run)
-        content = [{"type": "text", "text": outcome.text}]
+        try:
+            outcome = await self._call(name, args, kernel_id, notebook, run)
+        except asyncio.CancelledError:
+            # Its caller went away, or the run ends: the step ends too, if the run goes on.
+            error = {"type": "cancelled", "message": "the call was stopped before it ended"}
+            with contextlib.suppress(Exception):
+                await asyncio.shield(run.tool_completed(call_id, ok=False, error=error))
+            raise
         if outcome.ok:
+            # What the caller read is kept once, as the step's text.
+            content = [{"type": "text", "text": outcome.text}]
             await run.tool_completed(call_id, outcome.result, content=content)
         else:
-            await run.tool_completed(call_id, ok=False, error=outcome.error, content=content)
+            await run.tool_completed(call_id, ok=False, error=outcome.error)
         return outcome
 
     async def _approval(self, run: Any, code: str, asked: dict[str, Any] | None) -> str:
@@ -163,10 +185,14 @@ class NotebookTools:
         self, name: str, args: dict[str, Any], kernel_id: str | None, notebook: str | None, run: Any
     ) -> Outcome:
         try:
-            return await self._act(name, args, kernel_id, notebook, run)
+            outcome = await self._act(name, args, kernel_id, notebook, run)
         except Exception as exc:  # whatever it was, the caller reads it and the step records it
             error = error_object(exc)
+            error["message"] = cut_to(str(error.get("message")), 4000)
             return Outcome(False, _error_text(error), error=error)
+        images = sum(encoded_size(image["data"]) + PART_BYTES for image in outcome.images)
+        outcome.text = cut_to(outcome.text, self.budget - images - PART_BYTES)
+        return outcome
 
     async def _act(
         self, name: str, args: dict[str, Any], kernel_id: str | None, notebook: str | None, run: Any
@@ -181,11 +207,10 @@ class NotebookTools:
             path = notebook or await self.kernels.notebook_of(kernel_id)
             if path is None:
                 raise NotebookNotFound("the run's kernel has no notebook open with it")
-            text = await self.kernels.read_notebook(path)
-            return Outcome(True, text, result=text)
+            return Outcome(True, await self.kernels.read_notebook(path))
         if name == "list_variables":
             found = await self.kernels.introspect(kernel_id, snippets.list_variables())
-            return Outcome(True, json.dumps(found, ensure_ascii=False), result=found)
+            return Outcome(True, json.dumps(found, ensure_ascii=False))
         if name == "describe":
             variable = args.get("name")
             if not isinstance(variable, str) or not variable.isidentifier():
@@ -193,7 +218,7 @@ class NotebookTools:
             about = await self.kernels.introspect(kernel_id, snippets.describe(variable))
             if "missing" in about:
                 raise InvalidArguments(f"the kernel has no variable {variable!r}")
-            return Outcome(True, json.dumps(about, ensure_ascii=False), result=about)
+            return Outcome(True, json.dumps(about, ensure_ascii=False))
         code = args.get("code")
         if not isinstance(code, str) or not code.strip():
             raise InvalidArguments("run_code takes the code to run, as text")
@@ -204,37 +229,29 @@ class NotebookTools:
                     None, "waiting for the kernel" if started else "running code in the kernel"
                 )
 
-        output = await self.kernels.execute(kernel_id, code, on_waiting=waiting)
-        return self._run_code_outcome(code, output)
+        output = await self.kernels.execute(
+            kernel_id, code, on_waiting=waiting, room=self.budget - 2 * PART_BYTES
+        )
+        return _run_code_outcome(output)
 
-    def _run_code_outcome(self, code: str, output: Output) -> Outcome:
-        result: dict[str, Any] = {
-            "code": code,
-            "stdout": output.stdout,
-            "stderr": output.stderr,
-            "result": output.result,
-            "displays": output.displays,
-        }
-        # Images go with the step while they leave the event room for the rest.
-        room = self.max_event_bytes // 2 - len(json.dumps(result))
-        images, references = [], []
-        for index, image in enumerate(output.images, 1):
-            size = len(base64.b64decode(image["data"], validate=False))
-            if len(image["data"]) + 100 <= room:
-                room -= len(image["data"]) + 100
-                images.append(image)
-                references.append(
-                    IMAGE_REFERENCE.format(mime=image["mime"], index=index, size=size)
-                )
-            else:
-                references.append(
-                    f"[{image['mime']} image {index}, {size} bytes: too large to keep]"
-                )
-        result["images"] = images
-        text = _output_text(output, references)
-        # Code that raised still ran: the step completed, its result says how.
-        result["error"] = output.error
-        return Outcome(True, text, result=result, images=images)
+
+def _run_code_outcome(output: Output) -> Outcome:
+    """What ``run_code`` answers: the output as text; its step keeps the images beside it."""
+    references = [
+        IMAGE_REFERENCE.format(
+            mime=image["mime"],
+            index=index,
+            size=len(base64.b64decode(image["data"], validate=False)),
+        )
+        for index, image in enumerate(output.images, 1)
+    ]
+    # Code that raised still ran: the step completed, its text says how.
+    return Outcome(
+        True,
+        _output_text(output, references),
+        result={"images": output.images},
+        images=output.images,
+    )
 
 
 def _title(name: str, args: dict[str, Any]) -> str:
@@ -250,21 +267,28 @@ def _title(name: str, args: dict[str, Any]) -> str:
 
 def _output_text(output: Output, references: list[str]) -> str:
     parts = []
-    if output.stdout:
-        parts.append("stdout:\n" + output.stdout)
-    if output.stderr:
-        parts.append("stderr:\n" + output.stderr)
+    if output.stdout or output.stdout_left_out:
+        parts.append("stdout:\n" + output.stdout + _more(output.stdout_left_out))
+    if output.stderr or output.stderr_left_out:
+        parts.append("stderr:\n" + output.stderr + _more(output.stderr_left_out))
     for shown in output.displays:
         parts.append("display:\n" + shown)
     if output.result is not None:
         parts.append("result:\n" + output.result)
     parts.extend(references)
+    left_out = output.left_out()
+    if left_out is not None:
+        parts.append(left_out)
     if output.error is not None:
         parts.append(
             f"error: {output.error['ename']}: {output.error['evalue']}\n"
-            + bounded(output.error["traceback"], 4000)
+            + output.error["traceback"]
         )
     return "\n".join(parts) or "(no output)"
+
+
+def _more(characters: int) -> str:
+    return f"\n… ({characters} more characters not shown)" if characters else ""
 
 
 def _error_text(error: dict[str, Any]) -> str:

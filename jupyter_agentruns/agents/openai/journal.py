@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..tools import Tool, error_text, needs_approval, redo_tool, result_text
+from ..tools import Tool, error_text, needs_approval, redo_tool, step_text
 from .tool_calls import call_tool, is_notebook_tool
 
 
@@ -93,7 +93,7 @@ class Journal:
             await run.tool_completed(started["call_id"], ok=False, error=error)
             return {"role": "tool", "tool_call_id": call["id"], "content": error_text(error)}
         if started.get("status") == "completed":
-            content = result_text(started.get("result"))
+            content = step_text(started)
         else:
             content = error_text(started.get("error") or {})
         return {"role": "tool", "tool_call_id": call["id"], "content": content}
