@@ -17,6 +17,8 @@ the first word of each prompt:
   of output and content and a 3 MB diff, all in characters JSON escapes.
 - ``crash``: a line on stderr (with the value of ``$SECRET``), then exits 3.
 - ``refuse`` / ``max_tokens``: ends its turn with that stop reason.
+- ``uncounted TEXT``: a usage update of 0 tokens, then answers TEXT and
+  reports 0 tokens in and out (an agent its model server told no counts).
 - ``write PATH TEXT`` / ``read PATH``: ``fs/write_text_file`` / ``fs/read_text_file``
   (PATH relative to its session's directory unless absolute); answers what came back.
 - ``env``, ``pid``, ``cwd``, ``history``, ``state``, ``blocks``, ``mcp``: answers its
@@ -228,15 +230,21 @@ class Scripted:
                 turn["answer"] = said or ""
                 break
         self._save(session_id)
-        usage = (
-            Usage(input_tokens=100, output_tokens=20, total_tokens=120) if word == "all" else None
-        )
+        usage = {
+            "all": Usage(input_tokens=100, output_tokens=20, total_tokens=120),
+            "uncounted": Usage(input_tokens=0, output_tokens=0, total_tokens=0),
+        }.get(word)
         return PromptResponse(stop_reason=stop, usage=usage)
 
     async def act(self, session_id: str, word: str, rest: str, prompt: list[Any], state: dict):
         conn = self.conn
         cwd = state["cwd"]
         if word == "echo":
+            return rest, "end_turn"
+        if word == "uncounted":
+            await conn.session_update(
+                session_id, UsageUpdate(session_update="usage_update", used=0, size=0)
+            )
             return rest, "end_turn"
         if word == "mcp":
             return json.dumps(self.mcp_servers.get(session_id)), "end_turn"

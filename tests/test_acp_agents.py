@@ -141,6 +141,22 @@ async def test_every_kind_of_update_becomes_its_event(api, root):
     assert snapshot["plan"][1]["content"] == "Plot it"
 
 
+async def test_a_turn_the_agent_counts_no_tokens_of_has_an_estimate_that_says_so(api):
+    answer = "Twelve chars" * 10  # 120 characters: about 30 tokens
+    run = await run_prompt(api, f"uncounted {answer}")
+    assert run["status"] == "succeeded", run["error"]
+    events = await all_events(api, run["run_id"])
+    usages = [e["data"] for e in events if e["type"] == "usage"]
+    prompt = len(f"uncounted {answer}")
+    # Its "0 in, 0 out" is no count: one estimate, at about four characters a token.
+    assert usages == [{"input_tokens": -(-prompt // 4), "output_tokens": 30, "estimated": True}]
+    assert run["snapshot"]["usage"]["estimated"] is True
+    [said] = [e["data"] for e in events if e["type"] == "x.usage_unreported"]
+    assert said["estimated"] is True and "reported no token counts" in said["message"]
+    counted = await run_prompt(api, "all")
+    assert "estimated" not in counted["snapshot"]["usage"]  # the agent's own counts
+
+
 async def test_whatever_an_agent_sends_fits_in_the_runs_events(api):
     run = await run_prompt(api, "big")
     assert run["status"] == "succeeded", run["error"]

@@ -80,6 +80,7 @@ export function eventWords(event, asked, tools) {
       let text = `usage: ${formatTokens(data.input_tokens, true)} in · ${formatTokens(data.output_tokens, true)} out`;
       if (total.every((value) => typeof value === "number")) text = `usage: ${formatTokens(total[0] + total[1], true)} tokens (${formatTokens(total[0], true)} in · ${formatTokens(total[1], true)} out)`;
       if (isCost(data.cost)) text += ` · cost ${formatCost(data.cost)}`;
+      if (data.estimated === true) text = text.replace("usage: ", "usage: ≈ ") + " (estimated)";
       return text;
     }
     case "run.cancel_requested":

@@ -934,7 +934,7 @@ export class RunView {
     const about = usage.estimated ? "≈ " : "";
     box.textContent = `tokens: ${about}${formatTokens(usage.input_tokens)} in · ${formatTokens(usage.output_tokens)} out`;
     if (isCost(usage.cost)) box.textContent += ` · cost ${formatCost(/** @type {number} */ (usage.cost))}`;
-    if (usage.estimated) box.textContent += " (estimated: not reported by the model server)";
+    if (usage.estimated) box.textContent += " (estimated: no counts were reported)";
   }
 
   /** @param {RunState} state */

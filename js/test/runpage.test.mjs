@@ -44,6 +44,9 @@ test("the timeline says each step once: a message's deltas are one entry, questi
   timelineEntries([{ seq: 8, type: "text.delta", ts: at(6), data: { message_id: "m1", delta: "abc" } }], more, memory);
   assert.equal(more[more.length - 1].text, "wrote 9 characters");
   assert.equal(offsetWords(at(4), Date.parse(at(0))), "+4.0 s");
+  // Counts an agent did not report are estimates, and the line says so.
+  const [estimated] = timelineEntries([{ seq: 1, type: "usage", ts: at(0), data: { input_tokens: 30, output_tokens: 4, estimated: true } }]);
+  assert.equal(estimated.text, "usage: ≈ 34 tokens (30 in · 4 out) (estimated)");
   // Progress reports between two steps are one entry, the last one said; a step starts the next.
   const progress = timelineEntries([
     { seq: 1, type: "progress", ts: at(0), data: { fraction: 0, message: "searching" } },

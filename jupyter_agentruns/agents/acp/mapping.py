@@ -4,7 +4,8 @@
 new one after each tool step); ``agent_thought_chunk`` → ``reasoning.delta``;
 ``tool_call`` / ``tool_call_update`` → ``tool.started`` / ``tool.completed``
 (with the step's kind, title, content and diffs); ``plan`` → ``plan.updated``;
-``usage_update`` → ``usage``. Everything an agent sends is bounded here
+``usage_update`` → ``usage`` (a turn the agent counts no tokens of has an
+estimate, marked ``estimated``). Everything an agent sends is bounded here
 before it becomes an event: an event over ``max_event_bytes`` would fail the
 run, and a client refuses a text delta over 64 KiB.
 """
@@ -12,6 +13,7 @@ run, and a client refuses a text delta over 64 KiB.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +30,9 @@ DIFF_CONTEXT_LINES = 20
 # A run's output keeps its text up to this size (the snapshot has all of it).
 OUTPUT_TEXT_LIMIT = 64 * 1024
 MAX_TOKENS = 2**53
+# With no tokenizer of the agent's model at hand, the usual rule of thumb for
+# English text and code: an estimate, and the run's usage says it is one.
+CHARACTERS_PER_TOKEN = 4
 PLAN_STATUSES = ("pending", "in_progress", "completed")
 MAX_PLAN_ENTRIES = 200
 
@@ -262,6 +267,9 @@ class Translation:
         # The text of each message of the turn, for the run's output.
         self._answers: list[list[str]] = []
         self._text_size = 0
+        # For an estimate of the turn's tokens when the agent counts none.
+        self.context_tokens: int | None = None
+        self.received_size = 0
 
     async def apply(self, update: Any) -> None:
         kind = getattr(update, "session_update", None)
@@ -269,6 +277,7 @@ class Translation:
             await self.text(block_text(update.content), update.message_id)
         elif kind == "agent_thought_chunk":
             text = block_text(update.content)
+            self.received_size += len(text or "")
             for piece in pieces(text) if text else ():
                 await self.run.reasoning(piece)
         elif kind in ("tool_call", "tool_call_update"):
@@ -277,9 +286,10 @@ class Translation:
             await self.run.plan(plan_entries(update.entries))
         elif kind == "usage_update":
             used = token_count(update.used)
-            if used is not None:
+            if used:  # 0: an agent told no count by its model server, not an empty context
                 # The tokens the conversation's context holds: what the next
                 # model call reads. The turn's own counts replace it at its end.
+                self.context_tokens = used
                 await self.run.usage(used, 0)
         # Anything else (the user's own message replayed, commands, modes,
         # session titles) is not part of the run.
@@ -297,6 +307,7 @@ class Translation:
         for piece in pieces(text):
             await self.run.text(piece, self._message)
         self._text_size += len(text)
+        self.received_size += len(text)
         if self._text_size <= OUTPUT_TEXT_LIMIT:
             self._answers[-1].append(text)
 
@@ -304,6 +315,15 @@ class Translation:
         if self._message is not None:
             message, self._message = self._message, None
             await self.run.message_completed(message)
+
+    def estimated_usage(self, sent_size: int) -> dict[str, Any]:
+        """The turn's tokens when the agent counts none: the context it reported, else
+        the characters sent, and those received, at about four characters a token."""
+        return {
+            "input_tokens": self.context_tokens or math.ceil(sent_size / CHARACTERS_PER_TOKEN),
+            "output_tokens": math.ceil(self.received_size / CHARACTERS_PER_TOKEN),
+            "estimated": True,
+        }
 
     def output_text(self) -> str | None:
         """The turn's answer, its messages one after the other (None when too long to keep here)."""
