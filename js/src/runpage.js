@@ -228,6 +228,7 @@ export class RunPage {
     });
     this.confirm.append(element("span", "agentruns-runpage-confirm-text", "Delete this run and its events for good?"), yes, no);
     actions.append(this.cellButton, this.deleteButton, this.confirm);
+    this.actions = actions;
     this.message = element("div", "agentruns-runpage-message");
     this.message.hidden = true;
     head.append(this.titleNode, this.where, actions, this.message);
@@ -472,7 +473,11 @@ export class RunPage {
     if (!response.ok) return this._say(`Delete failed: ${await errorMessage(response)}`);
     this.node.dataset.deleted = "true";
     this.view.dispose();
-    this._say("This run was deleted.");
+    // A run that is no more offers nothing to do: no Delete, Go to cell, Cancel or Run again.
+    this.actions.hidden = true;
+    this.viewNode.parentElement?.toggleAttribute("hidden", true);
+    this.titleNode.textContent = `${this.titleNode.textContent} (deleted)`;
+    this._say("This run was deleted: its events and its answer are gone from the server.");
     document.dispatchEvent(new CustomEvent(RUN_DELETED_EVENT, { detail: { runId: this.runId } }));
   }
 

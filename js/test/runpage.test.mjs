@@ -100,6 +100,13 @@ test("Delete asks first, then deletes and tells the lists", async () => {
   assert.ok(requests.includes("DELETE /api/agentruns/runs/run_x"));
   assert.deepEqual(deleted, ["run_x"]);
   assert.equal(page.node.dataset.deleted, "true");
+  // The page says so, and offers nothing more to do with the run.
+  assert.match(page.message.textContent, /^This run was deleted/);
+  assert.equal(page.message.hidden, false);
+  assert.equal(page.titleNode.textContent, "hi (deleted)");
+  const offered = (node) => node.closest("[hidden]") === null;
+  const buttons = Array.from(page.node.querySelectorAll("button")).filter(offered).map((node) => node.textContent);
+  assert.deepEqual(buttons, []);
   page.dispose();
 });
 
