@@ -273,6 +273,9 @@ def test_a_runs_page_shows_its_timeline_and_answer_goes_to_its_cell_and_deletes_
     open_panel(page)
     run_page = open_run_page(page, run_id)
     run_page.locator(".agentruns-runpage-title", has_text="the page of a run").wait_for()
+    # Its tab has the runs' icon, as the panel's has.
+    page_tab = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="the page of a run")
+    assert page_tab.locator(".lm-TabBar-tabIcon svg").count() == 1
     assert (
         '"prompt": "the page of a run"' in run_page.locator(".agentruns-runpage-input").inner_text()
     )
@@ -335,6 +338,11 @@ def test_a_runs_page_shows_its_timeline_and_answer_goes_to_its_cell_and_deletes_
     panel_row(page, run_id).wait_for(state="detached", timeout=10_000)
     with lab.client() as client:
         assert client.get(f"runs/{run_id}").status_code == 404
+    # The page says so and offers nothing more to do with the run.
+    message = run_page.locator(".agentruns-runpage-message")
+    assert message.inner_text().startswith("This run was deleted")
+    assert run_page.locator("button:visible").all_inner_texts() == []
+    page.screenshot(path=picture("run-page-deleted.png"))
 
 
 def test_the_panel_fits_the_default_sidebar_searches_sorts_and_opens_as_a_table(lab, page):
@@ -514,6 +522,12 @@ def test_a_question_elsewhere_toasts_with_answers_that_answer_and_the_counts_sho
     assert page.locator(TAB).get_attribute("data-agentruns-waiting") == "1"
     settled(page, question)
     page.screenshot(path=picture("attention.png"))
+    # With the panel open (its tab the current one) the badge keeps its digit.
+    open_panel(page)
+    assert "lm-mod-current" in (page.locator(TAB).get_attribute("class") or "")
+    badge = "(selector) => getComputedStyle(document.querySelector(selector), '::before').content"
+    assert page.evaluate(badge, TAB) == '"1"'
+    page.locator(".jp-SideBar.jp-mod-left").screenshot(path=picture("attention-badge-open.png"))
 
     question.get_by_role("button", name="approve").click()
     with lab.client() as client:
