@@ -631,3 +631,50 @@ def test_a_refresh_restores_a_run_only_under_the_code_that_made_it(lab, page):
     assert "agentruns-panel-run--marked" in row.get_attribute("class")
     assert "Its cell is not in the saved notebook." in row.inner_text()
     assert page.locator(f"{PANEL} .agentruns-filter-session").input_value().endswith("edited.ipynb")
+
+
+def test_many_long_permission_options_are_a_list_of_cut_buttons_and_no_wall_in_the_toast(lab, page):
+    long_name = "allow this one very particular change to plot.py " * 5  # 250 characters
+    options = [
+        {"optionId": f"o{n}", "name": f"Option {n}: {long_name}", "kind": "reject_once"}
+        for n in range(20)
+    ]
+    open_lab(page, lab)
+    with lab.client() as client:
+        response = client.post(
+            "runs", json={"agent": "permission_asker", "input": {"options": options}}
+        )
+        assert response.status_code == 201, response.text
+        run_id = response.json()["run_id"]
+        wait_status(client, run_id, {"waiting"})
+
+    # The toast offers no twenty buttons: it says how many choices there are and shows them.
+    question = toast(page, "A run asks: Allow editing plot.py?")
+    settled(page, question)
+    labelled = [text for text in question.get_by_role("button").all_inner_texts() if text]
+    assert labelled == ["Show its 20 choices"]  # and its close button
+    assert question.bounding_box()["height"] < 200
+    page.screenshot(path=picture("permission-many-toast.png"))
+
+    # The panel lists them, one full-width button a line, each cut with the whole on hover.
+    open_panel(page)
+    card = panel_row(page, run_id).locator(".agentruns-input")
+    card.wait_for(timeout=30_000)
+    choices = card.locator(".agentruns-input-choices")
+    buttons = card.locator(".agentruns-choice")
+    assert buttons.count() == 20
+    width = choices.bounding_box()["width"]
+    for index in (0, 19):
+        box = buttons.nth(index).bounding_box()
+        assert abs(box["width"] - width) < 2 and box["height"] < 30, box
+        assert (
+            buttons.nth(index).get_attribute("title") == f"{options[index]['name']} (reject once)"
+        )
+        assert buttons.nth(index).inner_text().endswith("…")
+    assert choices.bounding_box()["height"] < 20 * 30
+    page.screenshot(path=picture("permission-many-panel.png"))
+
+    buttons.nth(3).click()
+    with lab.client() as client:
+        run = wait_status(client, run_id, {"succeeded"})
+    assert run["snapshot"]["inputs"][0]["choice"] == "o3"

@@ -8,7 +8,7 @@
 // a page at a time.
 
 import { apiFetch, errorMessage, runsUrl, withSlash } from "./api.js";
-import { button, element, formatCost, formatTokens, isCost, parseTime } from "./dom.js";
+import { TITLE_CHARS, button, cutText, element, formatCost, formatTokens, isCost, parseTime } from "./dom.js";
 import { isPlainObject } from "./json.js";
 import { RUN_DELETED_EVENT } from "./links.js";
 import { isTerminalType } from "./status.js";
@@ -387,7 +387,11 @@ export class RunPage {
     const start = parseTime(this.run ? this.run.created_at : null);
     /** @type {HTMLElement} */ (node.firstChild).textContent = offsetWords(entry.ts, start);
     /** @type {HTMLElement} */ (node.firstChild).title = entry.ts;
-    /** @type {HTMLElement} */ (node.lastChild).textContent = entry.text;
+    // A question's multi-kilobyte title, a choice's long name: cut, the whole on hover.
+    const text = /** @type {HTMLElement} */ (node.lastChild);
+    text.textContent = cutText(entry.text, TITLE_CHARS);
+    if (text.textContent !== entry.text) text.title = entry.text;
+    else text.removeAttribute("title");
     return node;
   }
 
