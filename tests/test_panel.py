@@ -678,3 +678,42 @@ def test_many_long_permission_options_are_a_list_of_cut_buttons_and_no_wall_in_t
     with lab.client() as client:
         run = wait_status(client, run_id, {"succeeded"})
     assert run["snapshot"]["inputs"][0]["choice"] == "o3"
+
+
+def test_a_view_attached_to_a_run_well_under_way_starts_at_its_answers_first_line(lab, page):
+    # A run's page opened once much of the answer has streamed: as a refreshed or
+    # re-run cell, the view draws text already longer than its box.
+    open_lab(page, lab)
+    run_id = submit_by_api(lab, "first line", chunks=600, delay=0.05)
+    with lab.client() as client:
+        deadline = time.monotonic() + 60
+        while client.get(f"runs/{run_id}").json()["last_seq"] < 250:
+            assert time.monotonic() < deadline, "the run did not stream"
+            time.sleep(0.2)
+    try:
+        open_panel(page)
+        run_page = open_run_page(page, run_id)
+        box = run_page.locator(".agentruns-messages")
+        box.locator("h2").wait_for(timeout=30_000)
+        page.wait_for_timeout(300)  # more text has come and been drawn
+        shown = box.evaluate(
+            "(box) => ({top: box.scrollTop, overflow: box.scrollHeight > box.clientHeight + 50,"
+            " heading: box.querySelector('h2').getBoundingClientRect().top"
+            " - box.getBoundingClientRect().top})"
+        )
+        assert shown["overflow"], shown  # more text than the box shows
+        assert shown["top"] == 0 and 0 <= shown["heading"] < 40, shown  # its first line in view
+        page.screenshot(path=picture("run-page-first-line.png"))
+        # A reader who scrolls to the end is followed as the text grows.
+        height = box.evaluate(
+            "(box) => { box.scrollTop = box.scrollHeight; return box.scrollHeight; }"
+        )
+        page.wait_for_function(
+            "([box, height]) => box.scrollHeight > height"
+            " && box.scrollTop + box.clientHeight >= box.scrollHeight - 8",
+            arg=[box.element_handle(), height],
+            timeout=10_000,
+        )
+    finally:
+        with lab.client() as client:
+            client.post(f"runs/{run_id}/cancel")

@@ -912,8 +912,11 @@ export class RunView {
    */
   _drawMarkdown(entry, message) {
     const box = entry.scroller;
-    // Follow the text only while the reader is at the bottom; never yank them back down.
-    const atBottom = box.scrollTop + box.clientHeight >= box.scrollHeight - 8;
+    // A view attached to a run under way (a refresh, a re-run cell, a run's page) draws
+    // text that is already long: it starts at its top, its first line, not at its end.
+    const first = entry.renderedAt === 0 && box.textContent === "";
+    // Then follow the text only while the reader is at the bottom; never yank them back down.
+    const atBottom = !first && box.scrollTop + box.clientHeight >= box.scrollHeight - 8;
     renderMarkdown(entry.body, message.text);
     entry.length = message.text.length;
     entry.done = message.done;
