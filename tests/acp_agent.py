@@ -21,6 +21,8 @@ the first word of each prompt:
   until its turn is cancelled.
 - ``refuse`` / ``max_tokens``: ends its turn with that stop reason.
 - ``usage IN OUT``: answers ``counted``, its turn's usage IN and OUT tokens.
+- ``uncounted TEXT``: a usage update of 0 tokens, then answers TEXT and
+  reports 0 tokens in and out (an agent its model server told no counts).
 - ``write PATH TEXT`` / ``read PATH``: ``fs/write_text_file`` / ``fs/read_text_file``
   (PATH relative to its session's directory unless absolute); answers what came back.
 - ``env``, ``pid``, ``cwd``, ``history``, ``state``, ``blocks``, ``mcp``: answers its
@@ -235,6 +237,8 @@ class Scripted:
         usage = None
         if word == "all":
             usage = Usage(input_tokens=100, output_tokens=20, total_tokens=120)
+        elif word == "uncounted":
+            usage = Usage(input_tokens=0, output_tokens=0, total_tokens=0)
         elif word == "usage":
             input_tokens, output_tokens = map(int, rest.split())
             usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens,
@@ -248,6 +252,11 @@ class Scripted:
             return rest, "end_turn"
         if word == "usage":
             return "counted", "end_turn"
+        if word == "uncounted":
+            await conn.session_update(
+                session_id, UsageUpdate(session_update="usage_update", used=0, size=0)
+            )
+            return rest, "end_turn"
         if word == "mcp":
             return json.dumps(self.mcp_servers.get(session_id)), "end_turn"
         if word == "all":

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tornado import web
 
 from conftest import all_events, submit, wait_for, wait_run, waiting
 
@@ -138,6 +139,22 @@ async def test_every_kind_of_update_becomes_its_event(api, root):
     assert [t["status"] for t in snapshot["tools"]] == ["completed", "completed"]
     assert snapshot["messages"][0]["text"] == "Done." and snapshot["messages"][0]["done"]
     assert snapshot["plan"][1]["content"] == "Plot it"
+
+
+async def test_a_turn_the_agent_counts_no_tokens_of_has_an_estimate_that_says_so(api):
+    answer = "Twelve chars" * 10  # 120 characters: about 30 tokens
+    run = await run_prompt(api, f"uncounted {answer}")
+    assert run["status"] == "succeeded", run["error"]
+    events = await all_events(api, run["run_id"])
+    usages = [e["data"] for e in events if e["type"] == "usage"]
+    prompt = len(f"uncounted {answer}")
+    # Its "0 in, 0 out" is no count: one estimate, at about four characters a token.
+    assert usages == [{"input_tokens": -(-prompt // 4), "output_tokens": 30, "estimated": True}]
+    assert run["snapshot"]["usage"]["estimated"] is True
+    [said] = [e["data"] for e in events if e["type"] == "x.usage_unreported"]
+    assert said["estimated"] is True and "reported no token counts" in said["message"]
+    counted = await run_prompt(api, "all")
+    assert "estimated" not in counted["snapshot"]["usage"]  # the agent's own counts
 
 
 async def test_whatever_an_agent_sends_fits_in_the_runs_events(api):
@@ -355,6 +372,73 @@ async def test_files_are_read_and_written_under_the_root_only(api, root, tmp_pat
         assert "outside the Jupyter server's root" in run["output"]["text"], prompt
         assert run["snapshot"]["tools"] == []
     assert outside.read_text() == "not yours"
+
+
+def files_under(root):
+    """Every file and directory under ``root``: its bytes (None: a directory) and mtime."""
+    return {
+        path: (None if path.is_dir() else path.read_bytes(), path.stat().st_mtime_ns)
+        for path in sorted(root.rglob("*"))
+    }
+
+
+async def test_hidden_files_are_refused_before_any_byte_is_read_or_written(api, root):
+    git = root / ".git"
+    git.mkdir()
+    (git / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
+    (root / "visible.txt").write_text("kept\n")
+    os.symlink(git / "config", root / "config-link")
+    before = files_under(root)
+    for prompt in ("write .git/config [core] fsmonitor = touch pwned",
+                   "write config-link [core] fsmonitor = touch pwned",
+                   "write .env KEY=1", "write notes/.hidden/new.txt x", "read .git/config",
+                   "read config-link"):  # fmt: skip
+        run = await run_prompt(api, prompt, session="s1")
+        text = run["output"]["text"]
+        assert text.startswith("refused: ") and "is hidden" in text, (prompt, text)
+        assert "c.ContentsManager.allow_hidden" in text
+        assert run["snapshot"]["tools"] == []  # nothing was done: no step says otherwise
+    assert files_under(root) == before  # not a byte, not an mtime, no new file or directory
+
+
+async def test_with_allow_hidden_a_hidden_write_is_done_and_recorded_with_its_diff(
+    api, root, jp_serverapp
+):
+    jp_serverapp.contents_manager.allow_hidden = True  # c.ContentsManager.allow_hidden = True
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("[core]\n")
+    run = await run_prompt(api, "write .git/config [user]", session="s1")
+    assert run["output"]["text"] == "written"
+    assert (root / ".git" / "config").read_text() == "[user]"
+    [step] = run["snapshot"]["tools"]
+    assert step["status"] == "completed" and step["title"] == "Write .git/config"
+    assert step["content"] == [
+        {"type": "diff", "path": ".git/config", "old_text": "[core]\n", "new_text": "[user]"}
+    ]
+    read = await run_prompt(api, "read .git/config", session="s1")
+    assert read["output"]["text"] == "[user]"
+
+
+async def test_a_write_the_contents_manager_did_before_failing_is_recorded_as_done(
+    api, root, jp_serverapp
+):
+    manager = jp_serverapp.contents_manager
+    original = manager.save
+
+    async def save(model, path):
+        await original(model, path)
+        raise web.HTTPError(404, "file or directory does not exist")  # as when reading back
+
+    manager.save = save
+    (root / "kept.txt").write_text("before\n")
+    run = await run_prompt(api, "write kept.txt after", session="s1")
+    assert run["output"]["text"] == "written"
+    assert (root / "kept.txt").read_text() == "after"
+    [step] = run["snapshot"]["tools"]
+    assert step["status"] == "completed"
+    assert step["content"] == [
+        {"type": "diff", "path": "kept.txt", "old_text": "before\n", "new_text": "after"}
+    ]
 
 
 async def test_a_write_goes_through_the_contents_manager_and_is_a_step_with_its_diff(

@@ -671,6 +671,10 @@ def test_answer_lets_a_waiting_run_go_on_and_tail_exits_with_its_success(servers
     assert tail.returncode == 0
     assert f"input.resolved {request_id} → approved" in tail.stdout
     assert tail.stdout.rstrip().endswith("run.succeeded")
+    # The finished run still lists its question, with its answer.
+    [asked] = [line for line in cli(server, "show", run_id).stdout.splitlines() if "asked" in line]
+    assert asked.startswith(f"  asked     {request_id}: ") and asked.endswith(": go"), asked
+    assert "[approve | deny]" in asked and " → approved" in asked, asked
 
     again = cli(server, "answer", run_id, request_id, "deny")
     assert again.returncode == 65 and "input_resolved" in one_clear_line(again)

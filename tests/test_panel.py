@@ -273,6 +273,9 @@ def test_a_runs_page_shows_its_timeline_and_answer_goes_to_its_cell_and_deletes_
     open_panel(page)
     run_page = open_run_page(page, run_id)
     run_page.locator(".agentruns-runpage-title", has_text="the page of a run").wait_for()
+    # Its tab has the runs' icon, as the panel's has.
+    page_tab = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="the page of a run")
+    assert page_tab.locator(".lm-TabBar-tabIcon svg").count() == 1
     assert (
         '"prompt": "the page of a run"' in run_page.locator(".agentruns-runpage-input").inner_text()
     )
@@ -335,6 +338,11 @@ def test_a_runs_page_shows_its_timeline_and_answer_goes_to_its_cell_and_deletes_
     panel_row(page, run_id).wait_for(state="detached", timeout=10_000)
     with lab.client() as client:
         assert client.get(f"runs/{run_id}").status_code == 404
+    # The page says so and offers nothing more to do with the run.
+    message = run_page.locator(".agentruns-runpage-message")
+    assert message.inner_text().startswith("This run was deleted")
+    assert run_page.locator("button:visible").all_inner_texts() == []
+    page.screenshot(path=picture("run-page-deleted.png"))
 
 
 def test_the_panel_fits_the_default_sidebar_searches_sorts_and_opens_as_a_table(lab, page):
@@ -514,6 +522,12 @@ def test_a_question_elsewhere_toasts_with_answers_that_answer_and_the_counts_sho
     assert page.locator(TAB).get_attribute("data-agentruns-waiting") == "1"
     settled(page, question)
     page.screenshot(path=picture("attention.png"))
+    # With the panel open (its tab the current one) the badge keeps its digit.
+    open_panel(page)
+    assert "lm-mod-current" in (page.locator(TAB).get_attribute("class") or "")
+    badge = "(selector) => getComputedStyle(document.querySelector(selector), '::before').content"
+    assert page.evaluate(badge, TAB) == '"1"'
+    page.locator(".jp-SideBar.jp-mod-left").screenshot(path=picture("attention-badge-open.png"))
 
     question.get_by_role("button", name="approve").click()
     with lab.client() as client:
@@ -617,3 +631,89 @@ def test_a_refresh_restores_a_run_only_under_the_code_that_made_it(lab, page):
     assert "agentruns-panel-run--marked" in row.get_attribute("class")
     assert "Its cell is not in the saved notebook." in row.inner_text()
     assert page.locator(f"{PANEL} .agentruns-filter-session").input_value().endswith("edited.ipynb")
+
+
+def test_many_long_permission_options_are_a_list_of_cut_buttons_and_no_wall_in_the_toast(lab, page):
+    long_name = "allow this one very particular change to plot.py " * 5  # 250 characters
+    options = [
+        {"optionId": f"o{n}", "name": f"Option {n}: {long_name}", "kind": "reject_once"}
+        for n in range(20)
+    ]
+    open_lab(page, lab)
+    with lab.client() as client:
+        response = client.post(
+            "runs", json={"agent": "permission_asker", "input": {"options": options}}
+        )
+        assert response.status_code == 201, response.text
+        run_id = response.json()["run_id"]
+        wait_status(client, run_id, {"waiting"})
+
+    # The toast offers no twenty buttons: it says how many choices there are and shows them.
+    question = toast(page, "A run asks: Allow editing plot.py?")
+    settled(page, question)
+    labelled = [text for text in question.get_by_role("button").all_inner_texts() if text]
+    assert labelled == ["Show its 20 choices"]  # and its close button
+    assert question.bounding_box()["height"] < 200
+    page.screenshot(path=picture("permission-many-toast.png"))
+
+    # The panel lists them, one full-width button a line, each cut with the whole on hover.
+    open_panel(page)
+    card = panel_row(page, run_id).locator(".agentruns-input")
+    card.wait_for(timeout=30_000)
+    choices = card.locator(".agentruns-input-choices")
+    buttons = card.locator(".agentruns-choice")
+    assert buttons.count() == 20
+    width = choices.bounding_box()["width"]
+    for index in (0, 19):
+        box = buttons.nth(index).bounding_box()
+        assert abs(box["width"] - width) < 2 and box["height"] < 30, box
+        assert (
+            buttons.nth(index).get_attribute("title") == f"{options[index]['name']} (reject once)"
+        )
+        assert buttons.nth(index).inner_text().endswith("…")
+    assert choices.bounding_box()["height"] < 20 * 30
+    page.screenshot(path=picture("permission-many-panel.png"))
+
+    buttons.nth(3).click()
+    with lab.client() as client:
+        run = wait_status(client, run_id, {"succeeded"})
+    assert run["snapshot"]["inputs"][0]["choice"] == "o3"
+
+
+def test_a_view_attached_to_a_run_well_under_way_starts_at_its_answers_first_line(lab, page):
+    # A run's page opened once much of the answer has streamed: as a refreshed or
+    # re-run cell, the view draws text already longer than its box.
+    open_lab(page, lab)
+    run_id = submit_by_api(lab, "first line", chunks=600, delay=0.05)
+    with lab.client() as client:
+        deadline = time.monotonic() + 60
+        while client.get(f"runs/{run_id}").json()["last_seq"] < 250:
+            assert time.monotonic() < deadline, "the run did not stream"
+            time.sleep(0.2)
+    try:
+        open_panel(page)
+        run_page = open_run_page(page, run_id)
+        box = run_page.locator(".agentruns-messages")
+        box.locator("h2").wait_for(timeout=30_000)
+        page.wait_for_timeout(300)  # more text has come and been drawn
+        shown = box.evaluate(
+            "(box) => ({top: box.scrollTop, overflow: box.scrollHeight > box.clientHeight + 50,"
+            " heading: box.querySelector('h2').getBoundingClientRect().top"
+            " - box.getBoundingClientRect().top})"
+        )
+        assert shown["overflow"], shown  # more text than the box shows
+        assert shown["top"] == 0 and 0 <= shown["heading"] < 40, shown  # its first line in view
+        page.screenshot(path=picture("run-page-first-line.png"))
+        # A reader who scrolls to the end is followed as the text grows.
+        height = box.evaluate(
+            "(box) => { box.scrollTop = box.scrollHeight; return box.scrollHeight; }"
+        )
+        page.wait_for_function(
+            "([box, height]) => box.scrollHeight > height"
+            " && box.scrollTop + box.clientHeight >= box.scrollHeight - 8",
+            arg=[box.element_handle(), height],
+            timeout=10_000,
+        )
+    finally:
+        with lab.client() as client:
+            client.post(f"runs/{run_id}/cancel")

@@ -8,7 +8,7 @@
 // the widgets and the panel share): no connection of its own.
 
 import { apiFetch, errorMessage, runsUrl, withSlash } from "./api.js";
-import { parseTime } from "./dom.js";
+import { TITLE_CHARS, cutText, parseTime } from "./dom.js";
 import { getHub } from "./hub.js";
 import { openInputs } from "./reducer.js";
 import { RunState } from "./runstate.js";
@@ -87,7 +87,7 @@ function notebookName(run) {
  */
 export function questionWords(run, input) {
   const where = notebookName(run);
-  const title = typeof input.title === "string" && input.title ? input.title : "a question";
+  const title = typeof input.title === "string" && input.title ? cutText(input.title, TITLE_CHARS) : "a question";
   return `A run asks: ${title} (${runTitle(run)}${where ? `, ${where}` : ""})`;
 }
 

@@ -14,6 +14,48 @@ import { answerWords, permissionOptions } from "./words.js";
 export const MAX_TOOL_TEXT_CHARS = 20_000;
 /** Content items shown per tool step. */
 export const MAX_CONTENT_ITEMS = 20;
+/** A choice's label beyond this many characters is cut (the whole of it on hover). */
+export const LABEL_CHARS = 60;
+/** A question's title or answer beyond this many characters is cut (the whole of it on hover). */
+export const TITLE_CHARS = 200;
+/** More choices than this, or one longer than INLINE_LABEL_CHARS, are a list, one a line. */
+const INLINE_CHOICES = 3;
+const INLINE_LABEL_CHARS = 40;
+
+/**
+ * `text` cut to `limit` characters, an ellipsis its last, or whole when it fits.
+ * @param {string} text
+ * @param {number} limit
+ * @returns {string}
+ */
+export function cutText(text, limit) {
+  const chars = Array.from(text); // whole characters: an emoji is not cut in two
+  return chars.length <= limit ? text : `${chars.slice(0, limit - 1).join("").trimEnd()}…`;
+}
+
+/**
+ * Whether a question's choices read better as a list of full-width buttons than as a row.
+ * @param {string[]} labels
+ * @returns {boolean}
+ */
+export function choicesAsList(labels) {
+  return labels.length > INLINE_CHOICES || labels.some((label) => Array.from(label).length > INLINE_LABEL_CHARS);
+}
+
+/**
+ * An element whose text is `text` cut to `limit`, the whole of it on hover when cut.
+ * @param {string} tag
+ * @param {string} className
+ * @param {string} text
+ * @param {number} limit
+ * @returns {HTMLElement}
+ */
+function cutElement(tag, className, text, limit) {
+  const node = element(tag, className, cutText(text, limit));
+  if (node.textContent !== text) node.title = text;
+  return node;
+}
+
 /** A diff of more lines than this starts folded. */
 export const DIFF_OPEN_LINES = 40;
 /** Lines of one diff shown at most. */
@@ -100,7 +142,7 @@ export function inputCard(input, answer) {
   const head = element("div", "agentruns-input-head");
   head.append(
     element("span", "agentruns-input-kind", String(input.kind || "question")),
-    element("span", "agentruns-input-title", String(input.title || ""))
+    cutElement("span", "agentruns-input-title", String(input.title || ""), TITLE_CHARS)
   );
   card.appendChild(head);
   const options = permissionOptions(input);
@@ -115,18 +157,24 @@ export function inputCard(input, answer) {
     card.appendChild(element("div", "agentruns-input-details", text));
   }
   if (input.status === "open") {
-    const choices = element("div", "agentruns-input-choices");
-    for (const choice of Array.isArray(input.choices) ? input.choices : []) {
-      const option = options && options.get(String(choice));
-      const node = button(option ? option.name : String(choice), `agentruns-choice${option ? optionClass(option.kind) : ""}`);
-      node.dataset.choice = String(choice);
-      if (option && option.kind) node.title = option.kind.replace(/_/g, " ");
-      node.addEventListener("click", () => answer(String(choice), card));
+    const offered = (Array.isArray(input.choices) ? input.choices : []).map(String);
+    const labels = offered.map((choice) => options?.get(choice)?.name ?? choice);
+    // Many choices, or long ones, one a line: a row of them would be a wall of narrow buttons.
+    const choices = element("div", `agentruns-input-choices${choicesAsList(labels) ? " agentruns-input-choices--list" : ""}`);
+    offered.forEach((choice, index) => {
+      const option = options && options.get(choice);
+      const label = labels[index];
+      const node = button(cutText(label, LABEL_CHARS), `agentruns-choice${option ? optionClass(option.kind) : ""}`);
+      node.dataset.choice = choice;
+      const kind = option && option.kind ? option.kind.replace(/_/g, " ") : "";
+      const whole = node.textContent === label ? "" : label;
+      if (whole || kind) node.title = whole && kind ? `${whole} (${kind})` : whole || kind;
+      node.addEventListener("click", () => answer(choice, card));
       choices.appendChild(node);
-    }
+    });
     card.appendChild(choices);
   } else {
-    const said = element("div", "agentruns-input-answer", answerWords(input));
+    const said = cutElement("div", "agentruns-input-answer", answerWords(input), TITLE_CHARS);
     if (input.choice !== null && input.choice !== undefined) said.dataset.choice = String(input.choice);
     card.appendChild(said);
   }

@@ -6,11 +6,11 @@ import { Notification } from "@jupyterlab/apputils";
 import { INotebookTracker } from "@jupyterlab/notebook";
 import { ISettingRegistry } from "@jupyterlab/settingregistry";
 import { IStatusBar } from "@jupyterlab/statusbar";
-import { LabIcon } from "@jupyterlab/ui-components";
 import { Widget } from "@lumino/widgets";
 
 import { apiBase, apiFetch, pageOption } from "./api.js";
 import { RunWatch } from "./attention.js";
+import { runsIcon } from "./icons.js";
 import { Attention } from "./notify.js";
 import { RunsPanel, contentsPath } from "./panel.js";
 import { restoreOutputs, shownRunIds } from "./restore.js";
@@ -110,15 +110,6 @@ const restorePlugin = {
     });
   },
 };
-
-// A play button in a circle: runs, in the sidebar's size and colour.
-const runsIcon = new LabIcon({
-  name: "jupyter-agentruns:runs",
-  svgstr:
-    '<svg xmlns="http://www.w3.org/2000/svg" width="16" viewBox="0 0 24 24">' +
-    '<g class="jp-icon3" fill="#616161"><path d="M12 2a10 10 0 1 0 0 20 10 10 0 0 0 0-20zm0 2a8 8 0 1 1 0 16 8 8 0 0 1 0-16z"/>' +
-    '<path d="M10 8v8l6-4z"/></g></svg>',
-});
 
 /** The panel as a Lumino widget: polling only while it is on screen. */
 class RunsPanelWidget extends Widget {

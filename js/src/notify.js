@@ -8,6 +8,7 @@ import { Signal } from "@lumino/signaling";
 import { Widget } from "@lumino/widgets";
 
 import { countWords, endedToast, endedWords, questionChoices, questionWords } from "./attention.js";
+import { choicesAsList } from "./dom.js";
 
 /**
  * @typedef {import("./attention.js").RunWatch} RunWatch
@@ -137,8 +138,11 @@ export class Attention {
     const runId = String(run.run_id);
     const requestId = String(input.request_id);
     const key = `${runId}/${requestId}`;
+    const choices = questionChoices(input);
+    // Many choices, or long ones, are not a toast's row of buttons: the panel and the notebook list them.
+    const listed = choicesAsList(choices.map(([, label]) => label));
     /** @type {Notification.IAction[]} */
-    const actions = questionChoices(input).map(([choice, label], index) => ({
+    const actions = (listed ? [] : choices).map(([choice, label], index) => ({
       label,
       caption: `Answer "${label}"`,
       displayType: index === 0 ? "accent" : "default",
@@ -151,7 +155,8 @@ export class Attention {
         });
       },
     }));
-    actions.push({ label: "Show", caption: "Open the notebook of this run, or the runs panel", displayType: "link", callback: () => this.show(run) });
+    const show = listed ? `Show its ${choices.length} choices` : "Show";
+    actions.push({ label: show, caption: "Open the notebook of this run, or the runs panel", displayType: "link", callback: () => this.show(run) });
     const id = Notification.warning(questionWords(run, input), { autoClose: false, actions });
     this.questionToasts.set(key, id);
   }

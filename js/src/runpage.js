@@ -8,7 +8,7 @@
 // a page at a time.
 
 import { apiFetch, errorMessage, runsUrl, withSlash } from "./api.js";
-import { button, element, formatCost, formatTokens, isCost, parseTime } from "./dom.js";
+import { TITLE_CHARS, button, cutText, element, formatCost, formatTokens, isCost, parseTime } from "./dom.js";
 import { isPlainObject } from "./json.js";
 import { RUN_DELETED_EVENT } from "./links.js";
 import { isTerminalType } from "./status.js";
@@ -83,6 +83,7 @@ export function eventWords(event, asked, tools) {
       let text = `usage: ${formatTokens(data.input_tokens, true)} in · ${formatTokens(data.output_tokens, true)} out`;
       if (total.every((value) => typeof value === "number")) text = `usage: ${formatTokens(total[0] + total[1], true)} tokens (${formatTokens(total[0], true)} in · ${formatTokens(total[1], true)} out)`;
       if (isCost(data.cost)) text += ` · cost ${formatCost(data.cost)}`;
+      if (data.estimated === true) text = text.replace("usage: ", "usage: ≈ ") + " (estimated)";
       return text;
     }
     case "run.cancel_requested":
@@ -230,6 +231,7 @@ export class RunPage {
     });
     this.confirm.append(element("span", "agentruns-runpage-confirm-text", "Delete this run and its events for good?"), yes, no);
     actions.append(this.cellButton, this.deleteButton, this.confirm);
+    this.actions = actions;
     this.message = element("div", "agentruns-runpage-message");
     this.message.hidden = true;
     head.append(this.titleNode, this.where, actions, this.message);
@@ -429,7 +431,11 @@ export class RunPage {
     const start = parseTime(this.run ? this.run.created_at : null);
     /** @type {HTMLElement} */ (node.firstChild).textContent = offsetWords(entry.ts, start);
     /** @type {HTMLElement} */ (node.firstChild).title = entry.ts;
-    /** @type {HTMLElement} */ (node.lastChild).textContent = entry.text;
+    // A question's multi-kilobyte title, a choice's long name: cut, the whole on hover.
+    const text = /** @type {HTMLElement} */ (node.lastChild);
+    text.textContent = cutText(entry.text, TITLE_CHARS);
+    if (text.textContent !== entry.text) text.title = entry.text;
+    else text.removeAttribute("title");
     return node;
   }
 
@@ -515,7 +521,11 @@ export class RunPage {
     if (!response.ok) return this._say(`Delete failed: ${await errorMessage(response)}`);
     this.node.dataset.deleted = "true";
     this.view.dispose();
-    this._say("This run was deleted.");
+    // A run that is no more offers nothing to do: no Delete, Go to cell, Cancel or Run again.
+    this.actions.hidden = true;
+    this.viewNode.parentElement?.toggleAttribute("hidden", true);
+    this.titleNode.textContent = `${this.titleNode.textContent} (deleted)`;
+    this._say("This run was deleted: its events and its answer are gone from the server.");
     document.dispatchEvent(new CustomEvent(RUN_DELETED_EVENT, { detail: { runId: this.runId } }));
   }
 

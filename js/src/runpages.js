@@ -5,6 +5,7 @@ import { ILabShell } from "@jupyterlab/application";
 import { Widget } from "@lumino/widgets";
 
 import { apiBase, pageOption } from "./api.js";
+import { runsIcon } from "./icons.js";
 import { RunsPanel } from "./panel.js";
 import { OPEN_RUN_EVENT } from "./links.js";
 import { RunPage } from "./runpage.js";
@@ -29,6 +30,7 @@ class RunPageWidget extends Widget {
     this.id = `jupyter-agentruns-run-${page.runId}`;
     this.addClass("agentruns-runpage-widget");
     this.title.label = page.runId;
+    this.title.icon = runsIcon;
     this.title.caption = `Agent run ${page.runId}`;
     this.title.closable = true;
   }
@@ -58,6 +60,7 @@ class RunsTableWidget extends Widget {
     this.id = "jupyter-agentruns-runs-table";
     this.addClass("agentruns-table-widget");
     this.title.label = "Agent runs";
+    this.title.icon = runsIcon;
     this.title.closable = true;
   }
 

@@ -916,8 +916,11 @@ export class RunView {
    */
   _drawMarkdown(entry, message) {
     const box = entry.scroller;
-    // Follow the text only while the reader is at the bottom; never yank them back down.
-    const atBottom = box.scrollTop + box.clientHeight >= box.scrollHeight - 8;
+    // A view attached to a run under way (a refresh, a re-run cell, a run's page) draws
+    // text that is already long: it starts at its top, its first line, not at its end.
+    const first = entry.renderedAt === 0 && box.textContent === "";
+    // Then follow the text only while the reader is at the bottom; never yank them back down.
+    const atBottom = !first && box.scrollTop + box.clientHeight >= box.scrollHeight - 8;
     renderMarkdown(entry.body, message.text);
     entry.length = message.text.length;
     entry.done = message.done;
@@ -938,7 +941,7 @@ export class RunView {
     const about = usage.estimated ? "≈ " : "";
     box.textContent = `tokens: ${about}${formatTokens(usage.input_tokens)} in · ${formatTokens(usage.output_tokens)} out`;
     if (isCost(usage.cost)) box.textContent += ` · cost ${formatCost(/** @type {number} */ (usage.cost))}`;
-    if (usage.estimated) box.textContent += " (estimated: not reported by the model server)";
+    if (usage.estimated) box.textContent += " (estimated: no counts were reported)";
   }
 
   /** @param {RunState} state */

@@ -236,7 +236,9 @@ test("a waiting permission shows the agent's option names and the step it is abo
   await panel.refresh();
   const [row] = rows(panel);
   const buttons = [...row.querySelectorAll(".agentruns-choice")];
-  assert.deepEqual(buttons.map((node) => [node.textContent, node.dataset.choice]), [["Allow once", "yes-once"], [hostile, "no"]]);
+  // A name over 60 characters is cut, the whole of it (as text) on hover.
+  assert.deepEqual(buttons.map((node) => [node.textContent, node.dataset.choice]), [["Allow once", "yes-once"], [`${hostile.slice(0, 59)}…`, "no"]]);
+  assert.equal(buttons[1].title, `${hostile} (reject once)`);
   assert.equal(row.querySelector("img"), null);
   assert.equal(text(row, ".agentruns-input-tool-title"), "pytest -q");
   assert.equal(text(row, ".agentruns-tool-kind"), "execute");

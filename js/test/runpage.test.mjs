@@ -44,6 +44,9 @@ test("the timeline says each step once: a message's deltas are one entry, questi
   timelineEntries([{ seq: 8, type: "text.delta", ts: at(6), data: { message_id: "m1", delta: "abc" } }], more, memory);
   assert.equal(more[more.length - 1].text, "wrote 9 characters");
   assert.equal(offsetWords(at(4), Date.parse(at(0))), "+4.0 s");
+  // Counts an agent did not report are estimates, and the line says so.
+  const [estimated] = timelineEntries([{ seq: 1, type: "usage", ts: at(0), data: { input_tokens: 30, output_tokens: 4, estimated: true } }]);
+  assert.equal(estimated.text, "usage: ≈ 34 tokens (30 in · 4 out) (estimated)");
   // Progress reports between two steps are one entry, the last one said; a step starts the next.
   const progress = timelineEntries([
     { seq: 1, type: "progress", ts: at(0), data: { fraction: 0, message: "searching" } },
@@ -97,6 +100,13 @@ test("Delete asks first, then deletes and tells the lists", async () => {
   assert.ok(requests.includes("DELETE /api/agentruns/runs/run_x"));
   assert.deepEqual(deleted, ["run_x"]);
   assert.equal(page.node.dataset.deleted, "true");
+  // The page says so, and offers nothing more to do with the run.
+  assert.match(page.message.textContent, /^This run was deleted/);
+  assert.equal(page.message.hidden, false);
+  assert.equal(page.titleNode.textContent, "hi (deleted)");
+  const offered = (node) => node.closest("[hidden]") === null;
+  const buttons = Array.from(page.node.querySelectorAll("button")).filter(offered).map((node) => node.textContent);
+  assert.deepEqual(buttons, []);
   page.dispose();
 });
 

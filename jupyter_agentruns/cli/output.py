@@ -164,12 +164,6 @@ def _not_started(run: dict[str, Any]) -> str:
     return "never started" if words.ended(run.get("status")) else "-"
 
 
-def open_inputs(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """The questions of the run that wait for a person's answer."""
-    inputs = map(mapping, items(mapping(run.get("snapshot")).get("inputs")))
-    return [request for request in inputs if request.get("status") == "open"]
-
-
 def choices(request: dict[str, Any]) -> str:
     """What a question offers: its choices, a permission's as ``name (id)``."""
     names = option_names(request)
@@ -197,7 +191,8 @@ def error_text(error: Any) -> str:
 
 
 def run_details(run: dict[str, Any], now: datetime | None = None) -> str:
-    """What ``show`` prints: title, state, timing, input, what the run did, its usage, its open questions."""
+    """What ``show`` prints: title, state, timing, input, what the run did, its usage, its
+    questions (those still open, and those answered with their answers)."""
     snapshot = mapping(run.get("snapshot"))
     lines = [
         f"{one_line(run.get('run_id'))}  {one_line(run.get('status'))}  ({short(run.get('agent'))})",
@@ -246,12 +241,15 @@ def run_details(run: dict[str, Any], now: datetime | None = None) -> str:
         field("error", error_text(run["error"]))
     if run.get("cancel"):
         field("cancel", short(words.cancelled(mapping(run["cancel"]).get("reason")), 200))
-    for request in open_inputs(run):
-        field(
-            "asks",
+    for request in map(mapping, items(snapshot.get("inputs"))):
+        question = (
             f"{one_line(request.get('request_id'))}: {short(request.get('title') or '')} "
-            f"[{choices(request)}]",
+            f"[{choices(request)}]"
         )
+        if request.get("status") == "open":
+            field("asks", question)
+        else:
+            field("asked", f"{question} → {short(words.answer(request), 200)}")
     return "\n".join(lines)
 
 

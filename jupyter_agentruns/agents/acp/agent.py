@@ -177,12 +177,9 @@ class Turn:
         if resumed:
             await self.tidy_earlier_attempt()
             prompt = CONTINUE_PROMPT.format(prompt=prompt)
-        response = await self.prompt(self.blocks(prompt, attached))
-        usage = response.usage
-        if usage is not None:
-            await self.translation.usage(
-                input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
-            )
+        blocks = self.blocks(prompt, attached)
+        response = await self.prompt(blocks)
+        await self.count_usage(response.usage, blocks)
         await run.save_checkpoint(
             {
                 "session_id": conversation.session_id,
@@ -191,6 +188,24 @@ class Turn:
             }
         )
         return self.outcome(response.stop_reason, self.translation.output_text())
+
+    async def count_usage(self, usage: Any, blocks: list[Any]) -> None:
+        """The turn's token counts, or an estimate (said once) where the agent gives none."""
+        if usage is not None and await self.translation.usage(
+            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
+        ):
+            return
+        sent = sum(len(mapping.block_text(block)) for block in blocks)
+        await self.run.custom(
+            "usage_unreported",
+            {
+                "agent": self.name,
+                "estimated": True,
+                "message": f"the agent {self.name!r} reported no token counts: the counts are "
+                f"estimates, about {mapping.CHARACTERS_PER_TOKEN} characters a token",
+            },
+        )
+        await self.run.emit("usage", self.translation.estimated_usage(sent))
 
     def mcp_servers(self) -> tuple[list[Any], bool]:
         """The MCP servers this run's session gets, and whether the notebook tools are among them.

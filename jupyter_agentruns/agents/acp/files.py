@@ -4,7 +4,11 @@ An agent names files by absolute path (``fs/read_text_file``,
 ``fs/write_text_file``). Each path is resolved with its symbolic links and
 must stay under the server's root; a write goes through jupyter_server's
 contents manager (passed in by the server: agents do not import it), so an
-open JupyterLab sees the change as it sees its own.
+open JupyterLab sees the change as it sees its own. Hidden files (a name
+under the root starting with ".", ``.git/config`` among them) are refused
+before anything is read or written, as JupyterLab hides them, unless the
+contents manager's ``allow_hidden`` (``c.ContentsManager.allow_hidden``) is
+on: a repository's configuration can run commands at its next ``git status``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ MAX_READ_BYTES = 16 * 1024 * 1024
 
 
 class Refused(Exception):
-    """A path outside the server's root, or a file that cannot be read or written as text."""
+    """A path outside the server's root or hidden, or a file that cannot be read or written as text."""
 
 
 class Files:
@@ -29,8 +33,13 @@ class Files:
         self.root = os.path.realpath(root)
         self.contents_manager = contents_manager
 
+    @property
+    def allow_hidden(self) -> bool:
+        """Hidden files are the agent's too (the contents manager's ``allow_hidden``)."""
+        return bool(getattr(self.contents_manager, "allow_hidden", False))
+
     def resolve(self, path: str) -> str:
-        """The real path of ``path`` (absolute), if it is under the root; else ``Refused``."""
+        """The real path of ``path`` (absolute), if it is under the root and not hidden; else ``Refused``."""
         if not isinstance(path, str) or not os.path.isabs(path) or "\x00" in path:
             raise Refused(f"{path!r} is not an absolute path")
         real = os.path.realpath(path)
@@ -38,6 +47,12 @@ class Files:
             raise Refused(
                 f"{path} is outside the Jupyter server's root: an agent reads and writes "
                 "files under it only"
+            )
+        hidden = [part for part in self.name(real).split("/") if part.startswith(".")]
+        if hidden and real != self.root and not self.allow_hidden:
+            raise Refused(
+                f"{path} is hidden ({hidden[0]!r} starts with '.'): an agent reads and writes "
+                "hidden files only where c.ContentsManager.allow_hidden is True"
             )
         return real
 
@@ -86,8 +101,12 @@ class Files:
             model = {"type": "file", "format": "text", "content": content}
             await _maybe_await(manager.save(model, name))
         except Exception as exc:
-            # The contents manager's own refusals (a hidden file, a read-only
-            # directory) are tornado HTTP errors: their reason is log_message.
+            # A contents manager may fail after writing (reading the file back,
+            # a post-save hook): what is on disk says whether the write was done.
+            if await asyncio.to_thread(_read_text_or_none, real) == content:
+                return name, old
+            # Its own refusals (a read-only directory) are tornado HTTP errors:
+            # their reason is log_message.
             reason = getattr(exc, "log_message", None) or str(exc) or type(exc).__name__
             raise Refused(f"{path} cannot be written: {reason}") from None
         return name, old
@@ -110,6 +129,13 @@ def _read_text(real: str) -> str | None:
     if len(data) > MAX_READ_BYTES:
         raise Refused(f"{real} is larger than {MAX_READ_BYTES // (1024 * 1024)} MiB")
     return data.decode("utf-8", errors="replace")
+
+
+def _read_text_or_none(real: str) -> str | None:
+    try:
+        return _read_text(real)
+    except Refused:
+        return None
 
 
 def _write_text(real: str, content: str) -> None:

@@ -4,7 +4,8 @@
 new one after each tool step); ``agent_thought_chunk`` → ``reasoning.delta``;
 ``tool_call`` / ``tool_call_update`` → ``tool.started`` / ``tool.completed``
 (with the step's kind, title, content and diffs); ``plan`` → ``plan.updated``;
-``usage_update`` → ``usage``. Everything an agent sends is bounded here
+``usage_update`` → ``usage`` (a turn the agent counts no tokens of has an
+estimate, marked ``estimated``). Everything an agent sends is bounded here
 before it becomes an event: an event over ``max_event_bytes`` would fail the
 run, and a client refuses a text delta over 64 KiB.
 """
@@ -12,6 +13,7 @@ run, and a client refuses a text delta over 64 KiB.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +31,9 @@ CONTENT_BYTES = 96 * 1024
 DIFF_CONTEXT_LINES = 20
 # A run's output keeps its text up to this size (the snapshot has all of it).
 OUTPUT_TEXT_LIMIT = 64 * 1024
+# With no tokenizer of the agent's model at hand, the usual rule of thumb for
+# English text and code: an estimate, and the run's usage says it is one.
+CHARACTERS_PER_TOKEN = 4
 PLAN_STATUSES = ("pending", "in_progress", "completed")
 MAX_PLAN_ENTRIES = 200
 
@@ -264,6 +269,9 @@ class Translation:
         self._answers: list[list[str]] = []
         self._text_size = 0
         self._told_over_max = False
+        # For an estimate of the turn's tokens when the agent counts none.
+        self.context_tokens: int | None = None
+        self.received_size = 0
 
     async def apply(self, update: Any) -> None:
         kind = getattr(update, "session_update", None)
@@ -271,6 +279,7 @@ class Translation:
             await self.text(block_text(update.content), update.message_id)
         elif kind == "agent_thought_chunk":
             text = block_text(update.content)
+            self.received_size += len(text or "")
             for piece in pieces(text) if text else ():
                 await self.run.reasoning(piece)
         elif kind in ("tool_call", "tool_call_update"):
@@ -280,20 +289,21 @@ class Translation:
         elif kind == "usage_update":
             # The tokens the conversation's context holds: what the next
             # model call reads. The turn's own counts replace it at its end.
-            await self.usage(used=update.used)
+            if await self.usage(used=update.used):
+                self.context_tokens = token_count(update.used)
         # Anything else (the user's own message replayed, commands, modes,
         # session titles) is not part of the run.
 
-    async def usage(self, **reported: Any) -> None:
+    async def usage(self, **reported: Any) -> bool:
         """Usage the agent reported (``used``, or ``input_tokens`` and ``output_tokens``), as the run's.
 
         What cannot be counts is left out; counts over 2**53 are counted as
-        2**53, and the run's log says so once.
+        2**53, and the run's log says so once. Whether they were counts.
         """
         counts = [token_count(value) for value in reported.values()]
         # Agents that were told none by their model server say 0 and 0: not a count.
         if None in counts or not any(counts):
-            return
+            return False
         if not self._told_over_max and any(map(budgets.over_max, reported.values())):
             self._told_over_max = True
             said = ", ".join(f"{name} {value!r:.30}" for name, value in reported.items())
@@ -301,6 +311,7 @@ class Translation:
                 "usage_over_max", {"message": budgets.over_max_message("the agent", said)}
             )
         await self.run.usage(*counts, *[0] * (2 - len(counts)))
+        return True
 
     async def text(self, text: str, agent_message: str | None = None) -> None:
         if not text:
@@ -315,6 +326,7 @@ class Translation:
         for piece in pieces(text):
             await self.run.text(piece, self._message)
         self._text_size += len(text)
+        self.received_size += len(text)
         if self._text_size <= OUTPUT_TEXT_LIMIT:
             self._answers[-1].append(text)
 
@@ -322,6 +334,15 @@ class Translation:
         if self._message is not None:
             message, self._message = self._message, None
             await self.run.message_completed(message)
+
+    def estimated_usage(self, sent_size: int) -> dict[str, Any]:
+        """The turn's tokens when the agent counts none: the context it reported, else
+        the characters sent, and those received, at about four characters a token."""
+        return {
+            "input_tokens": self.context_tokens or math.ceil(sent_size / CHARACTERS_PER_TOKEN),
+            "output_tokens": math.ceil(self.received_size / CHARACTERS_PER_TOKEN),
+            "estimated": True,
+        }
 
     def output_text(self) -> str | None:
         """The turn's answer, its messages one after the other (None when too long to keep here)."""
