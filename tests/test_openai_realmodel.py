@@ -324,10 +324,12 @@ def test_the_model_is_offered_the_notebook_tools_and_lists_the_kernels_variables
         [call] = run["snapshot"]["tools"]
         assert call["name"] == "list_variables" and call["status"] == "completed", call
         # What the kernel holds reached the model: the tool's answer is in its conversation.
-        assert {"name": "prices", "type": "pandas.DataFrame", "shape": [2, 1]} in call["result"]
+        [answer] = call["content"]
+        variables = json.loads(answer["text"])
+        assert {"name": "prices", "type": "pandas.DataFrame", "shape": [2, 1]} in variables
         messages = run["output"]["messages"]
         assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
-        assert json.loads(messages[2]["content"]) == call["result"]
+        assert messages[2]["content"] == answer["text"]
     finally:
         try:
             if kernel is not None:

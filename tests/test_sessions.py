@@ -140,8 +140,11 @@ async def test_interrupt_cancels_the_session_s_runs_then_starts(api):
     assert runs[0]["cancel"]["reason"] == reason and runs[1]["cancel"]["reason"] == reason
     assert runs[0]["finished_at"] <= runs[2]["started_at"]
     events = await all_events(api, first["run_id"])
-    assert [e["type"] for e in events][-2:] == ["run.cancel_requested", "run.cancelled"]
-    assert events[-2]["data"] == {"reason": reason}
+    types = [e["type"] for e in events]
+    # Between the request and the end, only the steps it cut short, ended with it.
+    requested = types.index("run.cancel_requested")
+    assert types[-1] == "run.cancelled" and set(types[requested + 1 : -1]) <= {"tool.completed"}
+    assert events[requested]["data"] == {"reason": reason}
     # The queued run never started.
     assert [e["type"] for e in await all_events(api, queued["run_id"])] == ["run.cancelled"]
 
