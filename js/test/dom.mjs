@@ -25,7 +25,7 @@ export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  * @param {{timeout?: number, interval?: number, what?: string}} [options]
  */
 export async function until(predicate, { timeout = 5000, interval = 5, what = predicate.toString() } = {}) {
-  const deadline = Date.now() + timeout;
+  const deadline = performance.now() + timeout; // not Date.now(): a test may stop that clock
   for (;;) {
     let value;
     let error = null;
@@ -35,7 +35,7 @@ export async function until(predicate, { timeout = 5000, interval = 5, what = pr
       error = caught;
     }
     if (value) return value;
-    if (Date.now() > deadline) {
+    if (performance.now() > deadline) {
       const why = error === null ? "" : ` (last try threw: ${error instanceof Error ? error.message : error})`;
       throw new Error(`waited ${timeout} ms for ${what}${why}`);
     }
