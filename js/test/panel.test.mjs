@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { beforeEach, test } from "node:test";
 
-import { installPage, sleep } from "./dom.mjs";
+import { installPage, sleep, until } from "./dom.mjs";
 
 installPage();
 const { RunsPanel, PAGE_SIZE, baseName, contentsPath, describeTokens } = await import("../src/panel.js");
@@ -101,7 +101,7 @@ test("the caller's runs are listed newest first, with status, agent, notebook, a
   ]);
   const { panel, timers } = makePanel(fakeHub());
   panel.show();
-  await sleep(10);
+  await until(() => rows(panel).length === 2);
   const [b, a] = rows(panel);
   assert.equal(b.dataset.runId, "run_b");
   assert.equal(text(b, ".agentruns-chip"), "running");
@@ -126,15 +126,15 @@ test("the look for new runs waits while the browser tab is in the background", a
   const server = fakeServer([runObject("run_a")]);
   const { panel, timers } = makePanel(fakeHub());
   panel.show();
-  await sleep(10);
+  await until(() => rows(panel).length === 1);
   const poll = timers.find((timer) => timer.ms === 5000);
   Object.defineProperty(document, "hidden", { value: true, configurable: true });
   poll.fn();
-  await sleep(10);
+  await sleep(10); // no request within this time
   assert.equal(server.requests.length, 1);
   Object.defineProperty(document, "hidden", { value: false, configurable: true });
   poll.fn();
-  await sleep(10);
+  await until(() => server.requests.length === 2);
   assert.equal(server.requests.length, 2);
 });
 
@@ -180,14 +180,14 @@ test("Cancel asks the server and shows the run cancelling; Run again starts a re
   await panel.refresh();
   const [a, old] = rows(panel);
   a.querySelector(".agentruns-cancel").click();
-  await sleep(10);
+  await until(() => a.dataset.status === "cancelling");
   assert.equal(server.posted[0].path, "/api/agentruns/runs/run_a/cancel");
   assert.equal(server.posted[0].headers["X-XSRFToken"], "tok");
   assert.equal(a.dataset.status, "cancelling");
   assert.equal(a.querySelector(".agentruns-cancel").hidden, true);
 
   old.querySelector(".agentruns-again").click();
-  await sleep(10);
+  await until(() => rows(panel)[0].dataset.runId === "run_new2");
   const retry = server.posted[1];
   assert.equal(retry.path, "/api/agentruns/runs");
   assert.ok(retry.headers["Idempotency-Key"]);
@@ -203,7 +203,7 @@ test("a failed action says why on its row and changes nothing", async () => {
   globalThis.fetch = async () => Response.json({ error: "run_not_found", message: "run run_gone was not found" }, { status: 404 });
   const [row] = rows(panel);
   row.querySelector(".agentruns-cancel").click();
-  await sleep(10);
+  await until(() => row.querySelector(".agentruns-panel-note").textContent !== "");
   assert.equal(text(row, ".agentruns-panel-note"), "Cancel failed: run run_gone was not found");
   assert.equal(row.dataset.status, "running");
 });
@@ -217,7 +217,7 @@ test("an open question shows its choices; a click answers it", async () => {
   assert.equal(text(row, ".agentruns-chip"), "waiting");
   assert.equal(text(row, ".agentruns-input-title"), "Send the email?");
   row.querySelector('.agentruns-choice[data-choice="approve"]').click();
-  await sleep(10);
+  await until(() => server.posted.length > 0);
   assert.equal(server.posted[0].path, "/api/agentruns/runs/run_q/inputs/req_1");
   assert.deepEqual(server.posted[0].body, { choice: "approve" });
 });
@@ -244,7 +244,7 @@ test("a waiting permission shows the agent's option names and the step it is abo
   assert.equal(text(row, ".agentruns-tool-kind"), "execute");
   assert.equal(text(row, ".agentruns-tool-text"), "pytest -q tests/");
   buttons[0].click();
-  await sleep(10);
+  await until(() => server.posted.length > 0);
   assert.deepEqual(server.posted[0].body, { choice: "yes-once" });
 });
 
@@ -280,12 +280,12 @@ test("filters by status and notebook ask the server; the notebooks to choose are
   assert.deepEqual(Array.from(panel.sessionFilter.options, (option) => option.value), ["", "a.ipynb", "b.ipynb"]);
   panel.statusFilter.value = "failed";
   panel.statusFilter.dispatchEvent(new window.Event("change"));
-  await sleep(10);
+  await until(() => rows(panel).length === 2);
   assert.equal(server.requests.at(-1).query.get("status"), "failed");
   assert.deepEqual(rows(panel).map((row) => row.dataset.runId), ["run_b", "run_a"]);
   panel.sessionFilter.value = "b.ipynb";
   panel.sessionFilter.dispatchEvent(new window.Event("change"));
-  await sleep(10);
+  await until(() => rows(panel).length === 1);
   assert.equal(server.requests.at(-1).query.get("session"), "b.ipynb");
   assert.deepEqual(rows(panel).map((row) => row.dataset.runId), ["run_a"]);
 });
@@ -298,7 +298,7 @@ test("More pages on from the oldest run shown; a refresh then keeps every page",
   assert.equal(rows(panel).length, PAGE_SIZE);
   assert.equal(panel.moreButton.hidden, false);
   panel.moreButton.click();
-  await sleep(10);
+  await until(() => rows(panel).length === PAGE_SIZE + 5);
   assert.equal(server.requests.at(-1).query.get("before"), many[PAGE_SIZE - 1].run_id);
   assert.equal(rows(panel).length, PAGE_SIZE + 5);
   assert.equal(panel.moreButton.hidden, true);
@@ -410,7 +410,7 @@ test("an answer that comes back after the filters changed does not follow a run 
   const reloaded = panel.reload();
   for (const request of held) request.release();
   await reloaded;
-  await sleep(10);
+  await sleep(10); // the late answer, had it followed run_a, would have within this time
   assert.deepEqual(rows(panel).map((row) => row.dataset.runId), ["run_b"]);
   assert.deepEqual([...hub.listeners.keys()], ["run_b"]);
 });
@@ -427,7 +427,7 @@ test("a gap is read again once for all the events behind it; an event it cannot 
     return Response.json(server.runs[0]);
   };
   for (const seq of [5, 6]) listener.onEvent({ run_id: "run_gap", seq, type: "progress", ts: TS, data: { fraction: 0.5, message: "x" } });
-  await sleep(10);
+  await until(() => hub.cursors.get("run_gap") === 6);
   assert.equal(server.requests.filter((request) => request.path === "/api/agentruns/runs/run_gap").length, 1);
   assert.equal(hub.cursors.get("run_gap"), 6); // following again, from what it read
   const [row] = rows(panel);
@@ -445,7 +445,7 @@ test("each card says what its run was asked and how it went, in the same words a
   ]);
   const { panel } = makePanel(fakeHub());
   panel.show();
-  await sleep(10);
+  await until(() => rows(panel).length === 3);
   const [c, b, a] = rows(panel);
   assert.equal(text(c, ".agentruns-panel-run-title"), "run_c");
   assert.equal(text(c, ".agentruns-panel-timing"), "waiting for an answer");
@@ -465,7 +465,7 @@ test("the list sorts the runs it shows by time, status or title", async () => {
   ]);
   const { panel } = makePanel(fakeHub());
   panel.show();
-  await sleep(10);
+  await until(() => rows(panel).length === 3);
   const order = () => rows(panel).map((row) => row.dataset.runId);
   assert.deepEqual(order(), ["run_c", "run_b", "run_a"]);
   for (const [sort, expected] of [["oldest", ["run_a", "run_b", "run_c"]], ["status", ["run_b", "run_c", "run_a"]], ["title", ["run_a", "run_c", "run_b"]], ["newest", ["run_c", "run_b", "run_a"]]]) {
@@ -481,12 +481,12 @@ test("the search asks the server once the typing pauses, and a run's title opens
   const opened = [];
   const { panel } = makePanel(fakeHub(), { openRun: (runId) => opened.push(runId) });
   panel.show();
-  await sleep(10);
+  await until(() => rows(panel).length === 1);
   panel.search.value = "weath";
   panel.search.dispatchEvent(new window.Event("input"));
   panel.search.value = "weather";
   panel.search.dispatchEvent(new window.Event("input"));
-  await sleep(400);
+  await until(() => server.requests.some((request) => request.query.get("q") !== null), { what: "the search to be asked" });
   const searches = server.requests.filter((request) => request.query.get("q") !== null);
   assert.deepEqual(searches.map((request) => request.query.get("q")), ["weather"]);
   rows(panel)[0].querySelector(".agentruns-panel-run-title").click();
@@ -497,7 +497,7 @@ test("a run deleted on its page leaves the list at once", async () => {
   fakeServer([runObject("run_b"), runObject("run_a")]);
   const { panel } = makePanel(fakeHub());
   panel.show();
-  await sleep(10);
+  await until(() => rows(panel).length === 2);
   document.dispatchEvent(new window.CustomEvent("agentruns:run-deleted", { detail: { runId: "run_a" } }));
   assert.deepEqual(rows(panel).map((row) => row.dataset.runId), ["run_b"]);
 });

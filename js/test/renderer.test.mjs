@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, test } from "node:test";
 
-import { installPage, sleep } from "./dom.mjs";
+import { installPage, sleep, until } from "./dom.mjs";
 
 const page = installPage();
 globalThis.DragEvent = class DragEvent extends page.MouseEvent {}; // lumino needs it; jsdom has none
@@ -119,7 +119,7 @@ test("a run output renders live from the server, with no kernel at all", async (
   fakeServer({ [RUN]: runObject({ status: "running", finished_at: null }) });
   const model = outputModel(savedData(), renderer);
   await renderer.renderModel(model);
-  await sleep(40);
+  await until(() => renderer.node.querySelector(".agentruns-markdown")?.textContent.trim() === "Hello");
   const root = renderer.node.querySelector(".agentruns-run");
   assert.equal(root.dataset.runId, RUN);
   assert.equal(root.dataset.status, "running");
@@ -130,19 +130,19 @@ test("a finished run brings a stale saved record up to date, once, without a ren
   const requests = fakeServer({ [RUN]: runObject() });
   const model = outputModel(savedData(), renderer);
   await renderer.renderModel(model);
-  await sleep(60);
+  await until(() => model.setDataCalls > 0 && renderer.node.querySelector(".agentruns-run").dataset.status === "succeeded");
   assert.equal(model.setDataCalls, 1);
   assert.deepEqual(model.data[MIME_TYPE], { run_id: RUN, status: "succeeded", last_seq: 30, agent: "demo" });
   assert.equal(model.data["text/markdown"], `**demo** succeeded (${RUN})\n\nHello`);
   assert.equal(model.data["text/plain"], "Run(run_id='run_rend', status='succeeded')");
   assert.deepEqual(model.data[WIDGET], savedData()[WIDGET], "the widget view stays for front ends without the extension");
   assert.equal(requests.filter((r) => r.accept === "text/markdown").length, 1);
-  await sleep(60);
+  await sleep(60); // no second update within this time: no render loop
   assert.equal(model.setDataCalls, 1);
 });
 
 test("an up-to-date output is never touched, so the notebook stays clean", async () => {
-  fakeServer({ [RUN]: runObject() });
+  const requests = fakeServer({ [RUN]: runObject() });
   const data = savedData({
     [MIME_TYPE]: { run_id: RUN, status: "succeeded", last_seq: 30, agent: "demo" },
     "text/markdown": `**demo** succeeded (${RUN})\n\nHello`,
@@ -150,7 +150,8 @@ test("an up-to-date output is never touched, so the notebook stays clean", async
   });
   const model = outputModel(data, renderer);
   await renderer.renderModel(model);
-  await sleep(60);
+  await until(() => requests.some((r) => r.accept === "text/markdown"), { what: "the record to be read" });
+  await sleep(60); // and no update within this time
   assert.equal(model.setDataCalls, 0);
 });
 
@@ -158,7 +159,7 @@ test("a server that answers no Markdown record leaves the saved one", async () =
   fakeServer({ [RUN]: runObject() }, { records: false });
   const model = outputModel(savedData(), renderer);
   await renderer.renderModel(model);
-  await sleep(60);
+  await until(() => model.setDataCalls > 0);
   assert.equal(model.setDataCalls, 1, "the state still moves on");
   assert.equal(model.data["text/markdown"], "**demo** running");
 });
@@ -167,7 +168,7 @@ test("a run the server does not have shows the saved record with a note, not an 
   fakeServer({});
   const model = outputModel(savedData({ "text/markdown": "**demo** succeeded\n\n## Saved answer" }), renderer);
   await renderer.renderModel(model);
-  await sleep(40);
+  await until(() => renderer.node.querySelector(".agentruns-record h2"));
   assert.equal(renderer.node.querySelector(".agentruns-record h2").textContent, "Saved answer");
   assert.match(renderer.node.querySelector(".agentruns-notice").textContent, /record saved in the notebook/);
   assert.equal(model.setDataCalls, 0);
@@ -179,7 +180,7 @@ test("the kernel's widget model hears the run's progress through the renderer", 
   cleanups.push(registerModel(widgetModel));
   const model = outputModel(savedData(), renderer);
   await renderer.renderModel(model);
-  await sleep(60);
+  await until(() => widgetModel.traits.status === "succeeded");
   assert.equal(widgetModel.traits.status, "succeeded");
   assert.equal(widgetModel.traits.last_seq, 30);
 });
@@ -190,9 +191,9 @@ test("Run again moves the kernel's model and the saved output to the new run", a
   cleanups.push(registerModel(widgetModel));
   const model = outputModel(savedData(), renderer);
   await renderer.renderModel(model);
-  await sleep(60);
+  await until(() => renderer.node.querySelector(".agentruns-again")?.hidden === false);
   renderer.node.querySelector(".agentruns-again").click();
-  await sleep(80);
+  await until(() => renderer.node.querySelector(".agentruns-run")?.dataset.runId === "run_again" && model.data[MIME_TYPE].run_id === "run_again");
   const post = requests.find((r) => r.method === "POST");
   assert.equal(post.body.retry_of, RUN);
   assert.ok(post.headers["Idempotency-Key"]);

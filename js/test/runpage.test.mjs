@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { beforeEach, test } from "node:test";
 
-import { installPage, sleep } from "./dom.mjs";
+import { installPage, until } from "./dom.mjs";
 
 installPage();
 const { offsetWords, runCell, timelineEntries, RunPage } = await import("../src/runpage.js");
@@ -96,7 +96,7 @@ test("Delete asks first, then deletes and tells the lists", async () => {
   assert.equal(page.confirm.hidden, false);
   assert.equal(requests.some((line) => line.startsWith("DELETE")), false);
   page.node.querySelector(".agentruns-runpage-delete-yes").click();
-  await sleep(10);
+  await until(() => page.node.dataset.deleted === "true");
   assert.ok(requests.includes("DELETE /api/agentruns/runs/run_x"));
   assert.deepEqual(deleted, ["run_x"]);
   assert.equal(page.node.dataset.deleted, "true");
@@ -142,9 +142,9 @@ test("the timeline reads the events a page at a time: Load more reads the next",
   assert.deepEqual(steps(), ["started", "tool one started"]);
   assert.equal(page.moreButton.hidden, false);
   page.moreButton.click();
-  await sleep(10);
+  await until(() => steps().length === 4);
   page.moreButton.click();
-  await sleep(10);
+  await until(() => steps().length === 5);
   assert.deepEqual(steps(), ["started", "tool one started", "tool one completed", "tool two started", "succeeded"]);
   assert.equal(page.moreButton.hidden, true);
   assert.deepEqual(asked, [[0, 2], [2, 2], [4, 2]]);

@@ -3,11 +3,11 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { afterEach, beforeEach, test } from "node:test";
 
-import { installPage, sleep } from "./dom.mjs";
+import { installPage, sleep, until } from "./dom.mjs";
 
 const { MIME_TYPE } = await import("../src/record.js");
 installPage();
-const { ModelSync, RunView, eventSummary, formatAgo, formatDuration, modelHost } = await import("../src/view.js");
+const { MARKDOWN_INTERVAL_MS, ModelSync, RunView, eventSummary, formatAgo, formatDuration, modelHost } = await import("../src/view.js");
 const { MAX_MARKDOWN_CHARS } = await import("../src/markdown.js");
 const { MAX_TOOL_TEXT_CHARS } = await import("../src/dom.js");
 
@@ -97,15 +97,21 @@ async function shown(host, run = runObject()) {
   fakeServer({ [`GET /api/agentruns/runs/${RUN}`]: () => Response.json(run) });
   view = new RunView(host, el);
   view.attach(host.runId());
-  await sleep(40);
+  await until(() => root().dataset.status === run.status, { what: `run ${run.run_id} shown as ${run.status}` });
   return view;
 }
 
 const root = () => el.querySelector(".agentruns-run");
 const text = (selector) => el.querySelector(selector)?.textContent ?? null;
 
-test("a loaded run shows its status, run id and data attributes", async () => {
+test("a loaded run shows its status, run id and data attributes", async (t) => {
+  // The clock stands still while the view loads: "2 min 59 s" however long a busy machine takes to draw it.
+  const now = Date.now();
+  const realNow = Date.now;
+  Date.now = () => now;
+  t.after(() => (Date.now = realNow));
   await shown(fakeHost());
+  Date.now = realNow;
   assert.equal(root().dataset.runId, RUN);
   assert.equal(root().dataset.status, "running");
   assert.equal(root().dataset.lastSeq, "1");
@@ -123,19 +129,22 @@ test("streamed text renders as Markdown, re-rendered at most about ten times a s
   const listener = hub.listeners.get(RUN);
   listener.onEvent(event("message.started", { message_id: "m1", role: "assistant" }));
   listener.onEvent(event("text.delta", { message_id: "m1", delta: "# Title\n\n" }));
-  await sleep(30);
+  await until(() => el.querySelector(".agentruns-markdown h1"));
   const body = el.querySelector(".agentruns-markdown");
   assert.equal(body.querySelector("h1").textContent, "Title");
   let renders = 0;
   const observer = new window.MutationObserver((records) => (renders += records.length > 0 ? 1 : 0));
   observer.observe(body, { childList: true });
+  const start = Date.now();
   for (let i = 0; i < 40; i++) {
     listener.onEvent(event("text.delta", { message_id: "m1", delta: `- item ${i}\n` }));
-    await sleep(5);
+    await sleep(5); // deltas 5 ms apart: faster than renders may come
   }
-  await sleep(150);
+  await until(() => body.querySelectorAll("li").length === 40, { what: "the last text rendered" });
   observer.disconnect();
-  assert.ok(renders <= 6, `${renders} renders of 40 deltas in about 0.35 s`);
+  // At most one render per interval of the time that passed (about 0.35 s unless the machine is slow).
+  const elapsed = Date.now() - start;
+  assert.ok(renders <= Math.max(6, Math.ceil(elapsed / MARKDOWN_INTERVAL_MS) + 2), `${renders} renders of 40 deltas in ${elapsed} ms`);
   assert.equal(body.querySelectorAll("li").length, 40, "the last text is always rendered");
 });
 
@@ -148,7 +157,7 @@ test("a message's HTML is shown as text and its images as links: the view runs a
     delta: '<img src=x onerror="globalThis.pwned=1"><script>globalThis.pwned=2</script>[x](javascript:alert(1)) ![chart](http://127.0.0.1:9/exfil?secret=x)',
   }));
   listener.onEvent(event("message.completed", { message_id: "m1" }));
-  await sleep(30);
+  await until(() => el.querySelector(".agentruns-markdown a"));
   const body = el.querySelector(".agentruns-markdown");
   assert.equal(body.querySelector("script, img"), null);
   assert.match(body.textContent, /<img src=x onerror="globalThis.pwned=1"><script>/);
@@ -183,7 +192,7 @@ test("a very long text is shown as plain text", async () => {
   assert.ok(pre);
   assert.equal(pre.textContent.length, long.length);
   hub.listeners.get(RUN).onEvent(event("text.delta", { message_id: "m1", delta: "# tail" }));
-  await sleep(30);
+  await until(() => pre.textContent.length > long.length);
   assert.ok(pre.textContent.endsWith("# tail"), "appended, not parsed");
 });
 
@@ -193,16 +202,16 @@ test("progress is never an empty bar while text streams, and is gone once the ru
   listener.onEvent(event("progress", { fraction: 0, message: "searching" }));
   listener.onEvent(event("message.started", { message_id: "m1" }));
   listener.onEvent(event("text.delta", { message_id: "m1", delta: "Hello" }));
-  await sleep(30);
+  await until(() => el.querySelector(".agentruns-progress")?.classList.contains("agentruns-progress--indeterminate"));
   const progress = el.querySelector(".agentruns-progress");
   assert.ok(progress.classList.contains("agentruns-progress--indeterminate"));
   listener.onEvent(event("progress", { fraction: 0.4, message: "writing" }));
-  await sleep(30);
+  await until(() => el.querySelector(".agentruns-progress-fill").style.width === "40%");
   assert.equal(progress.classList.contains("agentruns-progress--indeterminate"), false);
   assert.equal(el.querySelector(".agentruns-progress-fill").style.width, "40%");
   listener.onEvent(event("run.cancel_requested", { reason: "enough" }));
   listener.onEvent(event("run.cancelled", { reason: "enough", stage: { seq: 5, step: "message m1 streaming" } }));
-  await sleep(30);
+  await until(() => root().dataset.status === "cancelled");
   assert.equal(root().dataset.status, "cancelled");
   // Cancelled while it wrote: it is not "writing" any more, nor at 40% of anything.
   assert.equal(progress.hidden, true);
@@ -260,20 +269,20 @@ test("an open question shows a button per choice; a click posts the choice; the 
   const host = fakeHost();
   view = new RunView(host, el);
   view.attach(RUN);
-  await sleep(40);
+  await until(() => el.querySelector(".agentruns-choice"));
   assert.equal(text(".agentruns-chip"), "waiting");
   assert.equal(text(".agentruns-input-title"), "Send the mail?");
   assert.match(text(".agentruns-input-details"), /team@example\.com/);
   const buttons = [...el.querySelectorAll(".agentruns-choice")];
   assert.deepEqual(buttons.map((node) => node.textContent), ["approve", "deny"]);
   buttons[0].click();
-  await sleep(20);
+  await until(() => requests.find((request) => request.method === "POST"));
   const post = requests.find((request) => request.method === "POST");
   assert.equal(new URL(post.url, "http://x").pathname, `/api/agentruns/runs/${RUN}/inputs/in_q`);
   assert.deepEqual(post.body, { choice: "approve" });
   seq = 1;
   hub.listeners.get(RUN).onEvent(event("input.resolved", { request_id: "in_q", choice: "approve", note: null, by: "alice" }));
-  await sleep(40);
+  await until(() => el.querySelector(".agentruns-input-answer"));
   assert.equal(el.querySelectorAll(".agentruns-choice").length, 0);
   assert.equal(text(".agentruns-input-answer"), "approved by alice");
   assert.equal(el.querySelector(".agentruns-input").dataset.status, "resolved");
@@ -292,23 +301,23 @@ test("the model's thinking is folded under Thinking, its newest words on the fol
 
   const listener = hub.listeners.get(RUN);
   listener.onEvent(event("reasoning.delta", { message_id: "m1", delta: "then change it." }));
-  await sleep(30);
+  await until(() => /then change it\.$/.test(text(".agentruns-thinking-preview")));
   assert.match(text(".agentruns-thinking-preview"), /then change it\.$/);
   el.querySelector(".agentruns-thinking > summary").click();
-  await sleep(30);
+  await until(() => el.querySelector(".agentruns-reasoning strong"));
   const body = el.querySelector(".agentruns-reasoning");
   assert.equal(body.querySelector("strong").textContent, "the file", "Markdown, as messages are");
   assert.match(body.textContent.trim(), /then change it\.$/);
 
   // Open, it follows the thinking as it streams.
   listener.onEvent(event("reasoning.delta", { message_id: "m1", delta: " And test it." }));
-  await sleep(150);
+  await until(() => /And test it\.$/.test(body.textContent.trim()), { what: "the open thinking to follow its stream" });
   assert.match(body.textContent.trim(), /And test it\.$/);
 
   // The answer has begun: the thinking is over, its folded line says no more.
   listener.onEvent(event("message.started", { message_id: "m2" }));
   listener.onEvent(event("text.delta", { message_id: "m2", delta: "Done." }));
-  await sleep(30);
+  await until(() => el.querySelector(".agentruns-markdown"));
   assert.equal(text(".agentruns-thinking-preview"), "");
   assert.equal(thinking.classList.contains("agentruns-thinking--live"), false);
   assert.equal(el.querySelector(".agentruns-markdown").textContent.trim(), "Done.", "the answer is the message, not the thinking");
@@ -322,7 +331,7 @@ test("a run without thinking shows no Thinking; thinking's HTML is text, and a v
   const hostile = '<img src="http://127.0.0.1:9/x" onerror="globalThis.pwned=1"> ![i](http://127.0.0.1:9/y)';
   await shown(fakeHost(), runObject({ snapshot: snapshotWith({ reasoning: hostile }) }));
   el.querySelector(".agentruns-thinking").open = true;
-  await sleep(30);
+  await until(() => el.querySelector(".agentruns-reasoning").childNodes.length > 0, { what: "the opened thinking drawn" });
   assert.equal(el.querySelector("img, script"), null);
   assert.match(el.querySelector(".agentruns-reasoning").textContent, /<img src="http:\/\/127\.0\.0\.1:9\/x" onerror=/);
   view.dispose();
@@ -330,7 +339,7 @@ test("a run without thinking shows no Thinking; thinking's HTML is text, and a v
   const long = "x".repeat(MAX_MARKDOWN_CHARS + 1);
   await shown(fakeHost(), runObject({ snapshot: snapshotWith({ reasoning: long }) }));
   el.querySelector(".agentruns-thinking").open = true;
-  await sleep(30);
+  await until(() => el.querySelector(".agentruns-reasoning pre.agentruns-plain"));
   assert.equal(el.querySelector(".agentruns-reasoning pre.agentruns-plain").textContent.length, long.length);
 });
 
@@ -361,11 +370,11 @@ test("the plan is a checklist that each update replaces: done, in progress, to d
   hub.listeners.get(RUN).onEvent(event("plan.updated", {
     entries: [{ content: "Read data.csv", status: "completed", priority: "high" }, { content: "Plot the mean", status: "in_progress" }],
   }));
-  await sleep(30);
+  await until(() => text(".agentruns-plan-count") === "1 of 2 done");
   assert.equal(text(".agentruns-plan-count"), "1 of 2 done");
   assert.deepEqual(entries().map(([status, words]) => [status, words]), [["completed", "done"], ["in_progress", "in progress"]]);
   hub.listeners.get(RUN).onEvent(event("plan.updated", { entries: [] }));
-  await sleep(30);
+  await until(() => el.querySelector(".agentruns-plan").hidden);
   assert.equal(el.querySelector(".agentruns-plan").hidden, true);
 });
 
@@ -393,10 +402,10 @@ test("a tool step's content arrives with its completion; text beyond the bound i
   await shown(fakeHost());
   const listener = hub.listeners.get(RUN);
   listener.onEvent(event("tool.started", { call_id: "c1", name: "bash", args: { cmd: "ls" }, kind: "execute", title: "Run ls" }));
-  await sleep(30);
+  await until(() => el.querySelector(".agentruns-tool"));
   assert.equal(el.querySelector(".agentruns-tool-content"), null);
   listener.onEvent(event("tool.completed", { call_id: "c1", ok: true, content: [{ type: "text", text: "y".repeat(MAX_TOOL_TEXT_CHARS + 7) }] }));
-  await sleep(30);
+  await until(() => el.querySelector(".agentruns-tool-text"));
   const shownText = el.querySelector(".agentruns-tool-text").textContent;
   assert.ok(shownText.startsWith("y".repeat(MAX_TOOL_TEXT_CHARS)));
   assert.ok(shownText.endsWith("\n… 7 more characters"));
@@ -421,7 +430,7 @@ test("a permission question's buttons are the agent's option names; a click post
   });
   view = new RunView(fakeHost(), el);
   view.attach(RUN);
-  await sleep(40);
+  await until(() => el.querySelector(".agentruns-choice"));
   const card = el.querySelector(".agentruns-input");
   assert.equal(card.querySelector(".agentruns-input-details"), null, "no options as JSON");
   assert.equal(card.querySelector(".agentruns-input-tool .agentruns-tool-kind").textContent, "edit");
@@ -434,11 +443,11 @@ test("a permission question's buttons are the agent's option names; a click post
     ["Reject", "reject-1", "agentruns-choice--reject"],
   ]);
   buttons[1].click();
-  await sleep(20);
+  await until(() => requests.find((request) => request.method === "POST"));
   assert.deepEqual(requests.find((request) => request.method === "POST").body, { choice: "always-1" });
   seq = 1;
   hub.listeners.get(RUN).onEvent(event("input.resolved", { request_id: "in_p", choice: "always-1", note: null, by: "alice" }));
-  await sleep(40);
+  await until(() => el.querySelector(".agentruns-input-answer"));
   assert.equal(text(".agentruns-input-answer"), "Always allow by alice");
 });
 
@@ -476,7 +485,7 @@ test("usage that is not token counts shows as unknown, never raw", async () => {
 test("agent-defined events are one line each, with the whole data on a click", async () => {
   await shown(fakeHost());
   hub.listeners.get(RUN).onEvent(event("x.chart", { title: "Rain", points: [1, 2, 3], note: "y".repeat(300) }));
-  await sleep(30);
+  await until(() => el.querySelector(".agentruns-events details.agentruns-event"));
   const line = el.querySelector(".agentruns-events details.agentruns-event");
   assert.equal(line.querySelector(".agentruns-event-type").textContent, "x.chart");
   const summary = line.querySelector(".agentruns-event-summary").textContent;
@@ -492,7 +501,7 @@ test("re-attached and followed runs say so", async () => {
   assert.equal(text(".agentruns-note"), `re-attached to ${RUN} (started 3 min ago)`);
   host.followedValue = "run_first";
   host.changed();
-  await sleep(30);
+  await until(() => text(".agentruns-note").startsWith("following"));
   assert.equal(text(".agentruns-note"), `following ${RUN} (Run again of run_first)`);
 });
 
@@ -508,7 +517,7 @@ test("a re-run cell that found its run again says so in the header, and how to g
   assert.equal(text(".agentruns-same"), "the same run as before: Run again for a new one");
   host.followedValue = "run_first";
   host.changed();
-  await sleep(30);
+  await until(() => el.querySelector(".agentruns-same").hidden);
   assert.equal(el.querySelector(".agentruns-same").hidden, true, "Run again made a new run");
   view.dispose();
   el.replaceChildren();
@@ -561,7 +570,7 @@ test("the header says how a run went in the same words as everywhere", async () 
   await shown(fakeHost());
   const asked = event("input.requested", { request_id: "in_2", kind: "approval", title: "More?", details: null, choices: ["approve", "deny"] });
   hub.listeners.get(RUN).onEvent(asked);
-  await sleep(30);
+  await until(() => /since/.test(text(".agentruns-elapsed")));
   const clock = new Date(asked.ts).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
   assert.match(text(".agentruns-elapsed"), new RegExp(`· waiting for an answer since ${clock}$`));
 });
@@ -572,7 +581,7 @@ test("a run the server does not have shows the notebook's saved record and says 
   fakeServer({});
   view = new RunView(host, el);
   view.attach(RUN);
-  await sleep(40);
+  await until(() => el.querySelector(".agentruns-record"));
   assert.equal(text(".agentruns-chip"), "run not found");
   assert.equal(el.querySelector(".agentruns-record h1").textContent, "The answer");
   assert.match(text(".agentruns-notice"), /no run run_view.*record saved in the notebook/);
@@ -584,7 +593,7 @@ test("a saved record, whoever wrote the notebook, shows its HTML as text and its
   fakeServer({});
   view = new RunView(host, el);
   view.attach(RUN);
-  await sleep(40);
+  await until(() => el.querySelector(".agentruns-record"));
   const record = el.querySelector(".agentruns-record");
   assert.equal(record.querySelector("img, sub"), null);
   assert.match(record.textContent, /<img src=x onerror="globalThis.pwned=1">/);
@@ -604,10 +613,10 @@ test("Run again posts retry_of with one Idempotency-Key until the server answers
     },
   });
   el.querySelector(".agentruns-again").click();
-  await sleep(30);
+  await until(() => /Run again failed/.test(text(".agentruns-notice")));
   assert.match(text(".agentruns-notice"), /Run again failed: cannot reach the server/);
   el.querySelector(".agentruns-again").click();
-  await sleep(30);
+  await until(() => host.ranAgainWith.length > 0 && !view.busy, { what: "Run again to be answered" });
   const posts = requests.filter((request) => request.method === "POST");
   assert.equal(posts.length, 2);
   assert.equal(posts[0].headers["Idempotency-Key"], posts[1].headers["Idempotency-Key"]);
@@ -624,7 +633,7 @@ test("a host whose run changes re-attaches the view", async () => {
   fakeServer({ "GET /api/agentruns/runs/run_other": () => Response.json(runObject({ run_id: "run_other", status: "succeeded" })) });
   host.id = "run_other";
   host.changed();
-  await sleep(40);
+  await until(() => root().dataset.status === "succeeded");
   assert.equal(root().dataset.runId, "run_other");
   assert.equal(root().dataset.status, "succeeded");
 });

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { installPage, sleep } from "./dom.mjs";
+import { installPage, until } from "./dom.mjs";
 
 installPage();
 const { default: widget } = await import("../src/widget.js");
@@ -44,10 +44,10 @@ test("render shows the model's run, and the next one when run_id changes", async
   const model = fakeModel({ run_id: "run_one", base_url: "/" });
   const el = document.createElement("div");
   const cleanup = widget.render({ model, el });
-  await sleep(40);
+  await until(() => el.querySelector(".agentruns-run").dataset.runId === "run_one" && el.querySelector(".agentruns-run").dataset.status === "succeeded");
   assert.equal(el.querySelector(".agentruns-run").dataset.runId, "run_one");
   model.set("run_id", "run_two");
-  await sleep(40);
+  await until(() => el.querySelector(".agentruns-run").dataset.status === "succeeded" && el.querySelector(".agentruns-run").dataset.runId === "run_two");
   assert.equal(el.querySelector(".agentruns-run").dataset.runId, "run_two");
   cleanup();
   delete globalThis.__jupyterAgentrunsHub;
