@@ -274,6 +274,18 @@ def test_an_idempotency_key_lives_with_its_run_or_for_its_ttl(conn):
     assert conn.find_key("me", "k2", not_before=500.0)["run_id"] == "run_b"
 
 
+def test_keys_past_their_ttl_go_a_bounded_number_a_sweep(conn):
+    with conn.transaction():
+        for index in range(5):
+            conn.insert_key("me", f"k{index}", "fp", f"run_{index}", now=100.0)
+        conn.purge_keys(older_than=200.0, limit=3)
+    left = [conn.find_key("me", f"k{index}", not_before=0) for index in range(5)]
+    assert sum(key is not None for key in left) == 2
+    with conn.transaction():
+        conn.purge_keys(older_than=200.0, limit=3)
+    assert all(conn.find_key("me", f"k{index}", not_before=0) is None for index in range(5))
+
+
 def test_a_buried_run_leaves_a_tombstone_and_nothing_else(conn):
     with conn.transaction():
         conn.insert_run(run_row("run_a", status="succeeded"))

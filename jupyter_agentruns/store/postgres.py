@@ -75,6 +75,8 @@ STATEMENT_TIMEOUT_SECONDS = 5
 # A statement that has no answer this long is cut (the database's own timeout
 # above ends one it runs; this ends one it never got or never answers).
 ANSWER_TIMEOUT_SECONDS = STATEMENT_TIMEOUT_SECONDS + 1
+# A writer's batch (up to 16 MB) is given more time at this rate: a slow link is not a hang.
+COPY_BYTES_PER_SECOND = 1024 * 1024
 # A host that stops acknowledging: found out within about 15 s, even on an idle connection.
 TCP_BOUNDS = {
     "keepalives": 1,
@@ -196,10 +198,10 @@ class NoAnswer(StoreUnavailable):
 
 
 class _Waited:
-    __slots__ = ("conn", "deadline", "cut")
+    __slots__ = ("fd", "deadline", "cut")
 
-    def __init__(self, conn: psycopg.Connection | None, deadline: float):
-        self.conn = conn
+    def __init__(self, fd: int | None, deadline: float):
+        self.fd = fd  # a duplicate of the connection's socket, the waiter's own
         self.deadline = deadline
         self.cut = False
 
@@ -210,11 +212,13 @@ class _Answers:
     psycopg waits for an answer without a bound: a peer that takes the bytes
     and says nothing holds the calling thread for as long as it hangs. Shutting
     the socket down under the wait ends it (the connection then fails, and is
-    replaced on its next use). The thread starts at the first statement and
-    sleeps until the nearest deadline; with none, until there is one. Deadlines
-    come in the order they are set, so a new one is never nearer than one the
-    thread sleeps until: it is woken only from a sleep without a deadline (a
-    statement costs no wake-up of another thread, one in ``seconds`` at most).
+    replaced on its next use). The socket is duplicated by the waiter itself
+    and the duplicate closed by it: libpq may close its own socket meanwhile,
+    and that number may then be another connection's. The thread starts at the
+    first statement and sleeps until the nearest deadline; with none, until
+    there is one. It is woken only by a deadline nearer than the one it sleeps
+    until (most statements' deadline is ``seconds`` away, later than any set
+    before: they cost no wake-up of another thread).
     """
 
     def __init__(self, seconds: float):
@@ -222,11 +226,14 @@ class _Answers:
         self._cond = threading.Condition()
         self._waiting: set[_Waited] = set()
         self._thread: threading.Thread | None = None
-        self._idle = False  # the thread sleeps until there is a deadline
+        self._until: float | None = None  # what the thread sleeps until (None: a deadline)
 
     @contextlib.contextmanager
-    def awaited(self, conn: psycopg.Connection | None) -> Iterator[_Waited]:
-        waited = _Waited(conn, time.monotonic() + self.seconds)
+    def awaited(
+        self, conn: psycopg.Connection | None, seconds: float | None = None
+    ) -> Iterator[_Waited]:
+        fd = _dup_socket(conn)
+        waited = _Waited(fd, time.monotonic() + (seconds or self.seconds))
         with self._cond:
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -234,14 +241,16 @@ class _Answers:
                 )
                 self._thread.start()
             self._waiting.add(waited)
-            if self._idle:
-                self._idle = False
+            if self._until is None or waited.deadline < self._until:
+                self._until = waited.deadline
                 self._cond.notify()
         try:
             yield waited
         finally:
             with self._cond:
                 self._waiting.discard(waited)
+            if fd is not None:
+                os.close(fd)
 
     def _run(self) -> None:
         with self._cond:
@@ -251,19 +260,34 @@ class _Answers:
                     # Under the lock: a statement that ended meanwhile is not cut.
                     self._waiting.discard(waited)
                     waited.cut = True
-                    _shut_down(waited.conn)
+                    _shut_down(waited.fd)
                 nearest = min((w.deadline for w in self._waiting), default=None)
-                self._idle = nearest is None
+                self._until = nearest
                 self._cond.wait(None if nearest is None else max(nearest - now, 0.01))
 
 
-def _shut_down(conn: psycopg.Connection | None) -> None:
-    """Shut a connection's socket down under whoever waits on it: their wait fails at once."""
+def _dup_socket(conn: psycopg.Connection | None) -> int | None:
+    """A duplicate of a connection's socket (None: it has none), for its caller to close."""
     if conn is None:
-        return
+        return None
     with contextlib.suppress(OSError, psycopg.Error):
-        with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+        return os.dup(conn.pgconn.socket)
+    return None
+
+
+def _shut_down(fd: int | None) -> None:
+    """Shut a connection's socket down under whoever waits on it: their wait fails at once.
+
+    ``fd`` is a duplicate of that socket, which its waiter closes.
+    """
+    if fd is None:
+        return
+    with contextlib.suppress(OSError):
+        sock = socket.socket(fileno=fd)
+        try:
             sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.detach()
 
 
 _ANSWERS = _Answers(ANSWER_TIMEOUT_SECONDS)
@@ -522,11 +546,14 @@ class PostgresConnection(SQLConnection):
             self._conn = None
 
     @contextlib.contextmanager
-    def _errors(self) -> Iterator[None]:
-        """psycopg's failures as the store's: a lost connection, no answer, or a batch to retry."""
+    def _errors(self, seconds: float | None = None) -> Iterator[None]:
+        """psycopg's failures as the store's: a lost connection, no answer, or a batch to retry.
+
+        An answer is awaited ``seconds`` (``ANSWER_TIMEOUT_SECONDS`` unless said).
+        """
         conn = self._conn
         try:
-            with _ANSWERS.awaited(conn) as waited:
+            with _ANSWERS.awaited(conn, seconds) as waited:
                 yield
         except psycopg.errors.QueryCanceled:
             raise NoAnswer(
@@ -537,7 +564,8 @@ class PostgresConnection(SQLConnection):
             if waited.cut:
                 self._discard()
                 raise NoAnswer(
-                    f"{self._store.describe()} did not answer within {ANSWER_TIMEOUT_SECONDS} s"
+                    f"{self._store.describe()} did not answer within "
+                    f"{seconds or ANSWER_TIMEOUT_SECONDS:g} s"
                 ) from None
             if not self._connected():
                 raise StoreUnavailable(
@@ -685,8 +713,14 @@ class PostgresConnection(SQLConnection):
         rows = list(rows)
         conn = self._connection()
         touched = self._touched
+        # A batch of megabytes takes time to send on a slow link: its bound grows with it.
+        seconds = (
+            STATEMENT_TIMEOUT_SECONDS + sum(len(row[4]) for row in rows) / COPY_BYTES_PER_SECOND
+        )
+        if seconds > STATEMENT_TIMEOUT_SECONDS + 1:
+            self._execute(f"SET LOCAL statement_timeout = {round(seconds * 1000)}")
         try:
-            with self.savepoint(), self._errors(), conn.cursor() as cursor:
+            with self.savepoint(), self._errors(seconds + 1), conn.cursor() as cursor:
                 with cursor.copy("COPY events (run_id, seq, type, ts, data) FROM STDIN") as copy:
                     for row in rows:
                         copy.write_row(row)
@@ -735,6 +769,8 @@ def _migrate(conn: psycopg.Connection, schema: str) -> None:
     if _stored_version(conn, schema) == len(_MIGRATIONS):
         return
     with conn.transaction():
+        # A migration may wait for another server's lock on a table, or take long: unbounded.
+        conn.execute("SET LOCAL statement_timeout = 0")
         conn.execute("SELECT pg_advisory_xact_lock(%s)", [MIGRATION_LOCK])
         # Quoted: a lower-case name may still be a keyword (user, order, cross).
         exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema]).fetchone()
@@ -868,4 +904,7 @@ class _Listener(Listener):
         would otherwise take up to a quarter of a second longer. Its connection's socket
         is shut down under it; the thread then sees the connection fail, and stops."""
         with self._conn_lock:
-            _shut_down(self._conn)
+            fd = _dup_socket(self._conn)
+        if fd is not None:
+            _shut_down(fd)
+            os.close(fd)

@@ -548,9 +548,13 @@ class SQLConnection(StoreConnection):
             self._execute(f"UPDATE runs SET cancel_request = NULL WHERE run_id {listed}", params)
         return [(run_id, json.loads(request)) for run_id, request in rows]
 
-    def purge_keys(self, older_than: float) -> None:
+    def purge_keys(self, older_than: float, limit: int = 5000) -> None:
+        # At most ``limit`` a sweep: the sweep's transaction stays short however
+        # many keys piled up meanwhile (the next sweeps take the rest).
         self._execute(
-            "DELETE FROM idempotency_keys WHERE created_ts < ? AND with_run = 0", [older_than]
+            "DELETE FROM idempotency_keys WHERE (owner, key) IN (SELECT owner, key "
+            "FROM idempotency_keys WHERE created_ts < ? AND with_run = 0 LIMIT ?)",
+            [older_than, limit],
         )
 
 
