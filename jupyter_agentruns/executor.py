@@ -198,7 +198,9 @@ class Execution:
             error = EventTooLarge(
                 f"a {type} event of {len(data_json)} bytes is over max_event_bytes ({self._max_event_bytes})"
             )
-            if type not in lifecycle.TERMINAL_EVENTS:
+            # The first reason the run must fail stays its reason (a spent budget
+            # keeps holding back the agent's events).
+            if type not in lifecycle.TERMINAL_EVENTS and self.fatal is None:
                 self.fatal = error
             raise error
         return data_json
@@ -271,8 +273,14 @@ class Execution:
         return seq
 
     def silence_left(self, silence: float) -> float:
-        """Seconds before the agent has been silent for ``silence`` (a waiting run is never silent)."""
-        if self.waiting_since is not None:
+        """Seconds before the agent has been silent for ``silence``.
+
+        A run waiting for a person, or for a step of its own (a long cell, a
+        tool), is not silent: the count starts again when that ends.
+        """
+        if self.waiting_since is not None or any(
+            tool.get("status") == "running" for tool in self.snapshot.structure().get("tools", ())
+        ):
             return silence
         return self.last_event_at + silence - time.monotonic()
 

@@ -127,8 +127,9 @@ class SettingsTraits(HasTraits):
     agent_silence_seconds = Float(
         0,
         help="A running run whose agent has emitted no event for this long (a run waiting for "
-        "a person's answer is not silent) is stopped and fails with agent_silent: an agent "
-        "stuck on a model server that never answers ends instead of running on. 0: never.",
+        "a person's answer, or for a step of its own to end, is not silent) is stopped and "
+        "fails with agent_silent: an agent stuck on a model server that never answers ends "
+        "instead of running on. 0: never.",
     ).tag(config=True)
     waiting_activity_seconds = Float(
         3600,

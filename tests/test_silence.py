@@ -15,20 +15,29 @@ SILENT_AFTER = {"agents": TEST_AGENTS, "agent_silence_seconds": 1.5}
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("agentruns_config", [SILENT_AFTER])
 async def test_a_run_whose_agent_says_nothing_for_a_while_fails_agent_silent(api):
-    # The sleeper starts a step, then waits a minute without a word.
-    run_id = (await submit(api, agent="sleeper", input={})).json()["run_id"]
+    # It says "working", then waits an hour without a word.
+    run_id = (await submit(api, agent="slow_to_stop", input={"seconds": 0})).json()["run_id"]
     run = await wait_run(api, run_id, timeout=30)
     assert run["status"] == "failed"
     assert run["error"]["type"] == "agent_silent"
     assert "said nothing for 1.5 s (agent_silence_seconds)" in run["error"]["message"]
     events = await all_events(api, run_id)
-    assert [e["type"] for e in events] == [
-        "run.started",
-        "tool.started",
-        "tool.completed",
-        "run.failed",
-    ]
-    assert events[2]["data"]["error"]["type"] == "cancelled"
+    assert events[-1]["type"] == "run.failed"
+    assert "tool.started" not in [e["type"] for e in events]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("agentruns_config", [SILENT_AFTER])
+async def test_a_run_waiting_for_its_own_step_is_not_silent_and_its_count_starts_again_after(api):
+    # The sleeper starts a step (a long cell, a tool) and waits a minute in it.
+    run_id = (await submit(api, agent="sleeper", input={})).json()["run_id"]
+    await asyncio.sleep(3)  # twice agent_silence_seconds
+    run = (await api.get(f"runs/{run_id}")).json()
+    assert run["status"] == "running" and run["snapshot"]["tools"][0]["status"] == "running"
+    await api.post(f"runs/{run_id}/cancel")
+    events = await all_events(api, (await wait_run(api, run_id))["run_id"])
+    assert [e["type"] for e in events][-2:] == ["tool.completed", "run.cancelled"]
+    assert events[-2]["data"]["error"]["type"] == "cancelled"
 
 
 @pytest.mark.timeout(60)
