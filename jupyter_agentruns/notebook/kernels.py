@@ -303,15 +303,21 @@ class Kernels:
         try:
             msg_id = client.execute(code, silent=silent, store_history=False, allow_stdin=False)
             output = Output(room=room, stream_limit=stream_limit)
+            reply = None  # the kernel's answer on the shell channel, once read
             while True:
                 try:
                     msg = await client.get_iopub_msg(timeout=POLL_SECONDS)
                 except queue.Empty:
                     await self._check(kernel_id, manager, process)
-                    if await _replied(client, msg_id):
-                        # The kernel answered and has said nothing since: its
-                        # "idle" was lost (ZeroMQ drops what a flood leaves unread).
+                    if reply is not None:
+                        # The kernel answered and has said nothing since, a whole
+                        # poll long: its "idle" was lost (ZeroMQ drops what a flood
+                        # leaves unread). Its answer still says whether it failed.
+                        if output.error is None and reply["content"].get("status") == "error":
+                            output.add_error(reply["content"])
                         return output
+                    # (The answer may come before the last outputs: they are read first.)
+                    reply = await _reply(client, msg_id)
                     continue
                 kind, content = msg["msg_type"], msg["content"]
                 restarted = content.get("execution_state") in ("starting", "restarting")
@@ -405,15 +411,15 @@ class Kernels:
         return "\n\n".join(parts)
 
 
-async def _replied(client: Any, msg_id: str | None) -> bool:
-    """Whether the kernel's answer to ``msg_id`` came (on the shell channel)."""
+async def _reply(client: Any, msg_id: str | None) -> dict[str, Any] | None:
+    """The kernel's answer to ``msg_id`` (on the shell channel), if it came."""
     while True:
         try:
             msg = await client.get_shell_msg(timeout=0)
         except queue.Empty:
-            return False
+            return None
         if msg["parent_header"].get("msg_id") == msg_id:
-            return True
+            return msg
 
 
 async def _ended(client: Any, msg_id: str | None) -> bool:
