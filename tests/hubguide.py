@@ -27,3 +27,16 @@ def block(language: str, marker: str) -> str:
 def our_names(text: str, suffix: str) -> str:
     """The guide's schema and roles (``team``, ``team_owner``, …) with ``suffix``: roles are the cluster's."""
     return re.sub(r"\bteam(_owner|_users|_admin)?\b", rf"team\1_{suffix}", text)
+
+
+def drop(admin, schema: str, roles: list[str]) -> None:
+    """Remove what a test made as the guide says: the schema and the roles, their sessions ended first."""
+    admin.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ANY(%s)",
+        [roles],
+    )
+    admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    for role in roles:
+        if admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone():
+            admin.execute(f'DROP OWNED BY "{role}"')
+            admin.execute(f'DROP ROLE "{role}"')

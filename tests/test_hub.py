@@ -359,15 +359,7 @@ def store(postgres_database, tmp_path_factory):
         )
         yield url, store_config
     finally:
-        admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ANY(%s)",
-            [roles],
-        )
-        admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        for role in roles:
-            if admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone():
-                admin.execute(f'DROP OWNED BY "{role}"')
-                admin.execute(f'DROP ROLE "{role}"')
+        hubguide.drop(admin, schema, roles)
         admin.close()
 
 

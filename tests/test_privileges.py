@@ -231,13 +231,5 @@ def test_the_hub_guides_owner_group_role_and_hook_give_a_user_a_store_without_cr
             as_user.execute(f'INSERT INTO "{schema}".later (x) VALUES (1)')
             assert as_user.execute(f'SELECT x FROM "{schema}".later').fetchall() == [(1,)]
     finally:
-        admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = ANY(%s)",
-            [roles],
-        )
-        admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        for role in roles:
-            if admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone():
-                admin.execute(f'DROP OWNED BY "{role}"')
-                admin.execute(f'DROP ROLE "{role}"')
+        hubguide.drop(admin, schema, roles)
         admin.close()
