@@ -32,6 +32,13 @@ OTHER_EXTENSIONS_OFF = {
 }
 
 
+def _is_guard(pid: int) -> bool:
+    try:
+        return b"guard.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def children(pid: int) -> list[int]:
     """The processes ``pid`` started, from /proc (none where there is no /proc).
 
@@ -233,7 +240,10 @@ class ServerProcess:
     def kill(self) -> None:
         """SIGKILL: the process gets no chance to clean up."""
         if self.process and self.process.poll() is None:
-            kernels = children(self.process.pid)
+            # An ACP agent's guard is left to do its work: it ends its agent's
+            # whole group when the server dies. Killed, it could not, and the
+            # agent's own children would run on.
+            kernels = [pid for pid in children(self.process.pid) if not _is_guard(pid)]
             os.killpg(self.process.pid, signal.SIGKILL)
             for pid in kernels:
                 with contextlib.suppress(ProcessLookupError):
