@@ -7,7 +7,8 @@
 // reads) and follows the active ones through the page's one stream (the hub
 // the widgets and the panel share): no connection of its own.
 
-import { apiFetch, errorMessage, runsUrl, withSlash } from "./api.js";
+import { RunActions } from "./actions.js";
+import { apiFetch, runsUrl, withSlash } from "./api.js";
 import { TITLE_CHARS, cutText, parseTime } from "./dom.js";
 import { getHub } from "./hub.js";
 import { openInputs } from "./reducer.js";
@@ -155,6 +156,7 @@ export class RunWatch {
     this.baseUrl = withSlash(options.baseUrl);
     this.hub = options.hub || getHub({ baseUrl: this.baseUrl });
     this.fetch = options.fetch || null;
+    this.actions = new RunActions({ baseUrl: this.baseUrl, fetch: options.fetch });
     this.setInterval = options.setInterval || ((/** @type {() => void} */ fn, /** @type {number} */ ms) => globalThis.setInterval(fn, ms));
     this.clearInterval = options.clearInterval || ((/** @type {any} */ id) => globalThis.clearInterval(id));
     this.hidden = options.hidden || (() => typeof document !== "undefined" && document.hidden);
@@ -382,12 +384,6 @@ export class RunWatch {
    * @returns {Promise<string | null>}
    */
   async answer(runId, requestId, choice) {
-    const url = `${runsUrl(this.baseUrl, runId)}/inputs/${encodeURIComponent(requestId)}`;
-    try {
-      const response = await this._fetch(url, { method: "POST", body: { choice } });
-      return response.ok ? null : await errorMessage(response);
-    } catch {
-      return "Cannot reach the server.";
-    }
+    return (await this.actions.answer(runId, requestId, choice)).problem;
   }
 }

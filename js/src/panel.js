@@ -5,7 +5,8 @@
 // the page's one stream (the hub the widgets share); a poll of the first page
 // finds runs started elsewhere (another tab, the command line, a kernel).
 
-import { apiFetch, errorMessage, newIdempotencyKey, runsUrl, withSlash } from "./api.js";
+import { RunActions } from "./actions.js";
+import { apiFetch, errorMessage, runsUrl, withSlash } from "./api.js";
 import { getHub } from "./hub.js";
 import { openInputs } from "./reducer.js";
 import { RunState } from "./runstate.js";
@@ -111,6 +112,7 @@ export class RunsPanel {
     this.layout = options.layout || "sidebar";
     this.serverRoot = options.serverRoot || null;
     this.hub = options.hub || getHub({ baseUrl: this.baseUrl });
+    this.actions = new RunActions({ baseUrl: this.baseUrl });
     this.now = options.now || Date.now;
     this.setInterval = options.setInterval || ((/** @type {() => void} */ fn, /** @type {number} */ ms) => globalThis.setInterval(fn, ms));
     this.clearInterval = options.clearInterval || ((/** @type {any} */ id) => globalThis.clearInterval(id));
@@ -668,12 +670,8 @@ export class RunsPanel {
   /** @param {Row} row */
   _cancel(row) {
     return this._act(row, async () => {
-      const response = await apiFetch(`${runsUrl(this.baseUrl, row.state.runId)}/cancel`, {
-        method: "POST",
-        body: { reason: "cancelled from the runs panel" },
-      });
-      if (!response.ok) return this._note(row, `Cancel failed: ${await errorMessage(response)}`);
-      const run = await response.json();
+      const { run, problem } = await this.actions.cancel(row.state.runId, "cancelled from the runs panel");
+      if (problem !== null) return this._note(row, `Cancel failed: ${problem}`);
       if (!this._listed(row) || row.broken) return;
       if (run.last_seq >= row.state.lastSeq) this._load(row, run);
       this._follow(row);
@@ -682,17 +680,11 @@ export class RunsPanel {
 
   /** @param {Row} row */
   _runAgain(row) {
-    const key = newIdempotencyKey();
     return this._act(row, async () => {
       const old = row.state.run;
       if (old === null) return;
-      const { agent, input, session, metadata } = old;
-      const response = await apiFetch(runsUrl(this.baseUrl), {
-        method: "POST",
-        headers: { "Idempotency-Key": key },
-        body: { agent, input, session, metadata, retry_of: row.state.runId },
-      });
-      if (!response.ok) return this._note(row, `Run again failed: ${await errorMessage(response)}`);
+      const { problem } = await this.actions.runAgain(old);
+      if (problem !== null) return this._note(row, `Run again failed: ${problem}`);
       // The new run is the newest: the first page has it (unless the filters leave it out).
       await this.refresh();
     });
@@ -707,11 +699,10 @@ export class RunsPanel {
   _answer(row, input, choice, card) {
     return this._act(row, async () => {
       for (const node of card.querySelectorAll("button")) /** @type {HTMLButtonElement} */ (node).disabled = true;
-      const url = `${runsUrl(this.baseUrl, row.state.runId)}/inputs/${encodeURIComponent(String(input.request_id))}`;
-      const response = await apiFetch(url, { method: "POST", body: { choice } });
-      if (!response.ok) {
+      const { problem } = await this.actions.answer(row.state.runId, String(input.request_id), choice);
+      if (problem !== null) {
         for (const node of card.querySelectorAll("button")) /** @type {HTMLButtonElement} */ (node).disabled = false;
-        this._note(row, `Answer failed: ${await errorMessage(response)}`);
+        this._note(row, `Answer failed: ${problem}`);
       }
     });
   }

@@ -4,7 +4,8 @@
 // stream hub. What it needs from around it (which run, the kernel's model if
 // there is one) comes through a small RunHost adapter.
 
-import { apiBase, apiFetch, errorMessage, newIdempotencyKey, runsUrl } from "./api.js";
+import { RunActions, UNREACHABLE } from "./actions.js";
+import { apiBase, apiFetch, errorMessage, runsUrl } from "./api.js";
 import { getHub } from "./hub.js";
 import {
   button, codeBlock, element, formatAgo, formatCost, formatTokens, inputCard, isCost, kindLabel, parseTime, toolContent,
@@ -292,8 +293,6 @@ export class RunView {
     /** @type {any} */
     this.clock = null;
     this.busy = false;
-    /** @type {string | null} */
-    this.retryKey = null;
     this.loadAttempt = 0;
     /** @type {Rendered | null} */
     this.rendered = null;
@@ -302,6 +301,11 @@ export class RunView {
 
   get api() {
     return apiBase(this.host.baseUrl());
+  }
+
+  /** Cancel, Run again and Answer, on the server this view reads. */
+  get actions() {
+    return new RunActions({ baseUrl: this.api });
   }
 
   /**
@@ -314,7 +318,6 @@ export class RunView {
     this.state = runId ? new RunState(runId) : null;
     this.problem = null;
     this.connection = "connected";
-    this.retryKey = null;
     this.loadAttempt = 0;
     this._changed();
     if (this.state !== null) this._load(this.attachment);
@@ -488,11 +491,8 @@ export class RunView {
     card.dataset.sending = "true";
     for (const node of card.querySelectorAll("button")) /** @type {HTMLButtonElement} */ (node).disabled = true;
     try {
-      const url = `${runsUrl(this.api, state.runId)}/inputs/${encodeURIComponent(input.request_id)}`;
-      const response = await apiFetch(url, { method: "POST", body: { choice } });
-      if (!response.ok) this._say(`Answer failed: ${await errorMessage(response)}`);
-    } catch {
-      this._say("Answer failed: cannot reach the server.");
+      const { problem } = await this.actions.answer(state.runId, input.request_id, choice);
+      if (problem !== null) this._say(`Answer failed: ${problem}`);
     } finally {
       // The resolved event redraws the card; until then (or after a failure) it can be used again.
       card.dataset.sending = "false";
@@ -506,13 +506,8 @@ export class RunView {
     this.busy = true;
     this._changed();
     try {
-      const response = await apiFetch(`${runsUrl(this.api, state.runId)}/cancel`, {
-        method: "POST",
-        body: { reason: "cancelled from the notebook" },
-      });
-      if (!response.ok) this._say(`Cancel failed: ${await errorMessage(response)}`);
-    } catch {
-      this._say("Cancel failed: cannot reach the server.");
+      const { problem } = await this.actions.cancel(state.runId, "cancelled from the notebook");
+      if (problem !== null) this._say(`Cancel failed: ${problem}`);
     } finally {
       this.busy = false;
       this._changed();
@@ -524,22 +519,14 @@ export class RunView {
     if (state === null || this.busy) return;
     this.busy = true;
     this._changed();
-    // The same key until the server answers: a network retry must not start two runs.
-    this.retryKey = this.retryKey || newIdempotencyKey();
     try {
       const old = await apiFetch(runsUrl(this.api, state.runId));
       if (!old.ok) return this._say(`Run again failed: ${await errorMessage(old)}`);
-      const { agent, input, session, metadata } = await old.json();
-      const response = await apiFetch(runsUrl(this.api), {
-        method: "POST",
-        headers: { "Idempotency-Key": this.retryKey },
-        body: { agent, input, session, metadata, retry_of: state.runId },
-      });
-      this.retryKey = null;
-      if (!response.ok) return this._say(`Run again failed: ${await errorMessage(response)}`);
-      this.host.ranAgain(await response.json(), state.runId);
+      const outcome = await this.actions.runAgain(await old.json());
+      if (outcome.problem !== null) return this._say(`Run again failed: ${outcome.problem}`);
+      this.host.ranAgain(outcome.run, state.runId);
     } catch {
-      this._say("Run again failed: cannot reach the server.");
+      this._say(`Run again failed: ${UNREACHABLE}`);
     } finally {
       this.busy = false;
       this._changed();

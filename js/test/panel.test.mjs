@@ -196,6 +196,28 @@ test("Cancel asks the server and shows the run cancelling; Run again starts a re
   assert.equal(rows(panel)[0].dataset.status, "queued");
 });
 
+test("Run again after a network error sends the same Idempotency-Key: one click, one run", async () => {
+  const server = fakeServer([runObject("run_lost", { status: "failed" })]);
+  const { panel } = makePanel(fakeHub());
+  await panel.refresh();
+  const answer = globalThis.fetch;
+  const keys = [];
+  globalThis.fetch = async (url, init = {}) => {
+    if (init.method === "POST") keys.push(init.headers["Idempotency-Key"]);
+    if (keys.length === 1) throw new TypeError("network down");
+    return answer(url, init);
+  };
+  const [row] = rows(panel);
+  row.querySelector(".agentruns-again").click();
+  await until(() => text(row, ".agentruns-panel-note") !== "");
+  assert.equal(text(row, ".agentruns-panel-note"), "Run again failed: cannot reach the server.");
+  row.querySelector(".agentruns-again").click();
+  await until(() => rows(panel)[0].dataset.runId !== "run_lost");
+  assert.equal(keys.length, 2);
+  assert.equal(keys[0], keys[1]);
+  assert.equal(server.posted.length, 1);
+});
+
 test("a failed action says why on its row and changes nothing", async () => {
   fakeServer([runObject("run_gone")]);
   const { panel } = makePanel(fakeHub());
