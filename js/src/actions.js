@@ -39,8 +39,9 @@ export function pageIntents() {
   return page[INTENTS_KEY];
 }
 
+/** Cancel, Run again and Answer for the runs of the server at `baseUrl`: each action sent once, with one key. */
 export class RunActions {
-  /** @param {ActionsOptions} options */
+  /** @param {ActionsOptions} options `intents` only for a test: else the page's */
   constructor(options) {
     this.baseUrl = withSlash(options.baseUrl);
     this.fetch = options.fetch || apiFetch;
