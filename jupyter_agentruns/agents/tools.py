@@ -14,13 +14,14 @@ import json
 import re
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
 
-from . import check_schema, error_object
+from . import check_schema
+from .steps import Approval, tool_step
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -225,14 +226,6 @@ def is_json(value: Any) -> bool:
     return True
 
 
-def jsonable(value: Any) -> Any:
-    """``value`` as JSON data (for an event and the model); ``str()`` of what JSON cannot hold."""
-    try:
-        return json.loads(json.dumps(value, allow_nan=False, default=str))
-    except ValueError:
-        return str(value)
-
-
 # Calls ---------------------------------------------------------------------
 
 
@@ -259,28 +252,42 @@ async def run_tool(
     approved it. ``asked``: the approval question an earlier attempt of the run
     asked for this call (answered, or still open): it is not asked again.
     """
-    denied = None
+    approval = None
     if needs_approval(approve, name, tools):
-        if asked is not None and asked["status"] == "resolved":
-            choice = asked.get("choice") or "unanswered"
-        elif asked is not None:
-            choice = await run.answer_to(asked["request_id"])
-        else:
-            choice = await run.ask(
-                f"Run the tool {name}?",
-                details={"tool": name, "arguments": args},
-                choices=["approve", "deny"],
-                kind="approval",
-            )
-        if choice != "approve":
-            denied = f"a person denied this call of {name} (they chose {choice!r}); it was not run"
-    call_id = await run.tool_started(name, args)
-    if denied is not None:
-        error = {"type": "denied", "message": denied}
-        await run.tool_completed(call_id, ok=False, error=error)
-        return error_text(error)
-    await run.durable()  # the log shows the call before it has any effect
-    try:
+        approval = Approval(
+            f"Run the tool {name}?",
+            details={"tool": name, "arguments": args},
+            refused=f"this call of {name}",
+        )
+    act = _caller(tools, name, args, problem)
+    return (await tool_step(run, name, args, act, approval=approval, asked=asked)).text
+
+
+async def resume_tool(run, tools: dict[str, Tool], name: str, started: dict[str, Any]) -> str:
+    """What the model reads of a call an earlier attempt of the run started (``started``: its step).
+
+    Never made twice, but for an idempotent tool whose server died during the call.
+    """
+    spec = tools.get(name)
+    args = started.get("args") or {}
+    ended = await tool_step(
+        run,
+        name,
+        args,
+        _caller(tools, name, args),
+        earlier=started,
+        idempotent=spec is not None and spec.idempotent,
+    )
+    return ended.text
+
+
+def _caller(
+    tools: dict[str, Tool], name: str, args: dict[str, Any], problem: str | None = None
+) -> Callable[[], Awaitable[Any]]:
+    """The call of the tool ``name`` with ``args``: it fails when there is no such tool, or no
+    such arguments."""
+
+    async def act() -> Any:
         spec = tools.get(name)
         if spec is None:
             offered = ", ".join(tools) or "none"
@@ -288,44 +295,6 @@ async def run_tool(
         if problem is not None:
             raise InvalidToolArguments(problem)
         spec.check(args)
-        result = jsonable(await spec.call(args))
-    except Exception as exc:  # whatever went wrong, the model reads it and may do better
-        error = error_object(exc)
-        await run.tool_completed(call_id, ok=False, error=error)
-        return error_text(error)
-    await run.tool_completed(call_id, result)
-    return result_text(result)
+        return await spec.call(args)
 
-
-async def redo_tool(run, spec: Tool, started: dict[str, Any]) -> str:
-    """Call an idempotent tool again for a call its server died in; completes that call."""
-    try:
-        result = jsonable(await spec.call(started.get("args") or {}))
-    except Exception as exc:
-        error = error_object(exc)
-        await run.tool_completed(started["call_id"], ok=False, error=error)
-        return error_text(error)
-    await run.tool_completed(started["call_id"], result)
-    return result_text(result)
-
-
-def result_text(result: Any) -> str:
-    """A tool's result as the model reads it: a text as it is, other JSON data as JSON."""
-    return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
-
-
-def step_text(step: dict[str, Any]) -> str:
-    """What the caller of a completed tool step read: its text content, else its result."""
-    texts = [
-        item["text"]
-        for item in step.get("content") or []
-        if isinstance(item, dict)
-        and item.get("type") == "text"
-        and isinstance(item.get("text"), str)
-    ]
-    return "\n".join(texts) if texts else result_text(step.get("result"))
-
-
-def error_text(error: dict[str, Any]) -> str:
-    """A failed tool call as the model reads it: its error's type and message."""
-    return f"Error: {error.get('type')}: {error.get('message')}"
+    return act

@@ -10,13 +10,12 @@ unless ``notebook_tools_approval`` is ``"never"``.
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..agents.steps import Approval, Ended, error_text, tool_step
 from ..errors import error_object
 from . import snippets
 from .kernels import (
@@ -90,14 +89,14 @@ def definitions(with_notebook: bool = False) -> list[dict[str, Any]]:
 
 
 @dataclass
-class Outcome:
+class Outcome(Ended):
     """A call's answer: ``text`` for the caller (a model), ``result`` what its step keeps beside it."""
 
-    ok: bool
-    text: str
-    result: Any = None
-    error: dict[str, Any] | None = None
     images: list[dict[str, str]] = field(default_factory=list)
+
+    def content(self) -> list[dict[str, Any]] | None:
+        """What the caller read, kept once as the step's text."""
+        return [{"type": "text", "text": self.text}]
 
 
 class NotebookTools:
@@ -134,51 +133,29 @@ class NotebookTools:
         """
         if name not in TOOLS:
             error = {"type": "unknown_tool", "message": f"there is no notebook tool {name!r}"}
-            return Outcome(False, _error_text(error), error=error)
+            return Outcome(False, error_text(error), error=error)
         if run is None:
             return await self._call(name, args, kernel_id, notebook, run)
-        shown = dict(args)
-        denied = None
+        approval = None
         if self.asks(name) and isinstance(args.get("code"), str):
-            choice = await self._approval(run, args["code"], asked)
-            if choice != "approve":
-                denied = (
-                    f"a person denied running this code (they chose {choice!r}); it was not run"
-                )
-        call_id = await run.tool_started(
-            name, shown, kind=TOOLS[name]["kind"], title=_title(name, args)
+            approval = Approval(
+                "Run this code in the notebook's kernel?",
+                details={"tool": RUN_CODE, "code": args["code"], "language": "python"},
+                refused="running this code",
+            )
+        ended = await tool_step(
+            run,
+            name,
+            dict(args),
+            lambda: self._call(name, args, kernel_id, notebook, run),
+            approval=approval,
+            asked=asked,
+            kind=TOOLS[name]["kind"],
+            title=_title(name, args),
         )
-        if denied is not None:
-            error = {"type": "denied", "message": denied}
-            await run.tool_completed(call_id, ok=False, error=error)
-            return Outcome(False, _error_text(error), error=error)
-        await run.durable()  # the log shows the call before it has any effect
-        try:
-            outcome = await self._call(name, args, kernel_id, notebook, run)
-        except asyncio.CancelledError:
-            # Its caller went away, or the run ends: the step ends too, if the run goes on.
-            error = {"type": "cancelled", "message": "the call was stopped before it ended"}
-            with contextlib.suppress(Exception):
-                await asyncio.shield(run.tool_completed(call_id, ok=False, error=error))
-            raise
-        if outcome.ok:
-            # What the caller read is kept once, as the step's text.
-            content = [{"type": "text", "text": outcome.text}]
-            await run.tool_completed(call_id, outcome.result, content=content)
-        else:
-            await run.tool_completed(call_id, ok=False, error=outcome.error)
-        return outcome
-
-    async def _approval(self, run: Any, code: str, asked: dict[str, Any] | None) -> str:
-        if asked is not None and asked.get("status") == "resolved":
-            return asked.get("choice") or "unanswered"
-        if asked is not None:
-            return await run.answer_to(asked["request_id"])
-        return await run.ask(
-            "Run this code in the notebook's kernel?",
-            details={"tool": RUN_CODE, "code": code, "language": "python"},
-            choices=["approve", "deny"],
-            kind="approval",
+        # A refused call's end is no Outcome of the tool's own.
+        return (
+            ended if isinstance(ended, Outcome) else Outcome(False, ended.text, error=ended.error)
         )
 
     async def _call(
@@ -189,7 +166,7 @@ class NotebookTools:
         except Exception as exc:  # whatever it was, the caller reads it and the step records it
             error = error_object(exc)
             error["message"] = cut_to(str(error.get("message")), 4000)
-            return Outcome(False, _error_text(error), error=error)
+            return Outcome(False, error_text(error), error=error)
         images = sum(encoded_size(image["data"]) + PART_BYTES for image in outcome.images)
         outcome.text = cut_to(outcome.text, self.budget - images - PART_BYTES)
         return outcome
@@ -289,7 +266,3 @@ def _output_text(output: Output, references: list[str]) -> str:
 
 def _more(characters: int) -> str:
     return f"\n… ({characters} more characters not shown)" if characters else ""
-
-
-def _error_text(error: dict[str, Any]) -> str:
-    return f"Error: {error.get('type')}: {error.get('message')}"

@@ -25,6 +25,7 @@ from acp.schema import (
     TextResourceContents,
 )
 
+from ..steps import ask_once
 from . import mapping
 from .client import PERMISSION, UPDATE, Conversation, mcp_servers
 from .errors import AgentError, CannotResume, InvalidInput, Refusal
@@ -335,15 +336,16 @@ class Turn:
         if question is None:
             return None
         await self.translation.tool(tool_call)
-        while self.earlier_questions:
-            earlier = self.earlier_questions.pop(0)
-            try:
-                choice = await self.run.answer_to(earlier["request_id"])
-            except (TimeoutError, ValueError):
-                continue  # closed unanswered meanwhile: ask again
-            return mapping.same_choice(earlier, choice, options)
         title, details, choices = question
-        return await self.run.ask(title, details=details, choices=choices, kind="permission")
+        return await ask_once(
+            self.run,
+            title,
+            details=details,
+            choices=choices,
+            kind="permission",
+            earlier=self.earlier_questions,
+            same=lambda earlier, choice: mapping.same_choice(earlier, choice, options),
+        )
 
     async def write(self, path: str, content: str) -> bool | str:
         """``fs/write_text_file``: written through the contents manager, recorded as a step with its diff."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..tools import Tool, error_text, needs_approval, redo_tool, step_text
+from ..tools import Tool, needs_approval, resume_tool
 from .tool_calls import call_tool, is_notebook_tool
 
 
@@ -14,7 +14,7 @@ class Journal:
 
     Each model call the agent made is a saved turn: the id of the message its
     text streamed into, and its tool calls. Each tool call the model asked for
-    is one ``tool.started`` (in ``run_tool``), in order: the n-th tool of the
+    is one ``tool.started`` (in ``tool_step``), in order: the n-th tool of the
     snapshot answers the n-th call of the saved turns.
     """
 
@@ -65,7 +65,7 @@ class Journal:
         have changed the kernel's state.
         """
         name = call["function"]["name"]
-        # Its approval was asked before it started (run_tool), in call order.
+        # Its approval was asked before it started (tool_step), in call order.
         asked = None
         asks = needs_approval(approve, name, tools) or (
             is_notebook_tool(notebook, tools, name) and notebook.asks(name)
@@ -78,24 +78,7 @@ class Journal:
             return await call_tool(run, tools, call, approve, asked, notebook)
         started = self._tools[self._next_tool]
         self._next_tool += 1
-        if started.get("status") == "running":
-            spec = tools.get(name)
-            if spec is not None and spec.idempotent:
-                # Its server died during it, and doing it again is harmless.
-                message = await redo_tool(run, spec, started)
-                return {"role": "tool", "tool_call_id": call["id"], "content": message}
-            error = {
-                "type": "interrupted",
-                "message": f"the call of {name} was interrupted when its server stopped, and "
-                "was not repeated (it is not declared idempotent): it may or may not have "
-                "taken effect",
-            }
-            await run.tool_completed(started["call_id"], ok=False, error=error)
-            return {"role": "tool", "tool_call_id": call["id"], "content": error_text(error)}
-        if started.get("status") == "completed":
-            content = step_text(started)
-        else:
-            content = error_text(started.get("error") or {})
+        content = await resume_tool(run, tools, name, started)
         return {"role": "tool", "tool_call_id": call["id"], "content": content}
 
 

@@ -6,7 +6,8 @@ import json
 from collections.abc import Collection
 from typing import Any
 
-from ..tools import Tool, error_text, run_tool
+from ..steps import error_text
+from ..tools import Tool, run_tool
 from .errors import InvalidInput
 
 
