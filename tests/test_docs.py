@@ -1,8 +1,9 @@
 """The documentation: its examples run as written, and its reference misses nothing.
 
 The reference pages are generated from the code when the site is built
-(docs/_ext/agentruns_reference.py); these tests call the generator itself,
-without Sphinx (``bash scripts/docs`` builds the site).
+(docs/_ext/agentruns_reference.py, and agentruns_api.py from the docstrings);
+these tests call the generators themselves, without Sphinx (``bash scripts/docs``
+builds the site).
 """
 
 import asyncio
