@@ -4,14 +4,14 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "_ext"))  # the reference generator, the images check
+sys.path.insert(0, str(HERE / "_ext"))  # the reference generators, the images check
 sys.path.insert(0, str(HERE.parent))  # the package, from the clone, when not installed
 
 project = "jupyter_agentruns"
 author = "jupyter_agentruns contributors"
 copyright = "jupyter_agentruns contributors"
 
-extensions = ["myst_parser", "agentruns_reference", "agentruns_images"]
+extensions = ["myst_parser", "agentruns_reference", "agentruns_api", "agentruns_images"]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
 # The generated reference is included into hand-written pages, never read on its own.

@@ -71,9 +71,9 @@ class Run(anywidget.AnyWidget):
     _esm = _asset("widget.js")
     _css = _asset("widget.css")
 
-    run_id = traitlets.Unicode("").tag(sync=True)
-    last_seq = traitlets.Int(0).tag(sync=True)
-    status = traitlets.Unicode("").tag(sync=True)
+    run_id = traitlets.Unicode("", help="The run's id.").tag(sync=True)
+    last_seq = traitlets.Int(0, help="The run's last seq, as last seen.").tag(sync=True)
+    status = traitlets.Unicode("", help="The run's status, as last seen.").tag(sync=True)
     base_url = traitlets.Unicode("/").tag(sync=True)
     reattached = traitlets.Bool(
         False, help="This cell found an existing run instead of starting one."
@@ -177,6 +177,7 @@ class Run(anywidget.AnyWidget):
 
     @property
     def done(self) -> bool:
+        """Whether the run is terminal (succeeded, failed, cancelled or interrupted)."""
         return self.refresh()["status"] in TERMINAL_STATUSES
 
     def wait(self, timeout: float | None = None) -> Run:

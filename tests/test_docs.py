@@ -1,8 +1,9 @@
 """The documentation: its examples run as written, and its reference misses nothing.
 
 The reference pages are generated from the code when the site is built
-(docs/_ext/agentruns_reference.py); these tests call the generator itself,
-without Sphinx (``bash scripts/docs`` builds the site).
+(docs/_ext/agentruns_reference.py, and agentruns_api.py from the docstrings);
+these tests call the generators themselves, without Sphinx (``bash scripts/docs``
+builds the site).
 """
 
 import asyncio
@@ -30,6 +31,7 @@ ROOT = Path(__file__).parent.parent
 DOCS = ROOT / "docs"
 README = (ROOT / "README.md").read_text()
 sys.path.insert(0, str(DOCS / "_ext"))
+import agentruns_api as api_reference  # noqa: E402
 import agentruns_reference as reference  # noqa: E402
 
 
@@ -164,6 +166,71 @@ def test_every_event_type_has_its_entry():
     assert {"run.resumed", "plan.updated", "input.resolved"} <= types
     for type in types:
         assert f"| `{type}` |" in table, type
+
+
+def headings(text: str) -> set[str]:
+    return set(re.findall(r"^#+ `([^`]+)`$", text, re.M))
+
+
+def test_every_name_a_notebook_imports_has_its_entry():
+    notebook = headings(api_reference.notebook_api_markdown())
+    agent = headings(api_reference.agent_api_markdown())
+    for name in set(jupyter_agentruns.__all__) - {"__version__"}:
+        assert f"jupyter_agentruns.{name}" in (agent if name == "agent" else notebook), name
+    members = {name for name in vars(jupyter_agentruns.Run) if not name.startswith("_")}
+    assert {"wait", "cancel", "answer", "done", "status", "record"} <= members
+    for name in members - api_reference.VIEW_STATE:
+        assert f"run.{name}" in notebook, name
+    assert "jupyter_agentruns.submit(\n    agent: str,\n" in api_reference.notebook_api_markdown()
+
+
+def test_everything_an_agent_is_given_has_its_entry():
+    text = api_reference.agent_api_markdown()
+    shown = headings(text)
+    from jupyter_agentruns import agents
+
+    for name in set(agents.__all__) - api_reference.SERVER_SIDE:
+        assert {f"jupyter_agentruns.agents.{name}", f"jupyter_agentruns.{name}"} & shown, name
+    # What the run an agent really gets offers, methods and attributes alike.
+    offered = api_reference.agent_run_names()
+    assert {"text", "ask", "cancelled", "run_id", "notebook_tools", "checkpoint"} <= offered
+    for name in offered:
+        assert f"run.{name}" in shown, name
+    assert "await run.ask(\n    title: str," in text
+
+
+@pytest.fixture
+def bare_module(tmp_path, monkeypatch):
+    (tmp_path / "bare_api.py").write_text(
+        "import traitlets\n\n\n"
+        "class Bare(traitlets.HasTraits):\n"
+        '    """Documented itself."""\n\n'
+        "    size = traitlets.Int(0)\n"
+        "    name: str\n\n"
+        "    async def go(self) -> None:\n"
+        "        pass\n\n"
+        "    def stop(self) -> None:\n"
+        '        """Documented."""\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "bare_api.Bare"
+    sys.modules.pop("bare_api", None)
+
+
+def test_a_public_member_without_a_docstring_fails_the_reference(bare_module):
+    members = [api_reference.member(bare_module), *api_reference.class_members(bare_module, "b")]
+    assert [m.path for m in members] == ["bare_api.Bare", "b.size", "b.name", "b.go", "b.stop"]
+    with pytest.raises(api_reference.Undocumented) as caught:
+        api_reference.page([("Bare", members)])
+    assert str(caught.value).endswith(": bare_api.Bare.size, bare_api.Bare.name, bare_api.Bare.go")
+
+
+def test_a_method_of_the_run_that_its_protocol_does_not_describe_fails_the_reference(
+    bare_module, monkeypatch
+):
+    monkeypatch.setattr(api_reference, "AGENT_RUN_IMPLEMENTATION", bare_module)
+    with pytest.raises(api_reference.Undocumented, match="offers go, name, size, stop"):
+        api_reference.agent_api_markdown()
 
 
 # The examples run -----------------------------------------------------------

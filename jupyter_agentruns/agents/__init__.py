@@ -75,10 +75,20 @@ class Run(Protocol):
     """
 
     run_id: str
+    """The run's id (``run_…``)."""
+
     agent: str
+    """The name the run was submitted to (this agent's, as registered)."""
+
     input: Any
+    """The submit's ``input``, valid against the agent's input schema."""
+
     owner: str
+    """Who submitted the run."""
+
     session: str | None
+    """The session the run belongs to (a notebook's path, by default), or None."""
+
     metadata: dict[str, Any]
     """What the submit said about the run (``cell_id``, ``notebook``, ``kernel_id``, ``title``, ...)."""
 
@@ -104,7 +114,8 @@ class Run(Protocol):
     async def text(self, delta: str, message_id: str | None = None) -> int:
         """Stream a piece of text into a message (the current one by default)."""
 
-    async def message_completed(self, message_id: str | None = None) -> int: ...
+    async def message_completed(self, message_id: str | None = None) -> int:
+        """End a message (the current one by default)."""
 
     async def tool_started(
         self,
@@ -142,7 +153,8 @@ class Run(Protocol):
     def tool(self, name: str, args: dict[str, Any] | None = None) -> Any:
         """``async with run.tool(name, args) as call: call.result = ...`` (an exception marks it failed)."""
 
-    async def progress(self, fraction: float | None, message: str = "") -> int: ...
+    async def progress(self, fraction: float | None, message: str = "") -> int:
+        """How far the run is: ``fraction`` from 0 to 1 (None: unknown), and a word on it."""
 
     async def usage(self, input_tokens: int, output_tokens: int) -> int:
         """Token totals so far (each usage event replaces the last).

@@ -25,7 +25,7 @@ from ..broadcaster import (
     mark,
     wait_since,
 )
-from ..cursor import check_cursor, parse_cursor
+from ..cursor import StreamRun, check_cursor
 from ..errors import Problem, run_not_found
 from ..events import FRAME, envelope_of, sse
 from ..lifecycle import is_terminal
@@ -230,14 +230,15 @@ class Streams:
         tail_json = jsonio.dumps(tail, compact=True)
         return '{"events":[' + ",".join(map(envelope_of, events)) + "]," + tail_json[1:]
 
-    async def page(self, owner: str, pairs: list[tuple[str, str]]) -> PageStream:
-        """The page stream of ``pairs`` (run id, raw cursor): a run that is unknown, not the
+    async def page(self, owner: str, runs: list[StreamRun]) -> PageStream:
+        """The page stream of ``runs`` (run id, parsed cursor): a run that is unknown, not the
         caller's, or whose cursor is wrong gets an ``error`` frame; the others go on."""
         opening: list[str] = []
         subscribers: list[Subscriber] = []
-        for run_id, raw_cursor in pairs:
+        for run_id, cursor in runs:
             try:
-                cursor = parse_cursor(None, raw_cursor)
+                if isinstance(cursor, Problem):
+                    raise cursor
                 row = await self.owned_head(owner, run_id)
                 check_cursor(cursor, row["last_seq"])
             except Problem as error:

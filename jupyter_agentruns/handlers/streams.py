@@ -13,29 +13,10 @@ from __future__ import annotations
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..errors import invalid_request
+from ..cursor import parse_stream_runs
 from ..store import StoreUnavailable
 from . import sse
 from .base import AgentRunsHandler
-
-MAX_RUNS = 50
-
-
-def parse_runs(raw: str | None) -> list[tuple[str, str]]:
-    """``run_id:cursor,…`` to ``[(run_id, raw_cursor)]`` (cursors are checked per run)."""
-    if not raw:
-        raise invalid_request("List the runs to follow: ?runs=<run_id>:<cursor>,<run_id>:<cursor>")
-    pairs = []
-    for item in raw.split(","):
-        run_id, colon, cursor = item.partition(":")
-        if not run_id or not colon:
-            raise invalid_request(f"{item!r} is not of the form <run_id>:<cursor>.")
-        pairs.append((run_id, cursor))
-    if len(pairs) > MAX_RUNS:
-        raise invalid_request(f"At most {MAX_RUNS} runs per stream, not {len(pairs)}.")
-    if len({run_id for run_id, _ in pairs}) != len(pairs):
-        raise invalid_request("Each run may be listed once.")
-    return pairs
 
 
 class StreamsHandler(AgentRunsHandler):
@@ -44,7 +25,8 @@ class StreamsHandler(AgentRunsHandler):
     async def get(self) -> None:
         engine = self.engine
         await engine.start()
-        stream = await engine.streams.page(self.owner, parse_runs(self.get_argument("runs", None)))
+        runs = parse_stream_runs(self.get_argument("runs", None))
+        stream = await engine.streams.page(self.owner, runs)
         if stream.empty:
             self.set_status(204)
             self.finish()
