@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import words
 from ..questions import option_names
-from ..runtable import token_count
+from ..kernel.runtable import token_count
 from ..words import parse_time
 
 TEXT_PREVIEW = 300
