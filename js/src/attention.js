@@ -9,7 +9,7 @@
 
 import { apiFetch, errorMessage, runsUrl, withSlash } from "./api.js";
 import { TITLE_CHARS, cutText, parseTime } from "./dom.js";
-import { getHub } from "./hub.js";
+import { getStreamHub } from "./streamhub.js";
 import { openInputs } from "./reducer.js";
 import { RunState } from "./runstate.js";
 import { choiceName, formatDuration, runTitle } from "./words.js";
@@ -23,7 +23,7 @@ export const LONG_RUN_MS = 60_000;
 
 /**
  * @typedef {import("./runstate.js").Run} Run
- * @typedef {import("./hub.js").Hub} Hub
+ * @typedef {import("./streamhub.js").StreamHub} StreamHub
  * @typedef {{running: number, waiting: number}} Counts
  * @typedef {{
  *   onCounts?: (counts: Counts) => void,
@@ -34,7 +34,7 @@ export const LONG_RUN_MS = 60_000;
  * @typedef {{state: RunState, unfollow: (() => void) | null, open: Set<string>, rereading: boolean}} Watched
  * @typedef {{
  *   baseUrl: string,
- *   hub?: Hub,
+ *   hub?: StreamHub,
  *   fetch?: (url: string, init?: any) => Promise<Response>,
  *   setInterval?: (fn: () => void, ms: number) => any,
  *   clearInterval?: (id: any) => void,
@@ -153,7 +153,7 @@ export class RunWatch {
   /** @param {WatchOptions} options */
   constructor(options) {
     this.baseUrl = withSlash(options.baseUrl);
-    this.hub = options.hub || getHub({ baseUrl: this.baseUrl });
+    this.hub = options.hub || getStreamHub({ baseUrl: this.baseUrl });
     this.fetch = options.fetch || null;
     this.setInterval = options.setInterval || ((/** @type {() => void} */ fn, /** @type {number} */ ms) => globalThis.setInterval(fn, ms));
     this.clearInterval = options.clearInterval || ((/** @type {any} */ id) => globalThis.clearInterval(id));

@@ -6,7 +6,7 @@
 // finds runs started elsewhere (another tab, the command line, a kernel).
 
 import { apiFetch, errorMessage, newIdempotencyKey, runsUrl, withSlash } from "./api.js";
-import { getHub } from "./hub.js";
+import { getStreamHub } from "./streamhub.js";
 import { openInputs } from "./reducer.js";
 import { RunState } from "./runstate.js";
 import { RUN_DELETED_EVENT, runPagesOpen } from "./links.js";
@@ -30,7 +30,7 @@ export const SORTS = Object.freeze(["newest", "oldest", "status", "title"]);
 
 /**
  * @typedef {import("./runstate.js").Run} Run
- * @typedef {import("./hub.js").Hub} Hub
+ * @typedef {import("./streamhub.js").StreamHub} StreamHub
  * @typedef {{
  *   baseUrl: string,
  *   openPath?: (path: string) => void,
@@ -38,7 +38,7 @@ export const SORTS = Object.freeze(["newest", "oldest", "status", "title"]);
  *   openTable?: () => void,
  *   layout?: "sidebar" | "table",
  *   serverRoot?: string | null,
- *   hub?: Hub,
+ *   hub?: StreamHub,
  *   now?: () => number,
  *   setInterval?: (fn: () => void, ms: number) => any,
  *   clearInterval?: (id: any) => void,
@@ -110,7 +110,7 @@ export class RunsPanel {
     this.openRun = options.openRun || null;
     this.layout = options.layout || "sidebar";
     this.serverRoot = options.serverRoot || null;
-    this.hub = options.hub || getHub({ baseUrl: this.baseUrl });
+    this.hub = options.hub || getStreamHub({ baseUrl: this.baseUrl });
     this.now = options.now || Date.now;
     this.setInterval = options.setInterval || ((/** @type {() => void} */ fn, /** @type {number} */ ms) => globalThis.setInterval(fn, ms));
     this.clearInterval = options.clearInterval || ((/** @type {any} */ id) => globalThis.clearInterval(id));
