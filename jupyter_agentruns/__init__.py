@@ -17,7 +17,7 @@ _NOTEBOOK_API = {"Run", "attach", "runs", "submit"}
 
 def __getattr__(name: str):
     if name in _NOTEBOOK_API:
-        from . import widget
+        from .kernel import widget
 
         return getattr(widget, name)
     if name == "agent":

@@ -16,8 +16,8 @@ from .agents.acp import acp_agents
 from .engine import Engine
 from .handlers import default_handlers
 from .handlers.base import SHARED_OWNER, say_once
-from .notebook import Kernels, NotebookAccess, NotebookTools
-from .notebook.mcp import NotebookMCP, sdk_problem
+from .notebook_tools import Kernels, NotebookAccess, NotebookTools
+from .notebook_tools.mcp import NotebookMCP, sdk_problem
 from .sessions import SessionPaths
 from .settings import Settings, SettingsTraits
 from .store import Store, StoreRefused, StoreUnavailable, UnsafeStore, factory

@@ -622,7 +622,7 @@ async def test_a_stuck_agent_fails_agent_silent_after_agent_silence_seconds(api)
 
 def test_an_agent_s_stderr_never_shows_a_run_s_notebook_tools_token():
     from jupyter_agentruns.agents.acp.processes import AgentProcess, last_lines
-    from jupyter_agentruns.notebook import NotebookAccess
+    from jupyter_agentruns.notebook_tools import NotebookAccess
 
     access = NotebookAccess(None, owner_mode="per-user")  # type: ignore[arg-type]  # tokens only
     token = access.token_for("run_a")

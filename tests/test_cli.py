@@ -27,7 +27,7 @@ import rawdb
 from tcpproxy import TcpProxy
 
 from jupyter_agentruns.cli import build_parser, exits, output
-from jupyter_agentruns.client import Server, find_server, redact_url
+from jupyter_agentruns.kernel.client import Server, find_server, redact_url
 from jupyter_agentruns.store.postgres import PostgresStore
 from jupyter_agentruns.store.sqlite import SQLiteStore
 
@@ -614,7 +614,7 @@ def other_site():
 
 @pytest.mark.timeout(60)
 def test_a_proxys_error_page_is_one_line_saying_when_to_try_again(other_site):
-    from jupyter_agentruns.client import AgentRunsError, Client
+    from jupyter_agentruns.kernel.client import AgentRunsError, Client
 
     client = Client(Server(f"{other_site}/gateway/", "t", "/gateway/"), timeout=10)
     with pytest.raises(AgentRunsError) as raised:
@@ -831,7 +831,7 @@ def test_tail_waits_for_a_server_that_does_not_answer_yet(servers, tails, proxy)
 
 def test_tail_waits_at_least_what_the_streams_retry_says_before_reconnecting():
     from jupyter_agentruns.cli.remote import Backoff
-    from jupyter_agentruns.client import _sse_frames
+    from jupyter_agentruns.kernel.client import _sse_frames
 
     floors = []
     body = [b"retry: 4000\n", b"\n", b": ping\n", b"\n", b"id: 1\n", b'data: {"seq": 1}\n', b"\n"]

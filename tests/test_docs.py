@@ -18,11 +18,12 @@ from prometheus_client import REGISTRY
 from traitlets.config import Configurable
 
 import jupyter_agentruns
-from jupyter_agentruns import executor, lifecycle, widget
+from jupyter_agentruns import executor, lifecycle
 from jupyter_agentruns.agents.openai.agent import OpenAIAgent
 from jupyter_agentruns.agents.tools import describe_tool
 from jupyter_agentruns.app import AgentRuns
 from jupyter_agentruns.cli import build_parser
+from jupyter_agentruns.kernel import widget
 from jupyter_agentruns.settings import SettingsTraits
 
 from conftest import all_events, submit, wait_run

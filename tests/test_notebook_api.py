@@ -252,7 +252,7 @@ def test_cancel_wait_and_errors_from_the_kernel(lab):
     server, http, kernel = lab
     code = """
 from jupyter_agentruns import submit, runs
-from jupyter_agentruns.client import AgentRunsError
+from jupyter_agentruns.kernel.client import AgentRunsError
 run = submit("demo", {"prompt": "slow", "chunks": 500, "delay": 0.05}, display=False)
 try:
     run.wait(timeout=0.3)
@@ -279,7 +279,7 @@ def test_session_policies_from_the_kernel(lab):
     server, http, kernel = lab
     code = """
 from jupyter_agentruns import submit
-from jupyter_agentruns.client import AgentRunsError
+from jupyter_agentruns.kernel.client import AgentRunsError
 first = submit("demo", {"prompt": "slow", "chunks": 500, "delay": 0.05}, session="chat", display=False)
 try:
     submit("demo", {"prompt": "next"}, session="chat", session_policy="reject", display=False)
@@ -374,7 +374,7 @@ def test_outside_a_notebook_an_explicit_url_and_token_work(lab, tmp_path):
 def test_submit_refuses_nan_and_infinity_before_sending_naming_where(
     input, metadata, where, monkeypatch
 ):
-    from jupyter_agentruns import widget
+    from jupyter_agentruns.kernel import widget
 
     def no_network(*args, **kwargs):
         raise AssertionError("submit() reached for the server")

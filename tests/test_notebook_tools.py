@@ -26,7 +26,7 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from jupyter_agentruns.notebook import availability
+from jupyter_agentruns.notebook_tools import availability
 
 from fake_openai import FakeOpenAI, answer, tool_calls
 from servers import ServerProcess, wait_status

@@ -1212,7 +1212,7 @@ def test_without_mcp_servers_the_input_names_no_server_tool():
 
 
 async def test_an_mcp_tool_is_redone_on_resume_only_where_its_server_says_it_is_harmless():
-    from jupyter_agentruns.agents.mcp_servers import mcp_tools
+    from jupyter_agentruns.agents.mcp_client import mcp_tools
 
     servers = {"tests": {"command": [sys.executable, MCP_SERVER]}}
     async with mcp_tools(servers) as tools:
@@ -1464,7 +1464,7 @@ async def test_a_real_filesystem_mcp_server_reads_and_writes_for_the_agent_once_
 
 
 async def test_a_real_mcp_servers_calls_are_redone_on_resume_as_its_annotations_say(files_data):
-    from jupyter_agentruns.agents.mcp_servers import mcp_tools
+    from jupyter_agentruns.agents.mcp_client import mcp_tools
 
     servers = {"files": {"command": [filesystem_server(), str(files_data)]}}
     async with mcp_tools(servers) as tools:

@@ -2,7 +2,7 @@
 
 from datetime import datetime, timezone
 
-from jupyter_agentruns.runtable import RunList
+from jupyter_agentruns.kernel.runtable import RunList
 
 NOW = datetime(2026, 1, 1, 0, 10, tzinfo=timezone.utc)
 

@@ -12,8 +12,8 @@ from nbconvert.filters.markdown import markdown2html
 
 from jupyter_agentruns import words
 from jupyter_agentruns.cli import output
+from jupyter_agentruns.kernel.runtable import RunList
 from jupyter_agentruns.record import run_markdown
-from jupyter_agentruns.runtable import RunList
 
 CASES = json.loads((Path(__file__).parent / "vectors" / "words" / "cases.json").read_text())
 NOW = datetime.fromisoformat(CASES["now"].replace("Z", "+00:00"))

@@ -10,7 +10,7 @@
 import { RunActions } from "./actions.js";
 import { apiFetch, runsUrl, withSlash } from "./api.js";
 import { TITLE_CHARS, cutText, parseTime } from "./dom.js";
-import { getHub } from "./hub.js";
+import { getStreamHub } from "./streamhub.js";
 import { openInputs } from "./reducer.js";
 import { RunState } from "./runstate.js";
 import { choiceName, formatDuration, runTitle } from "./words.js";
@@ -24,7 +24,7 @@ export const LONG_RUN_MS = 60_000;
 
 /**
  * @typedef {import("./runstate.js").Run} Run
- * @typedef {import("./hub.js").Hub} Hub
+ * @typedef {import("./streamhub.js").StreamHub} StreamHub
  * @typedef {{running: number, waiting: number}} Counts
  * @typedef {{
  *   onCounts?: (counts: Counts) => void,
@@ -35,7 +35,7 @@ export const LONG_RUN_MS = 60_000;
  * @typedef {{state: RunState, unfollow: (() => void) | null, open: Set<string>, rereading: boolean}} Watched
  * @typedef {{
  *   baseUrl: string,
- *   hub?: Hub,
+ *   hub?: StreamHub,
  *   fetch?: (url: string, init?: any) => Promise<Response>,
  *   setInterval?: (fn: () => void, ms: number) => any,
  *   clearInterval?: (id: any) => void,
@@ -154,7 +154,7 @@ export class RunWatch {
   /** @param {WatchOptions} options */
   constructor(options) {
     this.baseUrl = withSlash(options.baseUrl);
-    this.hub = options.hub || getHub({ baseUrl: this.baseUrl });
+    this.hub = options.hub || getStreamHub({ baseUrl: this.baseUrl });
     this.fetch = options.fetch || null;
     this.actions = new RunActions({ baseUrl: this.baseUrl, fetch: options.fetch });
     this.setInterval = options.setInterval || ((/** @type {() => void} */ fn, /** @type {number} */ ms) => globalThis.setInterval(fn, ms));

@@ -7,7 +7,7 @@
 
 import { RunActions } from "./actions.js";
 import { apiFetch, errorMessage, runsUrl, withSlash } from "./api.js";
-import { getHub } from "./hub.js";
+import { getStreamHub } from "./streamhub.js";
 import { openInputs } from "./reducer.js";
 import { RunState } from "./runstate.js";
 import { RUN_DELETED_EVENT, runPagesOpen } from "./links.js";
@@ -31,7 +31,7 @@ export const SORTS = Object.freeze(["newest", "oldest", "status", "title"]);
 
 /**
  * @typedef {import("./runstate.js").Run} Run
- * @typedef {import("./hub.js").Hub} Hub
+ * @typedef {import("./streamhub.js").StreamHub} StreamHub
  * @typedef {{
  *   baseUrl: string,
  *   openPath?: (path: string) => void,
@@ -39,7 +39,7 @@ export const SORTS = Object.freeze(["newest", "oldest", "status", "title"]);
  *   openTable?: () => void,
  *   layout?: "sidebar" | "table",
  *   serverRoot?: string | null,
- *   hub?: Hub,
+ *   hub?: StreamHub,
  *   now?: () => number,
  *   setInterval?: (fn: () => void, ms: number) => any,
  *   clearInterval?: (id: any) => void,
@@ -111,7 +111,7 @@ export class RunsPanel {
     this.openRun = options.openRun || null;
     this.layout = options.layout || "sidebar";
     this.serverRoot = options.serverRoot || null;
-    this.hub = options.hub || getHub({ baseUrl: this.baseUrl });
+    this.hub = options.hub || getStreamHub({ baseUrl: this.baseUrl });
     this.actions = new RunActions({ baseUrl: this.baseUrl });
     this.now = options.now || Date.now;
     this.setInterval = options.setInterval || ((/** @type {() => void} */ fn, /** @type {number} */ ms) => globalThis.setInterval(fn, ms));

@@ -6,7 +6,7 @@
 
 import { RunActions, UNREACHABLE } from "./actions.js";
 import { apiBase, apiFetch, errorMessage, runsUrl } from "./api.js";
-import { getHub } from "./hub.js";
+import { getStreamHub } from "./streamhub.js";
 import {
   button, codeBlock, element, formatAgo, formatCost, formatTokens, inputCard, isCost, kindLabel, parseTime, toolContent,
 } from "./dom.js";
@@ -411,7 +411,7 @@ export class RunView {
     const current = (handler) => (/** @type {T} */ value) => {
       if (attachment === this.attachment && this.state === state) handler(value);
     };
-    const hub = getHub({ baseUrl: this.api });
+    const hub = getStreamHub({ baseUrl: this.api });
     this.unregister = hub.register(state.runId, state.lastSeq, {
       onEvent: current((envelope) => this._event(envelope)),
       onSnapshot: current((run) => this._snapshot(run)),

@@ -14,7 +14,7 @@ import argparse
 import sys
 from typing import TextIO
 
-from ..client import AgentRunsError, Client, ServerNotFound, find_server
+from ..kernel.client import AgentRunsError, Client, ServerNotFound, find_server
 from ..lifecycle import ALL_STATUSES
 from . import exits
 from .exits import CliError

@@ -7,7 +7,7 @@ for the other.
 
 from __future__ import annotations
 
-from ..client import AgentRunsError
+from ..kernel.client import AgentRunsError
 
 OK = 0
 FAILED = 1  # the run failed (tail); doctor found a problem; copy refused or failed

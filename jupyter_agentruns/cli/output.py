@@ -21,8 +21,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .. import words
+from ..kernel.runtable import token_count
 from ..questions import option_names
-from ..runtable import token_count
 from ..words import parse_time
 
 TEXT_PREVIEW = 300

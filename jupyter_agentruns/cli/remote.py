@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..client import AgentRunsError, Client, NotAgentRunsServer, ServerNotFound
+from ..kernel.client import AgentRunsError, Client, NotAgentRunsServer, ServerNotFound
 from ..lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES
 from ..questions import choice_for, choice_name
 from . import exits, output

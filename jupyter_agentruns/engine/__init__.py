@@ -40,7 +40,7 @@ from ..compaction import Compactor
 from ..errors import Problem
 from ..events import EVENT, Append
 from ..executor import Execution, Executor
-from ..notebook import NotebookAccess
+from ..notebook_tools import NotebookAccess
 from ..reader import Reader
 from ..sessions import SessionPaths
 from ..settings import Settings

@@ -83,7 +83,7 @@ class MCPHandler(AgentRunsHandler):
         await self._serve()
 
     async def _serve(self) -> None:
-        from ..notebook.mcp import SCOPE_CALLER, Caller
+        from ..notebook_tools.mcp import SCOPE_CALLER, Caller
 
         self.check_body_size()
         notebook_mcp = self.settings.get("agentruns_mcp")

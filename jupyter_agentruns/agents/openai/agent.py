@@ -16,7 +16,7 @@ from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, validat
 from traitlets.config import Configurable
 
 from .. import error_object, import_object
-from ..mcp_servers import mcp_tools
+from ..mcp_client import mcp_tools
 from ..tools import Tool, describe_tool
 from .conversation import conversation, input_schema
 from .errors import MaxToolIterationsExceeded, UpstreamError

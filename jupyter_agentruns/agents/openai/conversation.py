@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..mcp_servers import SEPARATOR
+from ..mcp_client import SEPARATOR
 
 
 def conversation(input: dict[str, Any]) -> list[dict[str, Any]]:

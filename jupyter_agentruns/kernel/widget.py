@@ -21,7 +21,10 @@ from typing import Any
 import anywidget
 import traitlets
 
-from . import jsonio
+from .. import jsonio
+from ..lifecycle import TERMINAL_STATUSES
+from ..questions import choice_for
+from ..record import run_markdown
 from .client import (
     MAX_CELL_SOURCE_CHARS,
     AgentRunsError,
@@ -34,19 +37,16 @@ from .client import (
     kernel_id,
     source_digest,
 )
-from .lifecycle import TERMINAL_STATUSES
-from .questions import choice_for
-from .record import run_markdown
 from .runtable import RunList
 
 MIME_TYPE = "application/vnd.jupyter.agentruns.run+json"
 
-_HERE = Path(__file__).parent
+_PACKAGE = Path(__file__).parent.parent
 
 
 def _asset(name: str) -> Path:
     # Built from js/ by the wheel or editable install (``npm run build`` in js/ by hand).
-    path = _HERE / "static" / name
+    path = _PACKAGE / "static" / name
     if not path.exists():
         raise ImportError(
             f"jupyter_agentruns is missing its front end ({path}): "

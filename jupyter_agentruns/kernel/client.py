@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from . import jsonio
-from .idempotency import fingerprinted_metadata
-from .lifecycle import TERMINAL_STATUSES
+from .. import jsonio
+from ..idempotency import fingerprinted_metadata
+from ..lifecycle import TERMINAL_STATUSES
 
 
 class OneLineError(Exception):

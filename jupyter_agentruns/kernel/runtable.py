@@ -12,8 +12,8 @@ import math
 from datetime import datetime, timezone
 from typing import Any
 
-from . import words
-from .words import parse_time
+from .. import words
+from ..words import parse_time
 
 STATUS_COLOURS = {
     "queued": "#616161",

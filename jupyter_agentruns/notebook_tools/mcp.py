@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import importlib.util
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from . import NotebookAccess
@@ -43,6 +43,13 @@ def sdk_problem() -> str | None:
         f"the notebook tools' MCP server needs the mcp package (no module {missing[0]!r}): "
         "pip install 'jupyter_agentruns[mcp]'"
     )
+
+
+def _import_mcp_server() -> ModuleType:
+    # In a thread: the SDK's import is most of a second of CPU, which the loop must not wait on.
+    from . import mcp_server
+
+    return mcp_server
 
 
 class NotebookMCP:
@@ -72,7 +79,7 @@ class NotebookMCP:
         await self.manager.handle_request(scope, receive, send)
 
     async def _run(self) -> None:
-        made = await asyncio.to_thread(importlib.import_module, f"{__package__}.mcp_server")
+        made = await asyncio.to_thread(_import_mcp_server)
         self.manager = made.session_manager(self.access)
         async with self.manager.run():
             self._ready.set()

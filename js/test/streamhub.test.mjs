@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Hub, MAX_RUNS_PER_STREAM, getHub } from "../src/hub.js";
+import { StreamHub, MAX_RUNS_PER_STREAM, getStreamHub } from "../src/streamhub.js";
 
 const encoder = new TextEncoder();
 
@@ -100,7 +100,7 @@ function fakeServer() {
 function setup({ random = () => 0 } = {}) {
   const clock = new FakeClock();
   const server = fakeServer();
-  const hub = new Hub({
+  const hub = new StreamHub({
     baseUrl: "/base/",
     fetch: server.fetch,
     setTimeout: clock.setTimeout,
@@ -163,7 +163,7 @@ test("by default the stream and the hub's reads carry the XSRF token: JupyterHub
   globalThis.document = { cookie: "_xsrf=tok", getElementById: () => null };
   try {
     const clock = new FakeClock();
-    const hub = new Hub({ baseUrl: "/user/ada/", setTimeout: clock.setTimeout, clearTimeout: clock.clearTimeout });
+    const hub = new StreamHub({ baseUrl: "/user/ada/", setTimeout: clock.setTimeout, clearTimeout: clock.clearTimeout });
     const [a] = await connected(hub, clock, server, [["run_a", 0]]);
     const stream = server.requests[0];
     assert.equal(stream.url, "/user/ada/api/agentruns/streams?runs=run_a:0");
@@ -549,18 +549,18 @@ test(`beyond ${MAX_RUNS_PER_STREAM} runs, the rest wait for a run to finish`, as
 test("two copies of the module share one hub through globalThis", async () => {
   delete globalThis.__jupyterAgentrunsHub;
   try {
-    const one = await import("../src/hub.js?copy=1");
-    const two = await import("../src/hub.js?copy=2");
-    assert.notEqual(one.Hub, two.Hub, "really two copies");
+    const one = await import("../src/streamhub.js?copy=1");
+    const two = await import("../src/streamhub.js?copy=2");
+    assert.notEqual(one.StreamHub, two.StreamHub, "really two copies");
     const clock = new FakeClock();
     const server = fakeServer();
-    const hub = one.getHub({ baseUrl: "/", fetch: server.fetch, setTimeout: clock.setTimeout, clearTimeout: clock.clearTimeout });
-    assert.equal(two.getHub(), hub);
-    assert.equal(getHub(), hub);
+    const hub = one.getStreamHub({ baseUrl: "/", fetch: server.fetch, setTimeout: clock.setTimeout, clearTimeout: clock.clearTimeout });
+    assert.equal(two.getStreamHub(), hub);
+    assert.equal(getStreamHub(), hub);
     const a = recorder();
     const b = recorder();
-    one.getHub().register("run_a", 0, a.listener);
-    two.getHub().register("run_b", 0, b.listener);
+    one.getStreamHub().register("run_a", 0, a.listener);
+    two.getStreamHub().register("run_b", 0, b.listener);
     await clock.advance(50);
     assert.equal(server.requests.length, 1);
     assert.equal(server.last().runs, "run_a:0,run_b:0");

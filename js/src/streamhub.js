@@ -29,10 +29,11 @@ import { isTerminal, isTerminalType } from "./status.js";
  *   setTimeout?: (fn: () => void, ms: number) => any,
  *   clearTimeout?: (id: any) => void,
  *   random?: () => number,
- * }} HubOptions
+ * }} StreamHubOptions
  */
 
-const HUB_KEY = "__jupyterAgentrunsHub";
+// Copies of this module, of this version or another, find the page's hub by this name.
+const STREAM_HUB_KEY = "__jupyterAgentrunsHub";
 /** The streams endpoint carries at most this many runs per connection. */
 export const MAX_RUNS_PER_STREAM = 50;
 const REOPEN_DEBOUNCE_MS = 50;
@@ -42,10 +43,10 @@ const REOPEN_DEBOUNCE_MS = 50;
  *
  * It keeps a cursor per run, delivers each event once to each listener, and
  * reconnects with backoff. Several copies of this module may share one hub
- * (see getHub), so it deals with listeners by duck typing only.
+ * (see getStreamHub), so it deals with listeners by duck typing only.
  */
-export class Hub {
-  /** @param {HubOptions} [options] */
+export class StreamHub {
+  /** @param {StreamHubOptions} [options] */
   constructor(options = {}) {
     this.baseUrl = withSlash(options.baseUrl || "/");
     this.fetch = options.fetch || apiFetch;
@@ -376,11 +377,11 @@ function call(listener, method, argument) {
  * The page's hub, created on first use with `options`.
  *
  * Each widget may load its own copy of this module, so the hub lives on globalThis.
- * @param {HubOptions} [options]
- * @returns {Hub}
+ * @param {StreamHubOptions} [options]
+ * @returns {StreamHub}
  */
-export function getHub(options = {}) {
+export function getStreamHub(options = {}) {
   const page = /** @type {Record<string, any>} */ (globalThis);
-  if (!page[HUB_KEY]) page[HUB_KEY] = new Hub(options);
-  return page[HUB_KEY];
+  if (!page[STREAM_HUB_KEY]) page[STREAM_HUB_KEY] = new StreamHub(options);
+  return page[STREAM_HUB_KEY];
 }
