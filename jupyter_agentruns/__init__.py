@@ -9,10 +9,13 @@ In a notebook::
 from __future__ import annotations
 
 __version__ = "0.1.0"
-__all__ = ["Run", "__version__", "agent", "attach", "runs", "submit"]
+__all__ = [
+    "AgentRunsError", "Run", "ServerNotFound", "__version__", "agent", "attach", "runs", "submit",
+]  # fmt: skip
 
 # The notebook API needs ipywidgets; the server extension does not load it.
 _NOTEBOOK_API = {"Run", "attach", "runs", "submit"}
+_ERRORS = {"AgentRunsError", "ServerNotFound"}
 
 
 def __getattr__(name: str):
@@ -20,6 +23,11 @@ def __getattr__(name: str):
         from .kernel import widget
 
         return getattr(widget, name)
+    if name in _ERRORS:
+        # The kernel's client alone: no ipywidgets needed to catch its errors.
+        from .kernel import client
+
+        return getattr(client, name)
     if name == "agent":
         # Loaded when asked for: its input schemas need jsonschema, a second to import,
         # which the command line and the kernel's client do without.

@@ -38,6 +38,7 @@ WIDTH = 88
 
 NOTEBOOK_API = ["jupyter_agentruns.submit", "jupyter_agentruns.runs", "jupyter_agentruns.attach"]
 NOTEBOOK_RUN = "jupyter_agentruns.Run"
+NOTEBOOK_ERRORS = ["jupyter_agentruns.AgentRunsError", "jupyter_agentruns.ServerNotFound"]
 # The widget's state that only its view reads: not for a notebook's code.
 VIEW_STATE = {"base_url"}
 
@@ -247,6 +248,7 @@ def notebook_api_members() -> list[tuple[str | None, list[Member]]]:
     return [
         (None, [member(path) for path in [*NOTEBOOK_API, NOTEBOOK_RUN]]),
         ("What a `Run` offers", class_members(NOTEBOOK_RUN, "run", skip=VIEW_STATE)),
+        ("Errors", [member(path) for path in NOTEBOOK_ERRORS]),
     ]
 
 
