@@ -61,7 +61,9 @@ class AgentRuns(ExtensionApp, SettingsTraits):
         self.engine: Engine | None = None
         self.startup_error: str | None = None
         settings = self.agentruns_settings
-        agents, failures = load_agents(settings.agents, self.log, parent=self)
+        agents, failures = load_agents(
+            settings.agents, self.log, parent=self, mcp_servers=settings.mcp_servers
+        )
         # ACP agents get what they need of the server from here: its root,
         # and its contents manager for the files they write (JupyterLab sees them).
         acp, acp_failures, self.agent_processes = acp_agents(
