@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 
 from jupyter_server._tz import utcnow
 from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider
@@ -21,6 +20,7 @@ from .notebook.mcp import NotebookMCP, sdk_problem
 from .sessions import SessionPaths
 from .settings import SHARED_OWNER, Identity, Settings, SettingsTraits
 from .store import Store, StoreRefused, StoreUnavailable, UnsafeStore, factory
+from .tuning import SigintStop
 
 
 class AgentRuns(ExtensionApp, SettingsTraits):
@@ -108,8 +108,15 @@ class AgentRuns(ExtensionApp, SettingsTraits):
         page_config["agentrunsServerRoot"] = os.path.abspath(self.serverapp.root_dir).replace(
             os.sep, "/"
         )
-        self._sigint: object = None  # our SIGINT handler, while it is set
-        IOLoop.current().add_callback(self._stop_on_sigint)
+        serverapp = self.serverapp
+
+        def stop(sig: int) -> None:
+            serverapp.log.critical("received signal %s, stopping", sig)
+            serverapp.stop(from_signal=True)
+
+        # Set once the server's own handlers are (its event loop runs).
+        self._sigint = SigintStop(stop)
+        IOLoop.current().add_callback(self._sigint.install)
         if self.engine is not None:
             # Started as soon as the server's event loop runs (every jupyter_server
             # version; not only those that call _start_jupyter_server_extension):
@@ -178,33 +185,10 @@ class AgentRuns(ExtensionApp, SettingsTraits):
         busy = engine.busy() if engine is not None else []
         return busy or None
 
-    def _stop_on_sigint(self) -> None:
-        """Make SIGINT stop the server as SIGTERM does: extensions stopped, resumable runs handed over.
-
-        jupyter_server handles SIGINT only at a terminal (it asks there
-        whether to stop). Without one, as under JupyterHub, whose spawners
-        stop a server with SIGINT, Python's default ended the process at
-        once: no extension stopped, and runs waited a lease and a sweep for
-        another server instead of being handed over at once. Set once the
-        server's own handlers are (its event loop runs), undone at the stop.
-        """
-        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-            return  # a terminal's prompt, or someone else's handler: theirs
-        serverapp = self.serverapp
-        assert serverapp is not None  # an extension is loaded by its server
-
-        def stop(sig, frame) -> None:
-            serverapp.log.critical("received signal %s, stopping", sig)
-            serverapp.stop(from_signal=True)
-
-        signal.signal(signal.SIGINT, stop)
-        self._sigint = stop
-
     async def stop_extension(self) -> None:
-        if getattr(self, "_sigint", None) is not None:
-            if signal.getsignal(signal.SIGINT) is self._sigint:
-                signal.signal(signal.SIGINT, signal.default_int_handler)
-            self._sigint = None
+        sigint = getattr(self, "_sigint", None)
+        if sigint is not None:
+            sigint.restore()
         engine = getattr(self, "engine", None)
         if engine is not None:
             await engine.stop()

@@ -244,6 +244,29 @@ async def test_the_gil_switch_interval_is_set_while_the_engine_runs_and_given_ba
         sys.setswitchinterval(before)
 
 
+def test_sigint_stops_the_server_only_where_it_has_pythons_default_handler():
+    import signal
+
+    from jupyter_agentruns.tuning import SigintStop
+
+    before = signal.getsignal(signal.SIGINT)
+    stopped: list[int] = []
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # no terminal's prompt
+        sigint = SigintStop(stopped.append)
+        sigint.install()
+        signal.raise_signal(signal.SIGINT)
+        assert stopped == [signal.SIGINT]  # a stop, not a KeyboardInterrupt
+        sigint.restore()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        theirs = signal.SIG_IGN  # e.g. a terminal's own handler
+        signal.signal(signal.SIGINT, theirs)
+        SigintStop(stopped.append).install()
+        assert signal.getsignal(signal.SIGINT) is theirs
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_the_settings_object_holds_every_configurable_setting():
     """A trait missing from Settings would be configurable and silently ignored."""
     import dataclasses
