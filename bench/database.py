@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from jupyter_agentruns.settings import SHARED_OWNER
 from jupyter_agentruns.timeutil import now_iso
 
 from .agents import delta
@@ -32,7 +33,6 @@ except ImportError:  # the postgres extra is not installed: the scenarios skip
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 # The engine's one owner when it runs with jupyter_server's token identity.
-SHARED_OWNER = "~shared"
 COPY_EVENTS = "COPY events (run_id, seq, type, ts, data) FROM STDIN"
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 
 from jupyter_server._tz import utcnow
 from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider
@@ -15,12 +14,13 @@ from .agents import load_agents
 from .agents.acp import acp_agents
 from .engine import Engine
 from .handlers import default_handlers
-from .handlers.base import SHARED_OWNER, say_once
+from .handlers.base import say_once
 from .notebook_tools import Kernels, NotebookAccess, NotebookTools
 from .notebook_tools.mcp import NotebookMCP, sdk_problem
 from .sessions import SessionPaths
-from .settings import Settings, SettingsTraits
+from .settings import SHARED_OWNER, Identity, Settings, SettingsTraits
 from .store import Store, StoreRefused, StoreUnavailable, UnsafeStore, factory
+from .tuning import SigintStop
 
 
 class AgentRuns(ExtensionApp, SettingsTraits):
@@ -38,30 +38,20 @@ class AgentRuns(ExtensionApp, SettingsTraits):
         """The store configured (see ``store.factory.open_store``)."""
         return factory.open_store(self.agentruns_settings, migrate=migrate)
 
-    def effective_owner_mode(self) -> str:
-        if self.owner_mode != "auto":
-            return self.owner_mode
+    def _identity(self) -> Identity:
+        """How the server knows who sends a request (for owner_mode 'auto')."""
         assert self.serverapp is not None  # an extension is loaded by its server
         provider = type(self.serverapp.identity_provider)
-        return "shared" if provider in (IdentityProvider, PasswordIdentityProvider) else "per-user"
-
-    def effective_served_owners(self) -> frozenset[str] | None:
-        """The owners whose runs this server takes over and starts (None: every owner)."""
-        if isinstance(self.served_owners, list):
-            return frozenset(self.served_owners)
-        if self.served_owners == "*":
-            return None
-        if self.effective_owner_mode() == "shared":
-            return frozenset([SHARED_OWNER])
-        hub_user = os.environ.get("JUPYTERHUB_USER")
-        return frozenset([hub_user]) if hub_user else None
+        return "token" if provider in (IdentityProvider, PasswordIdentityProvider) else "users"
 
     def initialize_settings(self) -> None:
         assert self.serverapp is not None  # an extension is loaded by its server
         self.engine: Engine | None = None
         self.startup_error: str | None = None
-        settings = self.agentruns_settings
-        agents, failures = load_agents(settings.agents, self.log, parent=self)
+        settings = Settings.resolve(self, os.environ, self._identity())
+        agents, failures = load_agents(
+            settings.agents, self.log, parent=self, mcp_servers=settings.mcp_servers
+        )
         # ACP agents get what they need of the server from here: its root,
         # and its contents manager for the files they write (JupyterLab sees them).
         acp, acp_failures, self.agent_processes = acp_agents(
@@ -85,7 +75,6 @@ class AgentRuns(ExtensionApp, SettingsTraits):
                 agents=agents,
                 agent_failures=failures,
                 on_activity=self._record_activity,
-                served_owners=self.effective_served_owners(),
                 sessions=SessionPaths(self.serverapp.root_dir),
                 notebook=notebook,
                 agent_stderr=self.agent_processes.stderr_lines if self.agent_processes else None,
@@ -100,11 +89,13 @@ class AgentRuns(ExtensionApp, SettingsTraits):
                 f"{type(exc).__name__}: {factory.without_secrets(settings, str(exc))}"
             )
             self.log.error("agentruns: %s", self.startup_error)
+        # Handlers read the settings from the engine; these they need without one
+        # (a store that cannot open still answers, and reads bodies to their limit).
         self.settings.update(
             {
                 "agentruns_engine": self.engine,
                 "agentruns_startup_error": self.startup_error,
-                "agentruns_owner_mode": self.effective_owner_mode(),
+                "agentruns_max_body_bytes": settings.max_body_bytes,
                 "agentruns_api_url": url_path_join(self.serverapp.base_url, "api/agentruns"),
                 "agentruns_mcp": self.notebook_mcp,
                 "agentruns_mcp_problem": mcp_problem,
@@ -117,18 +108,25 @@ class AgentRuns(ExtensionApp, SettingsTraits):
         page_config["agentrunsServerRoot"] = os.path.abspath(self.serverapp.root_dir).replace(
             os.sep, "/"
         )
-        self._sigint: object = None  # our SIGINT handler, while it is set
-        IOLoop.current().add_callback(self._stop_on_sigint)
+        serverapp = self.serverapp
+
+        def stop(sig: int) -> None:
+            serverapp.log.critical("received signal %s, stopping", sig)
+            serverapp.stop(from_signal=True)
+
+        # Set once the server's own handlers are (its event loop runs).
+        self._sigint = SigintStop(stop)
+        IOLoop.current().add_callback(self._sigint.install)
         if self.engine is not None:
             # Started as soon as the server's event loop runs (every jupyter_server
             # version; not only those that call _start_jupyter_server_extension):
             # runs a crash left unfinished are swept without waiting for a request.
             IOLoop.current().add_callback(self._start_engine)
-            served = self.engine.served_owners
+            served = settings.owners_served
             self.log.info(
                 "agentruns: store %s, owner mode %s, agents: %s, takes over the runs of %s",
                 self.engine.store.describe(),
-                self.settings["agentruns_owner_mode"],
+                settings.owner_mode,
                 ", ".join(sorted(agents)) or "none",
                 "every owner"
                 if served is None
@@ -151,8 +149,8 @@ class AgentRuns(ExtensionApp, SettingsTraits):
         problem = sdk_problem()
         access = NotebookAccess(
             tools,
-            owner_mode=self.effective_owner_mode(),
-            hub_user=os.environ.get("JUPYTERHUB_USER"),
+            owner_mode=settings.owner_mode,
+            hub_user=settings.hub_user,
             mcp_url=lambda: url_path_join(serverapp.connection_url, "api/agentruns/mcp"),
             mcp_problem=problem,
         )
@@ -187,33 +185,10 @@ class AgentRuns(ExtensionApp, SettingsTraits):
         busy = engine.busy() if engine is not None else []
         return busy or None
 
-    def _stop_on_sigint(self) -> None:
-        """Make SIGINT stop the server as SIGTERM does: extensions stopped, resumable runs handed over.
-
-        jupyter_server handles SIGINT only at a terminal (it asks there
-        whether to stop). Without one, as under JupyterHub, whose spawners
-        stop a server with SIGINT, Python's default ended the process at
-        once: no extension stopped, and runs waited a lease and a sweep for
-        another server instead of being handed over at once. Set once the
-        server's own handlers are (its event loop runs), undone at the stop.
-        """
-        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-            return  # a terminal's prompt, or someone else's handler: theirs
-        serverapp = self.serverapp
-        assert serverapp is not None  # an extension is loaded by its server
-
-        def stop(sig, frame) -> None:
-            serverapp.log.critical("received signal %s, stopping", sig)
-            serverapp.stop(from_signal=True)
-
-        signal.signal(signal.SIGINT, stop)
-        self._sigint = stop
-
     async def stop_extension(self) -> None:
-        if getattr(self, "_sigint", None) is not None:
-            if signal.getsignal(signal.SIGINT) is self._sigint:
-                signal.signal(signal.SIGINT, signal.default_int_handler)
-            self._sigint = None
+        sigint = getattr(self, "_sigint", None)
+        if sigint is not None:
+            sigint.restore()
         engine = getattr(self, "engine", None)
         if engine is not None:
             await engine.stop()

@@ -1,20 +1,24 @@
 """The ``c.AgentRuns.*`` settings: declared once as traits, read once into a frozen ``Settings``.
 
-The server's extension app (``app.AgentRuns``) has these traits; the command
-line reads the same configuration files into the same ``Settings`` without a
-server (``from_config``). Everything below the app takes a ``Settings``:
-the engine and its parts, the store factory (``store.open``), the compactor,
-the benchmarks.
+The server's extension app (``app.AgentRuns``) has these traits and reads
+them once at its start (``Settings.resolve``: with what they leave to the
+server, its owner mode, its hub user and the owners it serves, resolved); the
+command line reads the same configuration files into the same ``Settings``
+without a server (``from_config``). Everything below the app takes a
+``Settings``: the engine and its parts, the handlers (through the engine),
+the store factory (``store.open``), the compactor, the benchmarks.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from jupyter_core.paths import jupyter_data_dir
 from traitlets import (
@@ -34,6 +38,15 @@ from traitlets import (
 from traitlets.config import Config, Configurable
 
 from .lifecycle import SESSION_POLICIES
+
+# The owner of every run of a server in the ``shared`` owner mode.
+SHARED_OWNER = "~shared"
+# How a server knows who sends a request, for owner_mode 'auto': "token" for
+# jupyter_server's own token and password identity providers (whoever has the
+# token is the server's one person), "users" for any other (each user by name).
+Identity = Literal["token", "users"]
+# The Settings fields a server resolves at its start, not configured (see Settings.resolve).
+RESOLVED = frozenset({"hub_user", "owners_served"})
 
 
 class SettingsTraits(HasTraits):
@@ -340,7 +353,7 @@ class SettingsTraits(HasTraits):
         values = {
             field.name: getattr(self, field.name)
             for field in fields(Settings)
-            if field.name != "store_url_source"
+            if field.name != "store_url_source" and field.name not in RESOLVED
         }
         values["store_url_source"] = self._store_url_setting
         values["agents"] = dict(values["agents"])
@@ -390,10 +403,47 @@ class Settings:
     max_agent_processes: int
     notebook_tools_approval: str = "ask"
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Resolved at a server's start (``resolve``, which also resolves an 'auto'
+    # owner_mode); settings read from the configuration alone (the command
+    # line's) keep these defaults.
+    # The user of a JupyterHub single-user server (JUPYTERHUB_USER), or None.
+    hub_user: str | None = None
+    # served_owners resolved: whose runs this server takes over and starts (None: every owner).
+    owners_served: frozenset[str] | None = None
+
+    @classmethod
+    def resolve(
+        cls, traits: SettingsTraits, environ: Mapping[str, str], identity: Identity
+    ) -> Settings:
+        """A server's settings: its traits read once, and what they leave to the server resolved.
+
+        ``environ`` is the server's environment (``JUPYTERHUB_USER`` names the
+        user of a hub's single-user server); ``identity`` is how it knows who
+        sends a request (see ``Identity``).
+        """
+        settings = traits.read_settings()
+        owner_mode = settings.owner_mode
+        if owner_mode == "auto":
+            owner_mode = "shared" if identity == "token" else "per-user"
+        hub_user = environ.get("JUPYTERHUB_USER") or None
+        served: frozenset[str] | None
+        if isinstance(settings.served_owners, tuple):
+            served = frozenset(settings.served_owners)
+        elif settings.served_owners == "*":
+            served = None
+        elif owner_mode == "shared":
+            served = frozenset([SHARED_OWNER])
+        else:
+            served = frozenset([hub_user]) if hub_user else None
+        return dataclasses.replace(
+            settings, owner_mode=owner_mode, hub_user=hub_user, owners_served=served
+        )
 
     def replace(self, **changes: Any) -> Settings:
-        """A copy with ``changes`` (checked as the traits check them)."""
-        return from_values({**self.__dict__, **changes})
+        """A copy with ``changes`` (checked as the traits check them); resolved values kept unless changed."""
+        resolved = {name: changes.pop(name, getattr(self, name)) for name in RESOLVED}
+        configured = {name: value for name, value in self.__dict__.items() if name not in RESOLVED}
+        return dataclasses.replace(from_values({**configured, **changes}), **resolved)
 
 
 ACP_ENTRY_KEYS = {"command", "env", "description", "resumable", "initialize_timeout"}
@@ -500,6 +550,6 @@ def from_values(values: dict[str, Any]) -> Settings:
     """Settings from ``name: value`` pairs over the defaults (checked as configuration is)."""
     config = Config()
     for name, value in values.items():
-        if name != "store_url_source":
+        if name != "store_url_source" and name not in RESOLVED:
             config.AgentRuns[name] = list(value) if isinstance(value, tuple) else value
     return from_config(config)

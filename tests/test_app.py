@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from traitlets import TraitError
+from traitlets.config import Config
 
 from jupyter_agentruns import _jupyter_server_extension_points
 from jupyter_agentruns.app import AgentRuns
@@ -243,16 +244,89 @@ async def test_the_gil_switch_interval_is_set_while_the_engine_runs_and_given_ba
         sys.setswitchinterval(before)
 
 
+def test_sigint_stops_the_server_only_where_it_has_pythons_default_handler():
+    import signal
+
+    from jupyter_agentruns.tuning import SigintStop
+
+    before = signal.getsignal(signal.SIGINT)
+    stopped: list[int] = []
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # no terminal's prompt
+        sigint = SigintStop(stopped.append)
+        sigint.install()
+        signal.raise_signal(signal.SIGINT)
+        assert stopped == [signal.SIGINT]  # a stop, not a KeyboardInterrupt
+        sigint.restore()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        theirs = signal.SIG_IGN  # e.g. a terminal's own handler
+        signal.signal(signal.SIGINT, theirs)
+        SigintStop(stopped.append).install()
+        assert signal.getsignal(signal.SIGINT) is theirs
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_the_settings_object_holds_every_configurable_setting():
     """A trait missing from Settings would be configurable and silently ignored."""
     import dataclasses
 
-    from jupyter_agentruns.settings import Settings, SettingsTraits
+    from jupyter_agentruns.settings import RESOLVED, Settings, SettingsTraits
 
     configurable = set(SettingsTraits.class_trait_names(config=True))
     held = {field.name for field in dataclasses.fields(Settings)} - {"store_url_source"}
-    assert configurable == held
+    assert configurable == held - RESOLVED
     assert configurable <= set(AgentRuns.class_trait_names(config=True))
+
+
+def resolved(identity="token", environ=None, **configured):
+    from jupyter_agentruns.settings import Settings
+
+    return Settings.resolve(AgentRuns(**configured), environ or {}, identity)
+
+
+def test_auto_is_the_shared_owner_mode_with_a_token_and_per_user_with_users():
+    from jupyter_agentruns.settings import SHARED_OWNER
+
+    shared = resolved("token")
+    assert (shared.owner_mode, shared.owners_served, shared.hub_user) == (
+        "shared",
+        {SHARED_OWNER},
+        None,
+    )
+    per_user = resolved("users")
+    assert (per_user.owner_mode, per_user.owners_served) == ("per-user", None)  # every owner
+    assert resolved("users", owner_mode="shared").owner_mode == "shared"
+    assert resolved("token", owner_mode="per-user").owner_mode == "per-user"
+
+
+def test_a_hub_users_server_serves_its_user_in_the_per_user_mode_only():
+    hub = {"JUPYTERHUB_USER": "alice"}
+    alices = resolved("users", hub)
+    assert (alices.hub_user, alices.owners_served) == ("alice", {"alice"})
+    assert resolved("token", hub, owner_mode="per-user").owners_served == {"alice"}
+    shared = resolved("token", hub)  # the hub user is known; the runs are the one owner's
+    assert shared.hub_user == "alice" and shared.owners_served == {"~shared"}
+    unset = resolved("users", {"JUPYTERHUB_USER": ""})
+    assert (unset.hub_user, unset.owners_served) == (None, None)
+
+
+def test_served_owners_configured_win_over_the_environment_and_the_owner_mode():
+    hub = {"JUPYTERHUB_USER": "alice"}
+    assert resolved("users", hub, served_owners=["bob", "carol"]).owners_served == {"bob", "carol"}
+    assert resolved("token", hub, served_owners="*").owners_served is None
+    assert resolved("users", hub, served_owners="*").owners_served is None
+    assert resolved("token", served_owners=["alice"]).owners_served == {"alice"}
+
+
+def test_settings_read_without_a_server_leave_the_owners_to_it_and_a_copy_keeps_them():
+    from jupyter_agentruns.settings import from_config
+
+    offline = from_config(Config())
+    assert (offline.owner_mode, offline.hub_user, offline.owners_served) == ("auto", None, None)
+    alices = resolved("users", {"JUPYTERHUB_USER": "alice"}).replace(max_body_bytes=1000)
+    assert (alices.max_body_bytes, alices.owners_served) == (1000, {"alice"})
+    assert alices.replace(owners_served=None).owners_served is None
 
 
 def loaded_agents(prelude: str = "") -> dict:

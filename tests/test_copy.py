@@ -376,7 +376,7 @@ def test_a_run_deleted_there_is_not_brought_back_and_tombstones_of_other_stores_
 
 
 def test_the_shared_owner_the_copy_gives_away_is_the_one_servers_record():
-    from jupyter_agentruns.handlers.base import SHARED_OWNER
+    from jupyter_agentruns.settings import SHARED_OWNER
     from jupyter_agentruns.store import copy as copying
 
     assert copying.SHARED_OWNER == SHARED_OWNER

@@ -1211,6 +1211,23 @@ def test_without_mcp_servers_the_input_names_no_server_tool():
     assert not valid(with_servers, {"tools": ["tests__" + "x" * 60]})  # over 64 characters
 
 
+def test_the_loader_gives_the_openai_agent_the_mcp_servers_whose_tools_an_input_may_name():
+    import logging
+
+    from jupyter_agentruns.agents import load_agents
+
+    configured = {"openai": "jupyter_agentruns.agents.openai:OpenAIAgent"}
+    servers = {"tests": {"command": ["x"]}}
+    agents, _ = load_agents(configured, logging.getLogger(), mcp_servers=servers)
+    schema = agents["openai"].input_schema
+    assert jsonschema.Draft202012Validator(schema).is_valid({"prompt": "p", "tools": ["tests__x"]})
+    agents, _ = load_agents(configured, logging.getLogger())  # none configured: none named
+    schema = agents["openai"].input_schema
+    assert not jsonschema.Draft202012Validator(schema).is_valid(
+        {"prompt": "p", "tools": ["tests__x"]}
+    )
+
+
 async def test_an_mcp_tool_is_redone_on_resume_only_where_its_server_says_it_is_harmless():
     from jupyter_agentruns.agents.mcp_client import mcp_tools
 

@@ -261,7 +261,7 @@ async def test_at_max_stored_runs_per_user_a_new_run_is_refused_until_one_is_del
 
 async def test_a_run_object_once_made_never_changes_under_later_reads(api, engine):
     """Answers share no lists with the cached snapshot builder that later reads go on with."""
-    from jupyter_agentruns.handlers.base import SHARED_OWNER
+    from jupyter_agentruns.settings import SHARED_OWNER
 
     run_id = (await submit(api, input=demo_input(chunks=300, delay=0.005))).json()["run_id"]
     await wait_seq(api, run_id, 20)
@@ -315,7 +315,7 @@ async def test_a_big_answer_goes_out_a_slice_per_turn_of_the_loop(api, monkeypat
 
 async def test_a_run_deleted_while_its_answer_is_sent_cuts_the_answer(api, engine, monkeypatch):
     from jupyter_agentruns.engine import SnapshotReplaced
-    from jupyter_agentruns.handlers.base import SHARED_OWNER
+    from jupyter_agentruns.settings import SHARED_OWNER
 
     small_parts(monkeypatch)
     run = await finished(api, chunks=200)

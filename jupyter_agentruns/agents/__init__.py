@@ -9,7 +9,9 @@ entry point (group ``jupyter_agentruns.agents``, which is how the built-in
 
 An agent may also be a ``traitlets.config.Configurable`` subclass whose
 instances are such callables: it is instantiated with the server's
-configuration, so ``c.<ClassName>.<trait>`` configures it.
+configuration, so ``c.<ClassName>.<trait>`` configures it. One that declares
+an ``mcp_servers`` trait (not configurable: a ``Dict``) is given the
+server's ``c.AgentRuns.mcp_servers`` in it.
 
 Agents import this module (and nothing of the server): ``Run`` says what
 their ``run`` argument offers, and the errors below are what they may see.
@@ -280,9 +282,16 @@ class AgentSpec:
         return where, f"{where}: {error.message}"
 
 
-def spec_for(name: str, fn: Any, parent: Configurable | None = None) -> AgentSpec:
+def spec_for(
+    name: str,
+    fn: Any,
+    parent: Configurable | None = None,
+    mcp_servers: dict[str, dict[str, Any]] | None = None,
+) -> AgentSpec:
+    """The agent ``fn`` (a Configurable class is instantiated, with ``mcp_servers`` if it takes them)."""
     if isinstance(fn, type) and issubclass(fn, Configurable):
-        fn = fn(parent=parent)
+        given = {"mcp_servers": mcp_servers or {}} if "mcp_servers" in fn.class_traits() else {}
+        fn = fn(parent=parent, **given)
     if not callable(fn):  # else each of its runs would fail, saying less
         raise TypeError(f"a {type(fn).__name__} is not callable: an agent is a function or a class")
     schema = getattr(fn, "input_schema", None) or ANY_OBJECT
@@ -336,10 +345,15 @@ def import_object(reference: str) -> Any:
 
 
 def load_agents(
-    configured: dict[str, str], log: logging.Logger, parent: Configurable | None = None
+    configured: dict[str, str],
+    log: logging.Logger,
+    parent: Configurable | None = None,
+    mcp_servers: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[dict[str, AgentSpec], dict[str, str]]:
     """The agents of the entry points, then of the configuration (later wins on a name clash).
 
+    ``parent`` configures the Configurable ones; ``mcp_servers`` (the server's
+    ``c.AgentRuns.mcp_servers``) is given to those that declare that trait.
     Returns ``(agents, failures)``: an agent that cannot be loaded costs only
     itself. It is left out, the log says why, and ``failures`` keeps the
     reason for the answer to a submit that names it.
@@ -353,7 +367,7 @@ def load_agents(
     ]
     for name, reference, load in sources:
         try:
-            found[name] = spec_for(name, load(), parent)
+            found[name] = spec_for(name, load(), parent, mcp_servers)
         except Exception as exc:
             found.pop(name, None)
             reason = f"{type(exc).__name__}: {exc}"

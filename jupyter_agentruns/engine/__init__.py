@@ -76,7 +76,6 @@ class Engine(LoggingConfigurable):
         agents: dict[str, AgentSpec],
         agent_failures: dict[str, str] | None = None,
         on_activity: Callable[[], None] = lambda: None,
-        served_owners: frozenset[str] | None = None,
         sessions: SessionPaths | None = None,
         notebook: NotebookAccess | None = None,
         agent_stderr: Callable[[str], list[str] | None] | None = None,
@@ -92,8 +91,6 @@ class Engine(LoggingConfigurable):
         self.store = store
         self.agents = agents
         self.agent_failures = agent_failures or {}
-        # Whose runs this server takes over and starts from a queue (None: everyone's).
-        self.served_owners = served_owners
         self._on_activity = on_activity
         self.executor_id = "exec_" + secrets.token_urlsafe(12)
         self.reader = Reader(store)
@@ -108,7 +105,7 @@ class Engine(LoggingConfigurable):
         )
         self.budgets = TokenBudgets(settings, self.reader, lambda: self.live)
         self.counts = RunCounts(
-            self.reader, self.log, None if settings.store_wide_metrics else served_owners
+            self.reader, self.log, None if settings.store_wide_metrics else settings.owners_served
         )
         self.tuning = InterpreterTuning(settings)
         self.requests = Requests()
@@ -225,7 +222,8 @@ class Engine(LoggingConfigurable):
             **common,
             "agents": self.agents,
             "executor_id": self.executor_id,
-            "served_owners": self.served_owners,
+            # Whose runs this server takes over and starts from a queue (None: everyone's).
+            "served_owners": settings.owners_served,
             "budgets": self.budgets,
             "log": self.log,
             "on_activity": self._on_activity,

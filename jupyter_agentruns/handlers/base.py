@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
@@ -14,14 +14,13 @@ from .. import jsonio
 from ..engine import Engine, Requests
 from ..engine.streams import Waiter
 from ..errors import Problem, invalid_request
-from ..settings import SettingsTraits
+from ..settings import SHARED_OWNER
 from ..store import StoreRefused, StoreUnavailable
 from .errors import status_of
 
 AUTH_RESOURCE = "agentruns"
 # The store refusals already in the log (each is said once).
 _REFUSALS_SAID: set[str] = set()
-SHARED_OWNER = "~shared"
 
 _GENERIC_CODES = {
     400: "bad_request",
@@ -90,7 +89,8 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
 
     @property
     def max_body_bytes(self) -> int:
-        return cast(SettingsTraits, self.extensionapp).max_body_bytes  # the AgentRuns app
+        """``max_body_bytes``: a tornado setting, as a body is read also where no engine started."""
+        return self.settings["agentruns_max_body_bytes"]
 
     def data_received(self, chunk: bytes) -> None:
         # Stop buffering once over the limit: a huge body costs no memory.
@@ -122,7 +122,7 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
     @property
     def owner(self) -> str:
         """Who the caller is, for run ownership (see owner_mode)."""
-        if self.settings["agentruns_owner_mode"] == "shared":
+        if self.engine.settings.owner_mode == "shared":
             return SHARED_OWNER
         return self.current_user.username
 

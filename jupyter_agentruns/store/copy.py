@@ -42,14 +42,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from ..settings import SHARED_OWNER
 from .postgres import PostgresStore
 from .sql import ACTIVE, TABLES, UNCLAIMED
 from .sqlite import MIGRATIONS
 
 # A progress line every this many rows of a table.
 PROGRESS_ROWS = 100_000
-# The owner of every run of a server in ``shared`` owner mode (handlers.base.SHARED_OWNER).
-SHARED_OWNER = "~shared"
 # What makes a run the run it is: set at its submit, never changed after.
 IDENTITY = ("owner", "agent", "created_at", "input", "session", "metadata", "retry_of")
 # One copy into a schema at a time: two copies of one file would both find its runs new.

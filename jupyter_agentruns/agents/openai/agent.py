@@ -107,6 +107,11 @@ class OpenAIAgent(Configurable):
         help="Prices per million tokens, by model: {'gpt-4o-mini': {'input': 0.15, 'output': 0.6}}. "
         "A run of a model listed here has a cost in its usage events (in that currency).",
     ).tag(config=True)
+    # Not configurable here: the loader gives the server's c.AgentRuns.mcp_servers.
+    mcp_servers = Dict(
+        value_trait=Dict(),
+        help="The server's MCP servers (c.AgentRuns.mcp_servers): an input may name their tools.",
+    )
 
     @validate("prices")
     def _valid_prices(self, proposal: dict[str, Any]) -> dict[str, Any]:
@@ -148,10 +153,10 @@ class OpenAIAgent(Configurable):
             f"Chat with {self.model} at {where} (an OpenAI-compatible server){offered}."
         )
         notebook = sorted(set(NOTEBOOK_TOOLS) - set(self.registered)) if self.notebook_tools else []
-        # The server's configured MCP servers (c.AgentRuns.mcp_servers): an input may
-        # name their tools, which each run lists when it starts.
-        servers = sorted(getattr(self.parent, "mcp_servers", None) or {})
-        self.input_schema = input_schema(sorted(self.registered), notebook, servers)
+        # An input may name the MCP servers' tools, which each run lists when it starts.
+        self.input_schema = input_schema(
+            sorted(self.registered), notebook, sorted(self.mcp_servers)
+        )
 
     async def __call__(self, run, input: dict[str, Any]) -> dict[str, Any]:
         # The openai SDK takes most of a second of CPU to import: not at the server's
