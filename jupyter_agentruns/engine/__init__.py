@@ -37,7 +37,7 @@ from .. import lifecycle, metrics
 from ..agents import AgentSpec
 from ..broadcaster import Broadcaster, Channel
 from ..compaction import Compactor
-from ..errors import Problem
+from ..errors import ErrorCode, Problem
 from ..events import EVENT, Append
 from ..executor import Execution, Executor
 from ..notebook import NotebookAccess
@@ -461,7 +461,7 @@ class Engine(LoggingConfigurable):
         limit = self.settings.max_streams_per_user
         if self.open_streams[owner] >= limit:
             raise Problem(
-                "too_many_streams",
+                ErrorCode.TOO_MANY_STREAMS,
                 f"You have {limit} open event streams, the most allowed; "
                 "close one (the page stream carries many runs on one connection).",
                 retry_after=5,

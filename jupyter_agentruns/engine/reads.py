@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import budgets, jsonio, lifecycle, reducer, words
 from ..cursor import page_cursor, parse_page_cursor
-from ..errors import Problem, run_not_found
+from ..errors import ErrorCode, Problem, run_not_found
 from ..reader import Reader
 from ..record import run_markdown
 from ..sessions import SessionPaths
@@ -69,7 +69,7 @@ class Reads:
             tombstone = conn.get_tombstone(run_id)
             if tombstone is not None and tombstone["owner"] == owner:
                 raise Problem(
-                    "run_expired",
+                    ErrorCode.RUN_EXPIRED,
                     f"The run {run_id!r} finished long ago and was deleted "
                     "(run_retention_seconds); its output is no longer kept.",
                 )
