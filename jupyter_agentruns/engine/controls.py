@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import lifecycle, metrics, reducer
 from ..agents import RunClosed
+from ..domain import InputAnswer, RunObject
 from ..errors import ErrorCode, Problem, run_not_found
 from ..executor import Executor
 from ..settings import Settings
@@ -44,9 +45,7 @@ class Controls:
         self._executor = executor
         self._queues = queues
 
-    async def cancel(
-        self, owner: str, run_id: str, reason: str | None
-    ) -> tuple[dict[str, Any], bool]:
+    async def cancel(self, owner: str, run_id: str, reason: str | None) -> tuple[RunObject, bool]:
         """Cancel a run; returns ``(run, started)``, started False when it was already ending."""
         await self._reads.owned_head(owner, run_id)
         execution = self._executor.live.get(run_id)
@@ -74,7 +73,7 @@ class Controls:
         request_id: str,
         choice: str,
         note: str | None,
-    ) -> dict[str, Any]:
+    ) -> RunObject:
         """Answer a run's question (``POST runs/{id}/inputs/{request_id}``); returns the run.
 
         The same answer again changes nothing; another answer to a resolved
@@ -104,10 +103,10 @@ class Controls:
             raise Problem(ErrorCode.INPUT_RESOLVED, "The run has ended: its questions are closed.")
         # Another server executes the run: record the answer for it, then wait
         # (its lease upkeep takes answers every second) to say how it went.
-        answer = {"choice": choice, "note": note, "by": by}
+        answer: InputAnswer = {"choice": choice, "note": note, "by": by}
 
         @in_transaction
-        def record(conn: StoreConnection) -> dict[str, Any]:
+        def record(conn: StoreConnection) -> InputAnswer:
             return conn.record_input_answer(run_id, request_id, answer, time.time())
 
         kept = await self._writer.run(record)

@@ -11,10 +11,11 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from .. import lifecycle
 from ..agents import AgentSpec
+from ..domain import RunFields, RunObject, RunRow
 from ..errors import ErrorCode, Problem, run_not_found
 from ..executor import Executor
 from ..idempotency import fingerprint
@@ -91,7 +92,7 @@ class Submissions:
 
     async def submit(
         self, owner: str, request: SubmitRequest, key: str | None, key_with_run: bool = False
-    ) -> tuple[dict[str, Any], bool]:
+    ) -> tuple[RunObject, bool]:
         """Create a run, or find the one this key made; returns ``(run, replayed)``.
 
         ``key_with_run``: the key is remembered as long as the run exists, not
@@ -125,7 +126,7 @@ class Submissions:
         tally = Tally()  # queued runs of the session this run ends (interrupt)
 
         @in_transaction
-        def create(conn: StoreConnection) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        def create(conn: StoreConnection) -> tuple[RunRow, RunObject | None]:
             """The run's row, and the answer for a new run (None: the key's run, replayed)."""
             tally.clear()
             # The owner's submits one at a time, across servers sharing the store:
@@ -179,7 +180,7 @@ class Submissions:
             run_id = new_run_id()
             # Behind the session's active runs: queued with no executor until its turn.
             behind = bool(active)
-            row = {
+            fields: RunFields = {
                 "run_id": run_id,
                 "owner": owner,
                 "agent": request.agent,
@@ -195,7 +196,7 @@ class Submissions:
                 "executor_id": None if behind else self._executor_id,
                 "lease_expires": None if behind else time.time() + lease,
             }
-            conn.insert_run(row)
+            conn.insert_run(fields)
             if key is not None:
                 conn.insert_key(owner, key, fp, run_id, now, key_with_run)
             if policy == "interrupt":
@@ -222,7 +223,7 @@ class Submissions:
             if row["executor_id"] == self._executor_id:
                 # Started after the last await: the caller gets the run before its task ran.
                 assert spec is not None  # a new run, of a known agent
-                self._executor.start(row, spec)
+                self._executor.start(cast(dict[str, Any], row), spec)
             for run_id in interrupted:
                 # This server's own at once (the others' take their cancel request).
                 execution = self._executor.live.get(run_id)
