@@ -18,6 +18,7 @@ from schemathesis.engine import Status, events
 
 import jupyter_agentruns
 from jupyter_agentruns import handlers
+from jupyter_agentruns.domain import RunObject
 from jupyter_agentruns.errors import ErrorCode
 from jupyter_agentruns.handlers.base import NotFoundHandler
 
@@ -135,6 +136,11 @@ def test_a_route_reads_as_a_path_template():
 def test_every_error_code_the_server_raises_is_documented():
     missing = raised_error_codes() - documented_error_codes()
     assert not missing, f"error codes missing from openapi.json: {sorted(missing)}"
+
+
+def test_the_run_schema_names_the_fields_of_the_run_object_type():
+    schema = DOCUMENT["components"]["schemas"]["Run"]
+    assert set(schema["required"]) == set(schema["properties"]) == set(RunObject.__annotations__)
 
 
 def test_every_operation_documents_403_and_json_errors():
