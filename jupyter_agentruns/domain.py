@@ -42,7 +42,7 @@ class ListedRun(RunHead):
     cancel: JSON
     executor_id: str | None
     lease_expires: float | None
-    cancel_request: JSONObject | None
+    cancel_request: CancelRequest | None
     input_tokens: int
     output_tokens: int
     attempt: int
@@ -84,7 +84,7 @@ class RunFields(TypedDict, total=False):
     cancel: JSON
     executor_id: str | None
     lease_expires: float | None
-    cancel_request: JSONObject | None
+    cancel_request: CancelRequest | None
     input_tokens: int
     output_tokens: int
     attempt: int
@@ -125,7 +125,7 @@ class ActiveRun(TypedDict):
     run_id: str
     status: str
     executor_id: str | None
-    cancel_request: JSONObject | None
+    cancel_request: CancelRequest | None
 
 
 class KeyRow(TypedDict):
@@ -145,6 +145,13 @@ class Tombstone(TypedDict):
     run_id: str
     owner: str
     deleted_ts: float
+
+
+class CancelRequest(TypedDict):
+    """A cancel recorded for the server executing the run, which takes it at its next lease upkeep."""
+
+    reason: JSON
+    requested_at: str
 
 
 class InputAnswer(TypedDict):

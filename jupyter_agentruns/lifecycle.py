@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .domain import RunObject
+from .domain import CancelRequest, RunObject
 from .timeutil import now_iso
 
 
@@ -199,7 +199,7 @@ def ending(snapshot: dict[str, Any], end: Transition) -> list[Transition]:
     return [*given_up, *stopped, end]
 
 
-def as_pending_cancel(run: RunObject, request: dict[str, Any]) -> RunObject:
+def as_pending_cancel(run: RunObject, request: CancelRequest) -> RunObject:
     """A run object as it will be once the server executing it takes a recorded cancel request."""
     if not is_active(run["status"]):
         return run

@@ -22,7 +22,7 @@ from typing import Any, cast
 
 from .. import lifecycle, reducer
 from ..agents import AgentSpec
-from ..domain import RunRow
+from ..domain import CancelRequest, InputAnswer, RunRow
 from ..executor import Executor
 from ..settings import Settings
 from ..store import StoreConnection, commit_transitions, end_stored, reduce_stored
@@ -73,7 +73,9 @@ class Upkeep:
         expires = time.time() + self._settings.lease_seconds
 
         @in_transaction
-        def renew(conn: StoreConnection):
+        def renew(
+            conn: StoreConnection,
+        ) -> tuple[list[tuple[str, CancelRequest]], list[tuple[str, str, InputAnswer]]]:
             conn.renew_leases(self._executor_id, live, expires)
             cancels = conn.take_cancel_requests(self._executor_id)
             return cancels, conn.take_input_answers(self._executor_id)

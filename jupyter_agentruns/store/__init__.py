@@ -32,6 +32,7 @@ from typing import Any, cast
 from .. import jsonio, lifecycle, reducer
 from ..domain import (
     ActiveRun,
+    CancelRequest,
     EventRow,
     InputAnswer,
     KeyRow,
@@ -330,11 +331,11 @@ class StoreConnection(abc.ABC):
     def renew_leases(self, executor_id: str, run_ids: list[str], expires: float) -> None: ...
 
     @abc.abstractmethod
-    def record_cancel_request(self, run_id: str, request: dict[str, Any]) -> None:
+    def record_cancel_request(self, run_id: str, request: CancelRequest) -> None:
         """A cancel for the server that executes the run, which takes it with ``take_cancel_requests``."""
 
     @abc.abstractmethod
-    def take_cancel_requests(self, executor_id: str) -> list[tuple[str, dict[str, Any]]]: ...
+    def take_cancel_requests(self, executor_id: str) -> list[tuple[str, CancelRequest]]: ...
 
     @abc.abstractmethod
     def purge_keys(self, older_than: float, limit: int = 5000) -> None: ...

@@ -20,6 +20,7 @@ from typing import Any, cast
 from .. import jsonio, reducer
 from ..domain import (
     ActiveRun,
+    CancelRequest,
     InputAnswer,
     KeyRow,
     ListedRun,
@@ -542,13 +543,13 @@ class SQLConnection(StoreConnection):
         )
         return cursor.rowcount == 1
 
-    def record_cancel_request(self, run_id: str, request: dict[str, Any]) -> None:
+    def record_cancel_request(self, run_id: str, request: CancelRequest) -> None:
         self._execute(
             f"UPDATE runs SET cancel_request = ? WHERE run_id = ? AND status IN {CANCELLABLE_STATUSES}",
             [jsonio.dumps(request), run_id],
         )
 
-    def take_cancel_requests(self, executor_id: str) -> list[tuple[str, dict[str, Any]]]:
+    def take_cancel_requests(self, executor_id: str) -> list[tuple[str, CancelRequest]]:
         rows = self._execute(
             "SELECT run_id, cancel_request FROM runs WHERE executor_id = ? "
             f"AND cancel_request IS NOT NULL{self.LOCK_ROWS}",
