@@ -54,9 +54,8 @@ class RunRow(ListedRun):
     """A run as ``get_run`` reads it: its row and its persisted snapshot (``snapshot_seq`` 0, none yet)."""
 
     snapshot_seq: int
-    snapshot: (
-        Any  # the snapshot's dict; a placeholder text where an answer splices the stored JSON in
-    )
+    # The snapshot's dict (a placeholder text where an answer splices the stored JSON in).
+    snapshot: Any
 
 
 class RunFields(TypedDict, total=False):
