@@ -18,10 +18,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
 
 from . import metrics, reducer
 from .broadcaster import Broadcaster
+from .domain import RunFields, RunHead
 from .lifecycle import is_terminal
 from .reader import Reader
 from .settings import Settings
@@ -32,11 +32,11 @@ DELETE_CHUNK = 5000
 
 
 def compaction_target(
-    row: dict[str, Any], now: float, retention_seconds: float, max_events: int
+    row: RunHead, now: float, retention_seconds: float, max_events: int
 ) -> int | None:
     """The ``first_seq`` a run should have now, or None when it has nothing to compact."""
     target = row["first_seq"]
-    finished_ts = row.get("finished_ts")
+    finished_ts = row["finished_ts"]
     if (
         is_terminal(row["status"])
         and finished_ts is not None
@@ -135,7 +135,7 @@ class Compactor:
             current = conn.get_run_head(run_id)
             if current is None or current["first_seq"] >= target:
                 return 0
-            fields: dict[str, Any] = {"first_seq": target}
+            fields: RunFields = {"first_seq": target}
             # A newer snapshot (the terminal one) is never replaced by an older one.
             current_seq = conn.snapshot_seq(run_id)
             if current_seq < watermark:

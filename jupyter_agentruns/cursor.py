@@ -7,7 +7,7 @@ import binascii
 import re
 from typing import NamedTuple
 
-from .errors import Problem, invalid_request
+from .errors import ErrorCode, Problem, invalid_request
 
 # The runs one page stream follows (``GET streams?runs=``).
 MAX_STREAM_RUNS = 50
@@ -22,7 +22,7 @@ def parse_seq(raw: str | None) -> int:
         return 0
     if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
         raise Problem(
-            "invalid_cursor",
+            ErrorCode.INVALID_CURSOR,
             f"The cursor {raw!r} is not a non-negative integer (the seq of the last event you have).",
         )
     return int(raw)
@@ -72,7 +72,7 @@ def check_cursor(cursor: int, last_seq: int) -> None:
     """A cursor past the run's last committed event cannot come from this run."""
     if cursor > last_seq:
         raise Problem(
-            "cursor_ahead",
+            ErrorCode.CURSOR_AHEAD,
             f"The cursor {cursor} is beyond the run's last event ({last_seq}); "
             "reread the run and continue from its last_seq.",
             last_seq=last_seq,

@@ -1,13 +1,14 @@
 """The wire format of an event: its envelope JSON and its SSE frame, built once per event.
 
-Events in flight are plain tuples, read with the index names below. A run
-emitting as fast as it can keeps tens of thousands of them alive at once (in
-the writer's queue, then in its channel's window), long enough for the
-garbage collector to move them to its oldest generation, whose collections
-walk the whole server's heap. The collector stops tracking a tuple of
-strings and numbers the first time it looks at it; an object of a class it
-tracks until it dies. Measured with one run at full speed: the collector
-took a third of the server's time with objects, next to nothing with tuples.
+Events in flight are plain tuples, read with the index names below; their
+types (``Event``, ``Append``) are for mypy alone. A run emitting as fast as
+it can keeps tens of thousands of them alive at once (in the writer's queue,
+then in its channel's window), long enough for the garbage collector to
+move them to its oldest generation, whose collections walk the whole
+server's heap. The collector stops tracking a tuple of strings and numbers
+the first time it looks at it; an object of a class it tracks until it dies.
+Measured with one run at full speed: the collector took a third of the
+server's time with objects, next to nothing with tuples.
 
 An event is ``(seq, type, frame)``: ``frame`` is its SSE frame with its
 ``id:`` line, built when the event is, so that however many subscribers send
@@ -20,17 +21,24 @@ it holds.
 
 from __future__ import annotations
 
+from typing import Any, Final, TypeAlias
+
+from .domain import EventRow
 from .lifecycle import TERMINAL_EVENTS
 
-# An event.
-SEQ, TYPE, FRAME = range(3)
-# An append.
-ROW, FIELDS, EVENT, SIZE = range(4)
-# An append's row.
-RUN_ID = 0
-
-Event = tuple  # (seq, type, frame)
-Append = tuple  # (row, fields, event, size)
+# An event: ``(seq, type, frame)``.
+Event: TypeAlias = tuple[int, str, str]
+SEQ: Final = 0
+TYPE: Final = 1
+FRAME: Final = 2
+# An append: ``(row, fields, event, size)``; ``fields`` the columns of a ``domain.RunFields``.
+Append: TypeAlias = tuple[EventRow, "dict[str, Any] | None", Event, int]
+ROW: Final = 0
+FIELDS: Final = 1
+EVENT: Final = 2
+SIZE: Final = 3
+# An append's row (``domain.EventRow``).
+RUN_ID: Final = 0
 
 
 def envelope(run_id_json: str, seq: int, type: str, ts: str, data: str) -> str:
@@ -42,7 +50,15 @@ def event(seq: int, type: str, envelope: str) -> Event:
     return (seq, type, f"id: {seq}\nevent: {type}\ndata: {envelope}\n\n")
 
 
-def append(run_id: str, seq: int, type: str, ts: str, data: str, fields, envelope: str) -> Append:
+def append(
+    run_id: str,
+    seq: int,
+    type: str,
+    ts: str,
+    data: str,
+    fields: dict[str, Any] | None,
+    envelope: str,
+) -> Append:
     """One event of one run with the run-state change it implies; its event is published once committed."""
     made = event(seq, type, envelope)
     return ((run_id, seq, type, ts, data), fields, made, len(data) + len(made[FRAME]))

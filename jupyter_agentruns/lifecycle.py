@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .domain import CancelRequest, RunObject
 from .timeutil import now_iso
 
 
@@ -71,7 +72,7 @@ class Transition:
 
     type: str
     data: dict[str, Any]
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)  # a ``domain.RunFields``
 
     @property
     def terminal(self) -> bool:
@@ -198,7 +199,7 @@ def ending(snapshot: dict[str, Any], end: Transition) -> list[Transition]:
     return [*given_up, *stopped, end]
 
 
-def as_pending_cancel(run: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+def as_pending_cancel(run: RunObject, request: CancelRequest) -> RunObject:
     """A run object as it will be once the server executing it takes a recorded cancel request."""
     if not is_active(run["status"]):
         return run

@@ -17,6 +17,7 @@ import difflib
 import json
 import math
 import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, TypeGuard
 
@@ -36,7 +37,7 @@ DIFF_LIMIT = 20_000
 INPUT_LIMIT = 2_000
 
 
-def run_markdown(run: dict[str, Any]) -> str:
+def run_markdown(run: Mapping[str, Any]) -> str:
     """The Markdown record of ``run`` (a run object of the API)."""
     lines = [_headline(run), ""]
     lines += _input(run.get("input"))
@@ -90,7 +91,7 @@ def run_markdown(run: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _headline(run: dict[str, Any]) -> str:
+def _headline(run: Mapping[str, Any]) -> str:
     title = words.title(run)
     about = f": {_text(title)}" if title != run["agent"] else ""
     parts = [f"**Agent run** {_code(run['agent'])}{about}", f"**{_text(run['status'])}**"]
@@ -120,7 +121,7 @@ def _input(value: Any) -> list[str]:
     return ["**Input**", *_fenced(text.splitlines(), "json")]
 
 
-def _outcome(run: dict[str, Any]) -> str:
+def _outcome(run: Mapping[str, Any]) -> str:
     status = run["status"]
     if status == "failed" and run.get("error"):
         error = run["error"] if isinstance(run["error"], dict) else {"message": run["error"]}
@@ -139,7 +140,7 @@ def _outcome(run: dict[str, Any]) -> str:
     return ""
 
 
-def _footer(run: dict[str, Any]) -> str:
+def _footer(run: Mapping[str, Any]) -> str:
     started = str(run.get("started_at") or "")
     if started:
         when = f", started {_text(started[:16].replace('T', ' '))} UTC"
@@ -243,7 +244,7 @@ def _args(args: Any) -> str:
     return _code(text)
 
 
-def _duration(run: dict[str, Any]) -> float | None:
+def _duration(run: Mapping[str, Any]) -> float | None:
     start, end = run.get("started_at"), run.get("finished_at")
     if not start or not end:
         return None

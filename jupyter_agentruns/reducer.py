@@ -10,9 +10,11 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from json.encoder import encode_basestring_ascii
 from typing import Any
+
+from .domain import EventRecord
 
 
 def empty_snapshot() -> dict[str, Any]:
@@ -28,7 +30,7 @@ def _find(items: list[dict], key: str, value: Any) -> dict | None:
     return None
 
 
-def apply(snapshot: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
+def apply(snapshot: dict[str, Any], event: EventRecord) -> dict[str, Any]:
     """Apply one event to ``snapshot`` in place and return it.
 
     Unknown event types (``x.*`` and future ones) leave the snapshot as it is.
@@ -165,7 +167,7 @@ class Snapshot:
         builder._loose = {}
         return builder
 
-    def apply(self, event: dict[str, Any]) -> None:
+    def apply(self, event: EventRecord) -> None:
         if event["type"] != "text.delta":
             apply(self._snapshot, event)
             return
@@ -244,7 +246,7 @@ def _slices(text: str, size: int) -> Iterator[str]:
         yield text[start : start + size]
 
 
-def reduce(events, snapshot: dict[str, Any] | None = None) -> dict[str, Any]:
+def reduce(events: Iterable[EventRecord], snapshot: dict[str, Any] | None = None) -> dict[str, Any]:
     """Reduce ``events`` onto a copy of ``snapshot`` (or an empty one)."""
     builder = Snapshot(snapshot)
     for event in events:

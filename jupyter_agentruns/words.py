@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -48,7 +48,7 @@ def run_title(metadata: Any, input: Any, agent: Any) -> str:
     return agent if isinstance(agent, str) else ""
 
 
-def title(run: dict[str, Any]) -> str:
+def title(run: Mapping[str, Any]) -> str:
     """The run object's ``title``, or one made the same way for a run object without one."""
     given = run.get("title")
     if isinstance(given, str) and given:

@@ -23,9 +23,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from . import events, jsonio, lifecycle, metrics
+from .domain import RunFields
 from .events import EVENT, FIELDS, ROW, RUN_ID, SEQ, SIZE, Append, envelope
 from .store import SeqTaken, Store, StoreBusy, StoreConnection, StoreUnavailable, end_stored
 
@@ -359,10 +360,10 @@ class Writer:
         conn.append_events([item[ROW] for items in runs.values() for item in items])
         plain = []
         for run_id, items in runs.items():
-            fields: dict[str, Any] = {}
+            fields: RunFields = {}
             for item in items:
                 if item[FIELDS]:
-                    fields.update(item[FIELDS])
+                    fields.update(cast(RunFields, item[FIELDS]))
             last_seq = items[-1][EVENT][SEQ]
             if fields:
                 fields["last_seq"] = last_seq

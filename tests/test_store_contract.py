@@ -13,6 +13,7 @@ import time
 import pytest
 
 from jupyter_agentruns import reducer
+from jupyter_agentruns.domain import ActiveRun, KeyRow, ListedRun, RunHead, RunRow, Tombstone
 from jupyter_agentruns.store import SeqTaken, StoreUnavailable, sql
 
 # These tests use make_store, so run on both stores.
@@ -68,6 +69,23 @@ def test_events_read_back_in_order_and_a_taken_seq_is_refused_whole(conn):
         conn.append_events([("run_a", 51, "t", "t", "{}"), ("run_a", 50, "t", "t", "{}")])
     assert conn.get_run_head("run_a")["last_seq"] == 50
     assert conn.read_events("run_a", 50, 10) == []
+
+
+def test_rows_have_exactly_the_keys_their_types_name(conn):
+    with conn.transaction():
+        conn.insert_run(run_row("run_a", session="s"))
+        conn.insert_run(run_row("run_b"))
+        conn.insert_key("me", "k", "f", "run_a", time.time())
+        conn.bury("run_b", "me", time.time())
+    assert set(conn.get_run("run_a")) == set(RunRow.__annotations__)
+    assert set(conn.get_run("run_a", snapshot=False)) == set(RunRow.__annotations__)
+    assert set(conn.get_run_head("run_a")) == set(RunHead.__annotations__)
+    [listed] = conn.list_runs("me", status=None, session=None, limit=10, before=None)
+    assert set(listed) == set(ListedRun.__annotations__)
+    assert set(conn.find_key("me", "k", 0)) == set(KeyRow.__annotations__)
+    assert set(conn.get_tombstone("run_b")) == set(Tombstone.__annotations__)
+    [active] = conn.active_in_session("me", "s")
+    assert set(active) == set(ActiveRun.__annotations__)
 
 
 @pytest.mark.parametrize("count", [1, 127, 128, 129, 255, 4096, 5000])

@@ -246,7 +246,7 @@ def expired_leases(opened: Store, now: float) -> list[dict[str, Any]]:
             "agent": row["agent"],
             "owner": row["owner"],
             "lease_expired_seconds_ago": (
-                round(now - row["lease_expires"], 1) if row.get("lease_expires") else None
+                round(now - expires, 1) if (expires := row["lease_expires"]) else None
             ),
             "handed_over": row["executor_id"] is None,
         }

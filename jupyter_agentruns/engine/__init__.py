@@ -37,7 +37,8 @@ from .. import lifecycle, metrics
 from ..agents import AgentSpec
 from ..broadcaster import Broadcaster, Channel
 from ..compaction import Compactor
-from ..errors import Problem
+from ..domain import RunHead, RunObject
+from ..errors import ErrorCode, Problem
 from ..events import EVENT, Append
 from ..executor import Execution, Executor
 from ..notebook_tools import NotebookAccess
@@ -374,15 +375,13 @@ class Engine(LoggingConfigurable):
 
     async def submit(
         self, owner: str, request: SubmitRequest, key: str | None, key_with_run: bool = False
-    ) -> tuple[dict[str, Any], bool]:
+    ) -> tuple[RunObject, bool]:
         """Create a run, or find the one this key made; returns ``(run, replayed)``."""
         await self.start()
         assert self.submissions is not None  # None only if the server stopped first: a 503
         return await self.submissions.submit(owner, request, key, key_with_run)
 
-    async def cancel(
-        self, owner: str, run_id: str, reason: str | None
-    ) -> tuple[dict[str, Any], bool]:
+    async def cancel(self, owner: str, run_id: str, reason: str | None) -> tuple[RunObject, bool]:
         """Cancel a run; returns ``(run, started)``, started False when it was already ending."""
         await self.start()
         assert self.controls is not None  # None only if the server stopped first: a 503
@@ -396,7 +395,7 @@ class Engine(LoggingConfigurable):
         request_id: str,
         choice: str,
         note: str | None,
-    ) -> dict[str, Any]:
+    ) -> RunObject:
         """Answer a run's question; returns the run."""
         await self.start()
         assert self.controls is not None  # None only if the server stopped first: a 503
@@ -416,11 +415,11 @@ class Engine(LoggingConfigurable):
         assert self.executor is not None  # a live run has one: live is {} without it
         return execution, self.executor.context(execution)
 
-    async def owned_head(self, owner: str, run_id: str) -> dict[str, Any]:
+    async def owned_head(self, owner: str, run_id: str) -> RunHead:
         """The caller's run's owner, status and seqs, or 404/410 (a small read)."""
         return await self.reads.owned_head(owner, run_id)
 
-    async def get_run(self, owner: str, run_id: str) -> dict[str, Any]:
+    async def get_run(self, owner: str, run_id: str) -> RunObject:
         return await self.reads.get_run(owner, run_id)
 
     async def run_answer(
@@ -459,7 +458,7 @@ class Engine(LoggingConfigurable):
         limit = self.settings.max_streams_per_user
         if self.open_streams[owner] >= limit:
             raise Problem(
-                "too_many_streams",
+                ErrorCode.TOO_MANY_STREAMS,
                 f"You have {limit} open event streams, the most allowed; "
                 "close one (the page stream carries many runs on one connection).",
                 retry_after=5,

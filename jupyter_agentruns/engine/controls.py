@@ -15,7 +15,8 @@ from typing import Any
 
 from .. import lifecycle, metrics, reducer
 from ..agents import RunClosed
-from ..errors import Problem, run_not_found
+from ..domain import InputAnswer, RunObject
+from ..errors import ErrorCode, Problem, run_not_found
 from ..executor import Executor
 from ..settings import Settings
 from ..store import StoreConnection, end_stored
@@ -44,9 +45,7 @@ class Controls:
         self._executor = executor
         self._queues = queues
 
-    async def cancel(
-        self, owner: str, run_id: str, reason: str | None
-    ) -> tuple[dict[str, Any], bool]:
+    async def cancel(self, owner: str, run_id: str, reason: str | None) -> tuple[RunObject, bool]:
         """Cancel a run; returns ``(run, started)``, started False when it was already ending."""
         await self._reads.owned_head(owner, run_id)
         execution = self._executor.live.get(run_id)
@@ -74,7 +73,7 @@ class Controls:
         request_id: str,
         choice: str,
         note: str | None,
-    ) -> dict[str, Any]:
+    ) -> RunObject:
         """Answer a run's question (``POST runs/{id}/inputs/{request_id}``); returns the run.
 
         The same answer again changes nothing; another answer to a resolved
@@ -101,13 +100,13 @@ class Controls:
         if check_answer(reducer.find_input(run["snapshot"], request_id), request_id, choice):
             return run
         if lifecycle.is_terminal(run["status"]):
-            raise Problem("input_resolved", "The run has ended: its questions are closed.")
+            raise Problem(ErrorCode.INPUT_RESOLVED, "The run has ended: its questions are closed.")
         # Another server executes the run: record the answer for it, then wait
         # (its lease upkeep takes answers every second) to say how it went.
-        answer = {"choice": choice, "note": note, "by": by}
+        answer: InputAnswer = {"choice": choice, "note": note, "by": by}
 
         @in_transaction
-        def record(conn: StoreConnection) -> dict[str, Any]:
+        def record(conn: StoreConnection) -> InputAnswer:
             return conn.record_input_answer(run_id, request_id, answer, time.time())
 
         kept = await self._writer.run(record)
@@ -129,7 +128,7 @@ class Controls:
                 check_answer(request, request_id, choice)
                 return run
             if lifecycle.is_terminal(run["status"]):
-                raise Problem("input_resolved", "The run ended before it took the answer.")
+                raise Problem(ErrorCode.INPUT_RESOLVED, "The run ended before it took the answer.")
         # Recorded, not yet taken (the executing server is slow, or died and
         # its run will be interrupted): the run as it is now.
         return run
@@ -144,7 +143,7 @@ class Controls:
             if row is None or row["owner"] != owner:
                 raise run_not_found(run_id)
             if lifecycle.is_active(row["status"]):
-                raise Problem("run_active", "The run is still active; cancel it first.")
+                raise Problem(ErrorCode.RUN_ACTIVE, "The run is still active; cancel it first.")
             conn.delete_run(run_id)
 
         await self._writer.run(delete)
@@ -154,7 +153,7 @@ class Controls:
 
 def input_resolved(choice: Any) -> Problem:
     return Problem(
-        "input_resolved",
+        ErrorCode.INPUT_RESOLVED,
         f"This question was already answered ({choice!r}); a different answer cannot replace it.",
         choice=choice,
     )
@@ -166,7 +165,7 @@ def input_given_up(reason: str | None) -> Problem:
         "cancelled": "the run was cancelled or ended before it was answered",
     }.get(reason or "", "the run stopped waiting for it")
     return Problem(
-        "input_resolved",
+        ErrorCode.INPUT_RESOLVED,
         f"This question was given up ({why}): it takes no answer any more.",
         choice=None,
         reason=reason,
@@ -176,11 +175,11 @@ def input_given_up(reason: str | None) -> Problem:
 def check_answer(request: dict[str, Any] | None, request_id: str, choice: str) -> bool:
     """Whether an answer was already given (True: the same one); raise for a wrong one."""
     if request is None:
-        raise Problem("input_not_found", f"The run has no question {request_id!r}.")
+        raise Problem(ErrorCode.INPUT_NOT_FOUND, f"The run has no question {request_id!r}.")
     choices = request.get("choices") or []
     if choice not in choices:
         raise Problem(
-            "invalid_choice",
+            ErrorCode.INVALID_CHOICE,
             f"{choice!r} is not one of the choices offered: {', '.join(map(repr, choices))}.",
             path="choice",
         )

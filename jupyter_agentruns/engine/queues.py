@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from ..agents import AgentSpec
+from ..domain import RunRow
 from ..executor import Executor
 from ..reader import Reader
 from ..settings import Settings
@@ -90,7 +91,7 @@ class Queues:
         started = 0
         owners, agents = self._owners, sorted(self._agents)
 
-        def startable(conn: StoreConnection) -> list[dict[str, Any]]:
+        def startable(conn: StoreConnection) -> list[RunRow]:
             return conn.startable_queued_runs(owners, agents)
 
         try:
@@ -104,17 +105,17 @@ class Queues:
         finally:
             self._dispatching = False
 
-    async def claim_and_start(self, ready: list[dict[str, Any]]) -> int:
+    async def claim_and_start(self, ready: list[RunRow]) -> int:
         """Claim ``ready`` (rows of ``startable_queued_runs``) and start those this server won."""
         expires = time.time() + self._settings.lease_seconds
         executor_id = self._executor_id
 
         @in_transaction
-        def claim(conn: StoreConnection) -> list[dict[str, Any]]:
+        def claim(conn: StoreConnection) -> list[RunRow]:
             if self.stopping:
                 return []
             return [
-                cast(dict[str, Any], conn.get_run(row["run_id"]))  # claimed just now: it exists
+                cast(RunRow, conn.get_run(row["run_id"]))  # claimed just now: it exists
                 for row in ready
                 if conn.claim_run(row["run_id"], executor_id, expires)
             ]
@@ -134,7 +135,7 @@ class Queues:
             return 0
         await self._budgets.load({row["owner"] for row in claimed})
         for row in claimed:
-            self._executor.start(row, self._agents[row["agent"]])
+            self._executor.start(cast(dict[str, Any], row), self._agents[row["agent"]])
         if claimed:
             self._on_activity()
         return len(claimed)

@@ -14,11 +14,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Literal, overload
 
 from .. import budgets, jsonio, lifecycle, reducer, words
 from ..cursor import page_cursor, parse_page_cursor
-from ..errors import Problem, run_not_found
+from ..domain import JSON, JSONObject, ListedRun, LoggedEvent, RunHead, RunObject, RunRow
+from ..errors import ErrorCode, Problem, run_not_found
 from ..reader import Reader
 from ..record import run_markdown
 from ..sessions import SessionPaths
@@ -31,10 +32,6 @@ LIST_PAGE_BYTES = 16 * 1024 * 1024
 # Runs a search reads from the store at a time (the store's match is wider than
 # the search's: each is checked here).
 SEARCH_BATCH = 200
-RUN_FIELDS = (
-    "run_id", "agent", "status", "session", "metadata", "input", "retry_of",
-    "created_at", "started_at", "finished_at", "last_seq", "first_seq", "attempt",
-)  # fmt: skip
 
 
 class SnapshotReplaced(Exception):
@@ -57,19 +54,44 @@ class Reads:
         rows = await self.reader.run(lambda conn: conn.usage_since(owner, since))
         return budgets.window_totals(rows)
 
-    async def owned_head(self, owner: str, run_id: str) -> dict[str, Any]:
+    async def owned_head(self, owner: str, run_id: str) -> RunHead:
         """The caller's run's owner, status and seqs, or 404/410 (a small read)."""
         return await self.reader.small(lambda conn: self.owned(conn, owner, run_id, full=False))
 
+    @overload
+    def owned(
+        self,
+        conn: StoreConnection,
+        owner: str,
+        run_id: str,
+        *,
+        full: Literal[True],
+        snapshot: bool = True,
+    ) -> RunRow: ...
+
+    @overload
+    def owned(
+        self,
+        conn: StoreConnection,
+        owner: str,
+        run_id: str,
+        *,
+        full: Literal[False],
+        snapshot: bool = True,
+    ) -> RunHead: ...
+
     def owned(
         self, conn: StoreConnection, owner: str, run_id: str, *, full: bool, snapshot: bool = True
-    ) -> dict[str, Any]:
-        row = conn.get_run(run_id, snapshot=snapshot) if full else conn.get_run_head(run_id)
+    ) -> RunRow | RunHead:
+        """The caller's run (``full``: its row, else its head), or 404 (410 once retention deleted it)."""
+        row: RunRow | RunHead | None = (
+            conn.get_run(run_id, snapshot=snapshot) if full else conn.get_run_head(run_id)
+        )
         if row is None:
             tombstone = conn.get_tombstone(run_id)
             if tombstone is not None and tombstone["owner"] == owner:
                 raise Problem(
-                    "run_expired",
+                    ErrorCode.RUN_EXPIRED,
                     f"The run {run_id!r} finished long ago and was deleted "
                     "(run_retention_seconds); its output is no longer kept.",
                 )
@@ -77,7 +99,7 @@ class Reads:
             raise run_not_found(run_id)
         return row
 
-    async def get_run(self, owner: str, run_id: str) -> dict[str, Any]:
+    async def get_run(self, owner: str, run_id: str) -> RunObject:
         """The caller's run object, read (and its snapshot brought up to date) off the event loop."""
         return await self.reader.run(
             in_one_read(
@@ -161,7 +183,7 @@ class Reads:
         """
         after = parse_page_cursor(before) if before else None
 
-        def matching(conn: StoreConnection, wanted: int) -> list[dict[str, Any]]:
+        def matching(conn: StoreConnection, wanted: int) -> list[ListedRun]:
             forms = None if session is None else self.sessions.forms(session)
             if not search:
                 return conn.list_runs(
@@ -172,7 +194,7 @@ class Reads:
                     before=after,
                     retry_of=retry_of,
                 )
-            found: list[dict[str, Any]] = []
+            found: list[ListedRun] = []
             cursor = after
             while len(found) < wanted:
                 rows = conn.list_runs(
@@ -194,7 +216,7 @@ class Reads:
             rows = matching(conn, limit + 1)
             encoded: list[str] = []
             size = 0
-            last: dict[str, Any] | None = None
+            last: RunRow | None = None
             for row in rows[:limit]:
                 full = conn.get_run(row["run_id"])
                 assert full is not None  # listed in the same read
@@ -214,12 +236,14 @@ class Reads:
 
         return await self.reader.run(in_one_read(page))
 
-    def _found(self, row: dict[str, Any], search: str) -> bool:
+    def _found(self, row: ListedRun, search: str) -> bool:
         """Whether a run's title, agent or notebook hold ``search``, in any case."""
         metadata = row.get("metadata")
         if not isinstance(metadata, dict):
             metadata = {}
-        notebook = metadata.get("notebook") if isinstance(metadata.get("notebook"), str) else ""
+        notebook = metadata.get("notebook")
+        if not isinstance(notebook, str):
+            notebook = ""
         places = (
             words.run_title(metadata, row.get("input"), row["agent"]),
             row["agent"],
@@ -229,11 +253,11 @@ class Reads:
         needle = search.casefold()
         return any(needle in place.casefold() for place in places)
 
-    async def history(self, run_id: str) -> list[dict[str, Any]]:
+    async def history(self, run_id: str) -> list[LoggedEvent]:
         """A run's kept events, decoded (for a resumed agent's ``run.history()``)."""
 
-        def read(conn: StoreConnection) -> list[dict[str, Any]]:
-            events: list[dict[str, Any]] = []
+        def read(conn: StoreConnection) -> list[LoggedEvent]:
+            events: list[LoggedEvent] = []
             after = 0
             while True:
                 rows = conn.read_events(run_id, after, 5000)
@@ -247,7 +271,7 @@ class Reads:
 
         return await self.reader.run(read)
 
-    async def conversation(self, row: dict[str, Any]) -> Any:
+    async def conversation(self, row: dict[str, Any]) -> JSON:
         """The last checkpoint an earlier run of this run's owner, session and agent saved, or None.
 
         For an agent that goes on with a conversation (an ACP agent's session):
@@ -257,7 +281,7 @@ class Reads:
         if session is None:
             return None
 
-        def read(conn: StoreConnection) -> Any:
+        def read(conn: StoreConnection) -> JSON:
             before: tuple[str, str] | None = (row["created_at"], row["run_id"])
             seen = 0
             while before is not None and seen < CONVERSATION_RUNS:
@@ -280,36 +304,53 @@ class Reads:
             if cached is not None:
                 self._snapshot_bytes -= cached[2]
 
-    def run_object(self, conn: StoreConnection, row: dict[str, Any]) -> dict[str, Any]:
+    def run_object(self, conn: StoreConnection, row: RunRow) -> RunObject:
         """The public run object: ``snapshot`` is exactly the events up to ``last_seq`` (reader thread)."""
-        run = {name: row.get(name) for name in RUN_FIELDS}
         # A run recorded with its notebook's absolute path shows the relative one, as runs now record it.
-        run["session"] = self.sessions.relative(run["session"])
-        run["metadata"] = self.sessions.metadata(run["metadata"]) or {}
-        run["title"] = words.run_title(run["metadata"], run["input"], run["agent"])
-        run["snapshot"] = self._snapshot_at(conn, row)
-        run["output"] = row.get("output")
-        run["error"] = row.get("error")
-        run["cancel"] = row.get("cancel")
+        metadata: JSONObject = self.sessions.metadata(row["metadata"]) or {}
+        snapshot = self._snapshot_at(conn, row)
         # Waiting in its session's queue (enqueue, interrupt): behind which run.
         waits = (
             row["status"] == lifecycle.RunStatus.QUEUED.value
-            and row.get("executor_id") is None
-            and row.get("session")
+            and row["executor_id"] is None
+            and row["session"]
         )
-        run["queued_behind"] = conn.queued_behind(row["run_id"]) if waits else None
+        queued_behind = conn.queued_behind(row["run_id"]) if waits else None
         # When a run going on last had an event: a view says when its agent has been silent long.
-        run["last_event_at"] = None
+        last_event_at = None
         if lifecycle.is_active(row["status"]) and row["last_seq"]:
             last = conn.read_events(row["run_id"], row["last_seq"] - 1, 1, max_bytes=1)
-            run["last_event_at"] = last[0][2] if last else None
-        if row.get("cancel_request") is not None:
+            last_event_at = last[0][2] if last else None
+        run: RunObject = {
+            "run_id": row["run_id"],
+            "agent": row["agent"],
+            "status": row["status"],
+            "session": self.sessions.relative(row["session"]),
+            "metadata": metadata,
+            "input": row["input"],
+            "retry_of": row["retry_of"],
+            "created_at": row["created_at"],
+            "started_at": row["started_at"],
+            "finished_at": row["finished_at"],
+            "last_seq": row["last_seq"],
+            "first_seq": row["first_seq"],
+            "attempt": row["attempt"],
+            "title": words.run_title(metadata, row["input"], row["agent"]),
+            "snapshot": snapshot,
+            "output": row["output"],
+            "error": row["error"],
+            "cancel": row["cancel"],
+            "queued_behind": queued_behind,
+            "last_event_at": last_event_at,
+        }
+        request = row["cancel_request"]
+        if request is not None:
             # Recorded for the server executing the run, which has not taken it
             # yet: answer with the run as it will be in a moment.
-            run = lifecycle.as_pending_cancel(run, row["cancel_request"])
+            run = lifecycle.as_pending_cancel(run, request)
         return run
 
-    def _snapshot_at(self, conn: StoreConnection, row: dict[str, Any]) -> dict[str, Any]:
+    def _snapshot_at(self, conn: StoreConnection, row: RunRow) -> dict[str, Any]:
         run_id, last_seq = row["run_id"], row["last_seq"]
         if row["snapshot_seq"] == last_seq and row["snapshot"] is not None:
             return row["snapshot"]

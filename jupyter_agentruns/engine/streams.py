@@ -26,6 +26,7 @@ from ..broadcaster import (
     wait_since,
 )
 from ..cursor import StreamRun, check_cursor
+from ..domain import RunHead, RunObject
 from ..errors import Problem, run_not_found
 from ..events import FRAME, envelope_of, sse
 from ..lifecycle import is_terminal
@@ -158,8 +159,8 @@ class Streams:
         *,
         settings: Any,
         broadcaster: Broadcaster,
-        owned_head: Callable[[str, str], Awaitable[dict[str, Any]]],
-        get_run: Callable[[str, str], Awaitable[dict[str, Any]]],
+        owned_head: Callable[[str, str], Awaitable[RunHead]],
+        get_run: Callable[[str, str], Awaitable[RunObject]],
         stopping: Callable[[], bool],
     ):
         self.settings = settings
@@ -169,8 +170,8 @@ class Streams:
         self.stopping = stopping
 
     async def resume(
-        self, owner: str, row: dict[str, Any], cursor: int
-    ) -> tuple[Subscriber, dict[str, Any] | None]:
+        self, owner: str, row: RunHead, cursor: int
+    ) -> tuple[Subscriber, RunObject | None]:
         """Where to resume: the cursor, or, when its events were compacted away, the run's snapshot.
 
         The snapshot is the run object now, at ``W = last_seq``; events follow from W + 1.
@@ -182,7 +183,7 @@ class Streams:
         subscriber.done = is_terminal(snapshot["status"])
         return subscriber, snapshot
 
-    async def run(self, owner: str, row: dict[str, Any], cursor: int) -> RunStream:
+    async def run(self, owner: str, row: RunHead, cursor: int) -> RunStream:
         """A run's stream from ``cursor`` (checked against ``row``, the caller's run's head)."""
         subscriber, snapshot = await self.resume(owner, row, cursor)
         opening = ""
@@ -193,7 +194,7 @@ class Streams:
     async def poll(
         self,
         owner: str,
-        row: dict[str, Any],
+        row: RunHead,
         cursor: int,
         *,
         limit: int,

@@ -11,11 +11,12 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from .. import lifecycle
 from ..agents import AgentSpec
-from ..errors import Problem, run_not_found
+from ..domain import RunFields, RunObject, RunRow
+from ..errors import ErrorCode, Problem, run_not_found
 from ..executor import Executor
 from ..idempotency import fingerprint
 from ..sessions import SessionPaths
@@ -83,15 +84,15 @@ class Submissions:
         failure = self._agent_failures.get(name)
         if failure is not None:
             return Problem(
-                "unknown_agent",
+                ErrorCode.UNKNOWN_AGENT,
                 f"The agent {name!r} failed to load ({failure}); the server log says more, "
                 "GET agents lists the others.",
             )
-        return Problem("unknown_agent", f"No agent named {name!r}; GET agents lists them.")
+        return Problem(ErrorCode.UNKNOWN_AGENT, f"No agent named {name!r}; GET agents lists them.")
 
     async def submit(
         self, owner: str, request: SubmitRequest, key: str | None, key_with_run: bool = False
-    ) -> tuple[dict[str, Any], bool]:
+    ) -> tuple[RunObject, bool]:
         """Create a run, or find the one this key made; returns ``(run, replayed)``.
 
         ``key_with_run``: the key is remembered as long as the run exists, not
@@ -102,7 +103,7 @@ class Submissions:
             problem: Problem | None = self.unknown_agent(request.agent)
         else:
             found = spec.input_problem(request.input)
-            problem = Problem("invalid_input", found[1], path=found[0]) if found else None
+            problem = Problem(ErrorCode.INVALID_INPUT, found[1], path=found[0]) if found else None
         # Of the request as sent: a notebook's path is recorded relative to the
         # server's root, but the client retrying with its absolute path, or a
         # kernel re-running the cell of a run recorded before, still replays.
@@ -125,7 +126,7 @@ class Submissions:
         tally = Tally()  # queued runs of the session this run ends (interrupt)
 
         @in_transaction
-        def create(conn: StoreConnection) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        def create(conn: StoreConnection) -> tuple[RunRow, RunObject | None]:
             """The run's row, and the answer for a new run (None: the key's run, replayed)."""
             tally.clear()
             # The owner's submits one at a time, across servers sharing the store:
@@ -136,7 +137,7 @@ class Submissions:
                 if existing is not None:
                     if existing["fingerprint"] != fp:
                         raise Problem(
-                            "idempotency_key_reused",
+                            ErrorCode.IDEMPOTENCY_KEY_REUSED,
                             "This Idempotency-Key was used for a different request; "
                             "use a new key for a new run.",
                         )
@@ -157,7 +158,7 @@ class Submissions:
             )
             if policy == "reject" and active:
                 raise Problem(
-                    "session_busy",
+                    ErrorCode.SESSION_BUSY,
                     f"The session {request.session!r} has an active run, {active[0]['run_id']}; "
                     "wait for it or cancel it, or submit with session_policy 'enqueue' or 'interrupt'.",
                     active_run_id=active[0]["run_id"],
@@ -165,21 +166,21 @@ class Submissions:
             day_rows[:] = self._budgets.check_day(conn, owner, now)
             if conn.count_active(owner) >= max_active:
                 raise Problem(
-                    "too_many_active_runs",
+                    ErrorCode.TOO_MANY_ACTIVE_RUNS,
                     f"You have {max_active} active runs, the most allowed; wait for one to finish or cancel one.",
                     retry_after=5,
                 )
             stored_limit = settings.max_stored_runs_per_user
             if stored_limit and conn.count_runs(owner) >= stored_limit:
                 raise Problem(
-                    "storage_quota_exceeded",
+                    ErrorCode.STORAGE_QUOTA_EXCEEDED,
                     f"You have {stored_limit} stored runs, the most allowed; delete runs you no "
                     "longer need (finished runs are also deleted after run_retention_seconds).",
                 )
             run_id = new_run_id()
             # Behind the session's active runs: queued with no executor until its turn.
             behind = bool(active)
-            row = {
+            fields: RunFields = {
                 "run_id": run_id,
                 "owner": owner,
                 "agent": request.agent,
@@ -195,7 +196,7 @@ class Submissions:
                 "executor_id": None if behind else self._executor_id,
                 "lease_expires": None if behind else time.time() + lease,
             }
-            conn.insert_run(row)
+            conn.insert_run(fields)
             if key is not None:
                 conn.insert_key(owner, key, fp, run_id, now, key_with_run)
             if policy == "interrupt":
@@ -222,7 +223,7 @@ class Submissions:
             if row["executor_id"] == self._executor_id:
                 # Started after the last await: the caller gets the run before its task ran.
                 assert spec is not None  # a new run, of a known agent
-                self._executor.start(row, spec)
+                self._executor.start(cast(dict[str, Any], row), spec)
             for run_id in interrupted:
                 # This server's own at once (the others' take their cancel request).
                 execution = self._executor.live.get(run_id)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import budgets
-from ..errors import Problem
+from ..errors import ErrorCode, Problem
 from ..reader import Reader
 from ..settings import Settings
 from ..store import StoreConnection
@@ -42,7 +42,7 @@ class TokenBudgets:
         if used >= limit:
             wait = budgets.retry_after(rows, limit, now)
             raise Problem(
-                "token_budget_exhausted",
+                ErrorCode.TOKEN_BUDGET_EXHAUSTED,
                 f"Your runs of the last 24 hours used {used} tokens, the most allowed is {limit} "
                 f"(tokens_per_user_per_day); the window frees up in {wait} s.",
                 retry_after=wait,

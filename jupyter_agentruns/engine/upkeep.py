@@ -18,10 +18,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from .. import lifecycle, reducer
 from ..agents import AgentSpec
+from ..domain import CancelRequest, InputAnswer, RunRow
 from ..executor import Executor
 from ..settings import Settings
 from ..store import StoreConnection, commit_transitions, end_stored, reduce_stored
@@ -72,7 +73,9 @@ class Upkeep:
         expires = time.time() + self._settings.lease_seconds
 
         @in_transaction
-        def renew(conn: StoreConnection):
+        def renew(
+            conn: StoreConnection,
+        ) -> tuple[list[tuple[str, CancelRequest]], list[tuple[str, str, InputAnswer]]]:
             conn.renew_leases(self._executor_id, live, expires)
             cancels = conn.take_cancel_requests(self._executor_id)
             return cancels, conn.take_input_answers(self._executor_id)
@@ -120,11 +123,14 @@ class Upkeep:
         tally = Tally()
 
         @in_transaction
-        def sweep_expired(conn: StoreConnection) -> tuple[int, list]:
+        def sweep_expired(
+            conn: StoreConnection,
+        ) -> tuple[int, list[tuple[RunRow, reducer.Snapshot]]]:
             tally.clear()
             now, clock = time.time(), time.monotonic()
             still: dict[str, tuple[float | None, float]] = {}
-            ended, resumed = 0, []
+            ended = 0
+            resumed: list[tuple[RunRow, reducer.Snapshot]] = []
             for row in conn.expired_active_runs(now):
                 run_id, expires = row["run_id"], row["lease_expires"]
                 if run_id in live:
@@ -163,11 +169,12 @@ class Upkeep:
             self._log.info("agentruns: took over %d run(s) whose server stopped", len(resumed))
             await self._budgets.load({row["owner"] for row, _ in resumed})
             for row, snapshot in resumed:
-                self._executor.resume(row, self._agents[row["agent"]], snapshot)
+                spec = self._agents[row["agent"]]
+                self._executor.resume(cast(dict[str, Any], row), spec, snapshot)
             self._on_activity()
         return ended + len(resumed)
 
-    def fate(self, row: dict[str, Any]) -> str | None:
+    def fate(self, row: RunRow) -> str | None:
         """What this server does with an unfinished run whose executor is gone.
 
         "resume": it takes the run over; "end": it ends the run
@@ -193,11 +200,11 @@ class Upkeep:
     def _take_over(
         self,
         conn: StoreConnection,
-        row: dict[str, Any],
+        row: RunRow,
         reason: str,
         lease_expires: float,
         tally: Tally,
-    ) -> tuple[dict[str, Any], reducer.Snapshot]:
+    ) -> tuple[RunRow, reducer.Snapshot]:
         """Commit ``run.resumed`` with this server as the run's executor (writer thread).
 
         In the sweep's transaction, on the row it locked: one executor at a time.
@@ -222,4 +229,4 @@ class Upkeep:
         tally.events += len(rows)
         tally.resumed.append(reason)
         fields = {**taken.fields, "last_seq": rows[-1][1]}
-        return {**row, **fields, "snapshot": None}, snapshot
+        return cast(RunRow, {**row, **fields, "snapshot": None}), snapshot

@@ -13,22 +13,14 @@ from tornado import web
 from .. import jsonio
 from ..engine import Engine, Requests
 from ..engine.streams import Waiter
-from ..errors import Problem, invalid_request
+from ..errors import ErrorCode, Problem, invalid_request
 from ..settings import SHARED_OWNER
 from ..store import StoreRefused, StoreUnavailable
-from .errors import status_of
+from .errors import generic_code, shutting_down, status_of, store_unavailable
 
 AUTH_RESOURCE = "agentruns"
 # The store refusals already in the log (each is said once).
 _REFUSALS_SAID: set[str] = set()
-
-_GENERIC_CODES = {
-    400: "bad_request",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "request_too_large",
-}
 
 
 @web.stream_request_body
@@ -104,7 +96,7 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
 
     def _request_too_large(self) -> Problem:
         return Problem(
-            "request_too_large",
+            ErrorCode.REQUEST_TOO_LARGE,
             f"The request body is over max_body_bytes ({self.max_body_bytes} bytes).",
         )
 
@@ -114,7 +106,7 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
         if engine is None:
             message = self.settings["agentruns_startup_error"]
             raise Problem(
-                "store_unavailable",
+                ErrorCode.STORE_UNAVAILABLE,
                 f"{message[0].upper()}{message[1:]}; the server log says how to fix it.",
             )
         return engine
@@ -186,12 +178,7 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
                 message = exc.log_message % exc.args if exc.args else exc.log_message
             if status_code >= 500:
                 message = "The server failed on this request; its log has the details."
-            body = {
-                "error": _GENERIC_CODES.get(
-                    status_code, "server_error" if status_code >= 500 else "http_error"
-                ),
-                "message": message,
-            }
+            body = {"error": generic_code(status_code), "message": message}
         if status_code == 405:
             self.set_header("Allow", ", ".join(self.allowed_methods()))
         if not self._prepared:
@@ -237,32 +224,11 @@ class AgentRunsHandler(ExtensionHandlerMixin, APIHandler):
         return value
 
 
-def shutting_down() -> Problem:
-    return Problem(
-        "shutting_down",
-        "The server is stopping. Try again in a few seconds, once it (or another server "
-        "sharing its store) is back: runs and their events are kept, streams resume from "
-        "their cursors.",
-        retry_after=5,
-    )
-
-
 def say_once(log: Any, refusal: StoreRefused) -> None:
     """Log a store's refusal: permanent until an administrator acts, so once, not per request."""
     if str(refusal) not in _REFUSALS_SAID:
         _REFUSALS_SAID.add(str(refusal))
         log.error("agentruns: %s", refusal)
-
-
-def store_unavailable(reason: StoreUnavailable) -> Problem:
-    if isinstance(reason, StoreRefused):
-        return Problem("store_unavailable", f"{str(reason)[0].upper()}{str(reason)[1:]}.")
-    return Problem(
-        "store_unavailable",
-        f"The agentruns database cannot be reached just now ({reason}). Try again in a few "
-        "seconds (a submit with the same Idempotency-Key never makes two runs).",
-        retry_after=5,
-    )
 
 
 def parse_body(raw: bytes, *, required: bool = True) -> dict[str, Any]:
@@ -275,7 +241,7 @@ def parse_body(raw: bytes, *, required: bool = True) -> dict[str, Any]:
         body = jsonio.loads_body(raw)
     except jsonio.UnsafeJson as exc:
         where: dict[str, Any] = {"path": exc.path} if exc.path else {}  # none for the body itself
-        raise Problem("invalid_request", f"{exc}.", **where) from None
+        raise Problem(ErrorCode.INVALID_REQUEST, f"{exc}.", **where) from None
     except ValueError as exc:
         raise invalid_request(f"{exc}.") from None
     if not isinstance(body, dict):
@@ -287,7 +253,7 @@ class NotFoundHandler(AgentRunsHandler):
     """Unknown paths under the API answer our JSON 404, not an HTML page."""
 
     def _not_found(self) -> None:
-        raise Problem("not_found", f"No such endpoint: {self.request.path}")
+        raise Problem(ErrorCode.NOT_FOUND, f"No such endpoint: {self.request.path}")
 
     @web.authenticated
     @authorized

@@ -8,6 +8,7 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..cursor import check_cursor, parse_cursor
+from ..domain import RunHead
 from ..errors import invalid_request
 from ..lifecycle import is_terminal
 from ..store import StoreUnavailable
@@ -38,7 +39,7 @@ class EventsHandler(AgentRunsHandler):
         else:
             await self._poll(row, cursor, caught_up)
 
-    async def _stream(self, row: dict, cursor: int, caught_up: bool) -> None:
+    async def _stream(self, row: RunHead, cursor: int, caught_up: bool) -> None:
         if caught_up:
             # 204 is the one answer that stops a browser EventSource reconnecting.
             self.set_status(204)
@@ -64,7 +65,7 @@ class EventsHandler(AgentRunsHandler):
             return  # the client left: its slot is free now, not at the next write
         self.finish()
 
-    async def _poll(self, row: dict, cursor: int, caught_up: bool) -> None:
+    async def _poll(self, row: RunHead, cursor: int, caught_up: bool) -> None:
         limit = self.int_argument("limit", POLL_LIMIT_DEFAULT, 1, POLL_LIMIT_MAX)
         assert limit is not None  # it has a default
         wait = self._wait_argument()

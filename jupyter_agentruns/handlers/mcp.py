@@ -17,7 +17,7 @@ from typing import Any, TypeVar, cast
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..errors import Problem
+from ..errors import ErrorCode, Problem
 from .base import AgentRunsHandler
 
 try:  # jupyter_server 2.13+: a handler that authenticates its callers itself
@@ -47,7 +47,7 @@ class MCPHandler(AgentRunsHandler):
             found = engine.run_for_token(header[len(BEARER) :].strip()) if engine else None
             if found is None:
                 raise Problem(
-                    "forbidden",
+                    ErrorCode.FORBIDDEN,
                     "This run's token is not good (any more): a run's token works only while "
                     "its run is live.",
                 )
@@ -97,7 +97,7 @@ class MCPHandler(AgentRunsHandler):
             await cast(Awaitable[None], self._person())
             if access is None or not access.serves(self.owner):
                 raise Problem(
-                    "notebook_tools_unavailable",
+                    ErrorCode.NOTEBOOK_TOOLS_UNAVAILABLE,
                     access.reason
                     if access is not None and access.reason
                     else "The notebook tools are not available for you on this server.",
@@ -105,7 +105,7 @@ class MCPHandler(AgentRunsHandler):
             caller = Caller()
         if notebook_mcp is None:
             raise Problem(
-                "notebook_tools_unavailable",
+                ErrorCode.NOTEBOOK_TOOLS_UNAVAILABLE,
                 self.settings.get("agentruns_mcp_problem") or "The MCP server is not available.",
             )
         self._answering = asyncio.ensure_future(

@@ -12,7 +12,7 @@ from tornado.http1connection import HTTP1Connection
 from tornado.iostream import StreamClosedError
 
 from ..engine import SnapshotReplaced, SubmitRequest
-from ..errors import Problem, invalid_request, refuse_unknown_fields, run_not_found
+from ..errors import ErrorCode, Problem, invalid_request, refuse_unknown_fields, run_not_found
 from ..idempotency import key_problem
 from ..lifecycle import ALL_STATUSES, SESSION_POLICIES
 from .base import AgentRunsHandler
@@ -83,11 +83,11 @@ class RunsHandler(AgentRunsHandler):
         if key is not None:
             problem = key_problem(key)
             if problem:
-                raise Problem("invalid_idempotency_key", f"The Idempotency-Key {problem}.")
+                raise Problem(ErrorCode.INVALID_IDEMPOTENCY_KEY, f"The Idempotency-Key {problem}.")
         lifetime = self.request.headers.get("Idempotency-Key-Lifetime", "ttl")
         if lifetime not in ("ttl", "run"):
             raise Problem(
-                "invalid_idempotency_key",
+                ErrorCode.INVALID_IDEMPOTENCY_KEY,
                 f"Idempotency-Key-Lifetime is 'ttl' (the default) or 'run', not {lifetime[:40]!r}.",
             )
         run, replayed = await self.engine.submit(

@@ -27,9 +27,22 @@ import abc
 import contextlib
 import json
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from .. import jsonio, lifecycle, reducer
+from ..domain import (
+    ActiveRun,
+    CancelRequest,
+    EventRow,
+    InputAnswer,
+    KeyRow,
+    ListedRun,
+    RunFields,
+    RunHead,
+    RunRow,
+    StoredEvent,
+    Tombstone,
+)
 from ..events import Event, envelope
 from ..events import event as make_event
 from ..timeutil import now_iso
@@ -105,7 +118,7 @@ class StoreConnection(abc.ABC):
     # Reads -------------------------------------------------------------------
 
     @abc.abstractmethod
-    def get_run(self, run_id: str, *, snapshot: bool = True) -> dict[str, Any] | None:
+    def get_run(self, run_id: str, *, snapshot: bool = True) -> RunRow | None:
         """Every column of a run, with its persisted ``snapshot`` (None without ``snapshot``) and ``snapshot_seq``."""
 
     @abc.abstractmethod
@@ -122,7 +135,7 @@ class StoreConnection(abc.ABC):
         """
 
     @abc.abstractmethod
-    def get_run_head(self, run_id: str) -> dict[str, Any] | None:
+    def get_run_head(self, run_id: str) -> RunHead | None:
         """``run_id, owner, status, last_seq, first_seq, finished_ts``: cheap, whatever the run's size."""
 
     @abc.abstractmethod
@@ -136,7 +149,7 @@ class StoreConnection(abc.ABC):
         before: tuple[str, str] | None,
         retry_of: str | None = None,
         search: str | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[ListedRun]:
         """The owner's runs, newest first (``created_at``, then ``run_id``), after the ``before`` one.
 
         ``session``: one, or any of several (the forms a notebook's path was recorded in).
@@ -157,7 +170,7 @@ class StoreConnection(abc.ABC):
         limit: int,
         upto: int | None = None,
         max_bytes: int | None = None,
-    ) -> list[tuple[int, str, str, str]]:
+    ) -> list[StoredEvent]:
         """``(seq, type, ts, data)`` with ``after < seq <= upto``, in order; at least one row within ``max_bytes``."""
 
     def read_frames(self, run_id: str, after: int, limit: int, max_bytes: int) -> list[Event]:
@@ -169,7 +182,7 @@ class StoreConnection(abc.ABC):
         ]
 
     @abc.abstractmethod
-    def get_tombstone(self, run_id: str) -> dict[str, Any] | None:
+    def get_tombstone(self, run_id: str) -> Tombstone | None:
         """What is left of a run retention deleted: its ``owner``."""
 
     @abc.abstractmethod
@@ -186,7 +199,7 @@ class StoreConnection(abc.ABC):
         """``(run_id, owner)`` of finished runs past their retention."""
 
     @abc.abstractmethod
-    def find_key(self, owner: str, key: str, not_before: float) -> dict[str, Any] | None:
+    def find_key(self, owner: str, key: str, not_before: float) -> KeyRow | None:
         """The owner's key if made after ``not_before`` or kept as long as its run."""
 
     @abc.abstractmethod
@@ -210,14 +223,14 @@ class StoreConnection(abc.ABC):
         """
 
     @abc.abstractmethod
-    def expired_active_runs(self, now: float) -> list[dict[str, Any]]:
+    def expired_active_runs(self, now: float) -> list[RunRow]:
         """Runs not yet terminal whose executor's lease has run out (full rows).
 
         Not the runs queued in their session (no executor holds them yet).
         """
 
     @abc.abstractmethod
-    def active_in_session(self, owner: str, session: str) -> list[dict[str, Any]]:
+    def active_in_session(self, owner: str, session: str) -> list[ActiveRun]:
         """``run_id, status, executor_id, cancel_request`` of the session's active runs, in submit order."""
 
     @abc.abstractmethod
@@ -227,7 +240,7 @@ class StoreConnection(abc.ABC):
     @abc.abstractmethod
     def startable_queued_runs(
         self, owners: list[str] | None, agents: list[str], limit: int = 100
-    ) -> list[dict[str, Any]]:
+    ) -> list[RunRow]:
         """Unclaimed queued runs (``executor_id`` None) with no earlier active run in their session.
 
         Full rows, in submit order, of the ``owners`` (None: every owner) and
@@ -250,15 +263,15 @@ class StoreConnection(abc.ABC):
 
     @abc.abstractmethod
     def record_input_answer(
-        self, run_id: str, request_id: str, answer: dict[str, Any], now: float
-    ) -> dict[str, Any]:
+        self, run_id: str, request_id: str, answer: InputAnswer, now: float
+    ) -> InputAnswer:
         """Keep an answer (``choice, note, by``) for the server executing the run; the first one wins.
 
         Returns the answer kept: this one, or the one recorded before it.
         """
 
     @abc.abstractmethod
-    def take_input_answers(self, executor_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+    def take_input_answers(self, executor_id: str) -> list[tuple[str, str, InputAnswer]]:
         """``(run_id, request_id, answer)`` recorded for this executor's runs, taken (deleted)."""
 
     @abc.abstractmethod
@@ -270,7 +283,7 @@ class StoreConnection(abc.ABC):
         """Take an unclaimed queued run for this executor; False when another server took it first."""
 
     @abc.abstractmethod
-    def insert_run(self, run: dict[str, Any]) -> None: ...
+    def insert_run(self, run: RunFields) -> None: ...
 
     @abc.abstractmethod
     def insert_key(
@@ -284,7 +297,7 @@ class StoreConnection(abc.ABC):
     ) -> None: ...
 
     @abc.abstractmethod
-    def update_run(self, run_id: str, fields: dict[str, Any]) -> None:
+    def update_run(self, run_id: str, fields: RunFields) -> None:
         """Set columns of a run; ``snapshot`` with ``snapshot_seq`` replaces its persisted snapshot.
 
         The snapshot (a dict or a ``reducer.Snapshot`` builder) is written in
@@ -292,7 +305,7 @@ class StoreConnection(abc.ABC):
         """
 
     @abc.abstractmethod
-    def append_events(self, rows: Iterable[tuple[str, int, str, str, str]]) -> None:
+    def append_events(self, rows: Iterable[EventRow]) -> None:
         """Append ``(run_id, seq, type, ts, data)``; raises ``SeqTaken`` when a seq exists."""
 
     @abc.abstractmethod
@@ -318,11 +331,11 @@ class StoreConnection(abc.ABC):
     def renew_leases(self, executor_id: str, run_ids: list[str], expires: float) -> None: ...
 
     @abc.abstractmethod
-    def record_cancel_request(self, run_id: str, request: dict[str, Any]) -> None:
+    def record_cancel_request(self, run_id: str, request: CancelRequest) -> None:
         """A cancel for the server that executes the run, which takes it with ``take_cancel_requests``."""
 
     @abc.abstractmethod
-    def take_cancel_requests(self, executor_id: str) -> list[tuple[str, dict[str, Any]]]: ...
+    def take_cancel_requests(self, executor_id: str) -> list[tuple[str, CancelRequest]]: ...
 
     @abc.abstractmethod
     def purge_keys(self, older_than: float, limit: int = 5000) -> None: ...
@@ -393,10 +406,10 @@ def reduce_stored(
 
 def commit_transitions(
     conn: StoreConnection,
-    row: dict[str, Any],
+    row: RunRow,
     transitions: list[lifecycle.Transition],
     snapshot: reducer.Snapshot | None = None,
-) -> tuple[list[tuple[str, int, str, str, str]], reducer.Snapshot]:
+) -> tuple[list[EventRow], reducer.Snapshot]:
     """Commit ``transitions`` of a run no executor holds, with the run columns they set.
 
     In the caller's transaction. ``snapshot``: the run's, up to its
@@ -411,24 +424,23 @@ def commit_transitions(
         )
     # An end's events carry its finished_at.
     ts = transitions[-1].fields.get("finished_at") or now_iso()
-    rows = []
-    fields: dict[str, Any] = {}
+    rows: list[EventRow] = []
+    fields: RunFields = {}
     for transition in transitions:
         seq += 1
         rows.append((run_id, seq, transition.type, ts, jsonio.dumps(transition.data, compact=True)))
         snapshot.apply({"type": transition.type, "data": transition.data})
-        fields.update(transition.fields)
+        fields.update(cast(RunFields, transition.fields))
     conn.append_events(rows)
     fields["last_seq"] = seq
     if transitions[-1].terminal:
-        fields.update(snapshot=snapshot, snapshot_seq=seq)
+        fields["snapshot"] = snapshot
+        fields["snapshot_seq"] = seq
     conn.update_run(run_id, fields)
     return rows, snapshot
 
 
-def end_stored(
-    conn: StoreConnection, row: dict[str, Any], end: lifecycle.Transition
-) -> list[tuple[str, int, str, str, str]]:
+def end_stored(conn: StoreConnection, row: RunRow, end: lifecycle.Transition) -> list[EventRow]:
     """End a run no executor holds with ``end``, what it left open closed first (``lifecycle.ending``)."""
     snapshot = reduce_stored(
         conn, row["run_id"], reducer.Snapshot(row["snapshot"]), row["snapshot_seq"], row["last_seq"]

@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 from urllib.parse import unquote
 
+from ..domain import EventRow, RunFields
 from . import Listener, SeqTaken, Store, StoreBusy, StoreRefused, StoreUnavailable
 from .sql import SHARED_MIGRATIONS, TABLES, SQLConnection
 
@@ -697,7 +698,7 @@ class PostgresConnection(SQLConnection):
 
     # Writes that other servers are told of ----------------------------------------
 
-    def update_run(self, run_id: str, fields: dict[str, Any]) -> None:
+    def update_run(self, run_id: str, fields: RunFields) -> None:
         super().update_run(run_id, fields)
         if "last_seq" in fields:
             self._touched[run_id] = fields["last_seq"]
@@ -709,7 +710,7 @@ class PostgresConnection(SQLConnection):
 
     # The append path -----------------------------------------------------------
 
-    def append_events(self, rows: Iterable[tuple[str, int, str, str, str]]) -> None:
+    def append_events(self, rows: Iterable[EventRow]) -> None:
         rows = list(rows)
         conn = self._connection()
         touched = self._touched

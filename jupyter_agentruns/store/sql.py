@@ -15,9 +15,21 @@ import abc
 import contextlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from .. import jsonio, reducer
+from ..domain import (
+    ActiveRun,
+    CancelRequest,
+    InputAnswer,
+    KeyRow,
+    ListedRun,
+    RunFields,
+    RunHead,
+    RunRow,
+    StoredEvent,
+    Tombstone,
+)
 from ..lifecycle import ACTIVE_STATUSES, CANCELLABLE, TERMINAL_STATUSES
 from . import StoreConnection
 
@@ -152,10 +164,10 @@ class SQLConnection(StoreConnection):
 
     # Reads -------------------------------------------------------------------
 
-    def get_run(self, run_id: str, *, snapshot: bool = True) -> dict[str, Any] | None:
+    def get_run(self, run_id: str, *, snapshot: bool = True) -> RunRow | None:
         select = RUN_SELECT if snapshot else RUN_SELECT_WITHOUT_SNAPSHOT
         rows = self._dicts(f"{select} WHERE runs.run_id = ?", [run_id])
-        return self._decode(rows[0]) if rows else None
+        return cast(RunRow, self._decode(rows[0])) if rows else None
 
     def snapshot_layout(self, run_id: str) -> tuple[int, int] | None:
         row = self._execute(
@@ -182,9 +194,9 @@ class SQLConnection(StoreConnection):
         ).fetchall()
         return [data for (data,) in rows]
 
-    def get_run_head(self, run_id: str) -> dict[str, Any] | None:
+    def get_run_head(self, run_id: str) -> RunHead | None:
         rows = self._dicts(f"SELECT {HEAD_COLUMNS} FROM runs WHERE run_id = ?", [run_id])
-        return rows[0] if rows else None
+        return cast(RunHead, rows[0]) if rows else None
 
     def list_runs(
         self,
@@ -196,7 +208,7 @@ class SQLConnection(StoreConnection):
         before: tuple[str, str] | None,
         retry_of: str | None = None,
         search: str | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[ListedRun]:
         where = ["owner = ?"]
         params: list[Any] = [owner]
         sessions = (session,) if isinstance(session, str) else session
@@ -227,7 +239,7 @@ class SQLConnection(StoreConnection):
             "ORDER BY created_at DESC, run_id DESC LIMIT ?",
             params,
         )
-        return [self._decode(row) for row in rows]
+        return [cast(ListedRun, self._decode(row)) for row in rows]
 
     def read_events(
         self,
@@ -236,7 +248,7 @@ class SQLConnection(StoreConnection):
         limit: int,
         upto: int | None = None,
         max_bytes: int | None = None,
-    ) -> list[tuple[int, str, str, str]]:
+    ) -> list[StoredEvent]:
         if upto is None:
             sql = "SELECT seq, type, ts, data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
             params: list[Any] = [run_id, after, limit]
@@ -250,9 +262,9 @@ class SQLConnection(StoreConnection):
             return self._execute(sql, params).fetchall()
         return self._read_within(sql, params, max_bytes)
 
-    def get_tombstone(self, run_id: str) -> dict[str, Any] | None:
+    def get_tombstone(self, run_id: str) -> Tombstone | None:
         rows = self._dicts("SELECT * FROM tombstones WHERE run_id = ?", [run_id])
-        return rows[0] if rows else None
+        return cast(Tombstone, rows[0]) if rows else None
 
     def compaction_candidates(
         self, finished_before: float, max_events: int, limit: int = 100
@@ -275,13 +287,13 @@ class SQLConnection(StoreConnection):
         ).fetchall()
         return [tuple(row) for row in rows]
 
-    def find_key(self, owner: str, key: str, not_before: float) -> dict[str, Any] | None:
+    def find_key(self, owner: str, key: str, not_before: float) -> KeyRow | None:
         rows = self._dicts(
             "SELECT * FROM idempotency_keys WHERE owner = ? AND key = ? "
             "AND (created_ts >= ? OR with_run = 1)",
             [owner, key, not_before],
         )
-        return rows[0] if rows else None
+        return cast(KeyRow, rows[0]) if rows else None
 
     def count_active(self, owner: str) -> int:
         return self._execute(
@@ -311,15 +323,15 @@ class SQLConnection(StoreConnection):
             "versions": self._versions(),
         }
 
-    def expired_active_runs(self, now: float) -> list[dict[str, Any]]:
+    def expired_active_runs(self, now: float) -> list[RunRow]:
         rows = self._dicts(
             f"{RUN_SELECT} WHERE status IN {ACTIVE} AND (lease_expires IS NULL OR lease_expires < ?) "
             f"AND NOT ({UNCLAIMED}){self.SKIP_LOCKED}",
             [now],
         )
-        return [self._decode(row) for row in rows]
+        return [cast(RunRow, self._decode(row)) for row in rows]
 
-    def active_in_session(self, owner: str, session: str) -> list[dict[str, Any]]:
+    def active_in_session(self, owner: str, session: str) -> list[ActiveRun]:
         rows = self._execute(
             "SELECT run_id, status, executor_id, cancel_request FROM runs "
             f"WHERE owner = ? AND session = ? AND status IN {ACTIVE} ORDER BY {self.SUBMIT_ORDER}",
@@ -351,7 +363,7 @@ class SQLConnection(StoreConnection):
 
     def startable_queued_runs(
         self, owners: list[str] | None, agents: list[str], limit: int = 100
-    ) -> list[dict[str, Any]]:
+    ) -> list[RunRow]:
         order = self.SUBMIT_ORDER
         agents_in, params = self._in(agents)
         served = ""
@@ -376,7 +388,7 @@ class SQLConnection(StoreConnection):
             """,
             [*params, limit],
         )
-        return [self._decode(row) for row in rows]
+        return [cast(RunRow, self._decode(row)) for row in rows]
 
     def usage_since(self, owner: str, since: str) -> list[tuple[str, str, int, int]]:
         rows = self._execute(
@@ -392,7 +404,7 @@ class SQLConnection(StoreConnection):
 
     # Writes (inside transaction()) ---------------------------------------------
 
-    def insert_run(self, run: dict[str, Any]) -> None:
+    def insert_run(self, run: RunFields) -> None:
         columns = encode_columns(run)
         names = ", ".join(columns)
         values = ", ".join("?" for _ in columns)
@@ -415,7 +427,7 @@ class SQLConnection(StoreConnection):
             [owner, key, fingerprint, run_id, now, int(with_run)],
         )
 
-    def update_run(self, run_id: str, fields: dict[str, Any]) -> None:
+    def update_run(self, run_id: str, fields: RunFields) -> None:
         columns = encode_columns(fields)
         snapshot, seq = columns.pop("snapshot", None), columns.pop("snapshot_seq", None)
         if snapshot is not None:
@@ -491,8 +503,8 @@ class SQLConnection(StoreConnection):
             )
 
     def record_input_answer(
-        self, run_id: str, request_id: str, answer: dict[str, Any], now: float
-    ) -> dict[str, Any]:
+        self, run_id: str, request_id: str, answer: InputAnswer, now: float
+    ) -> InputAnswer:
         self._execute(
             'INSERT INTO input_answers (run_id, request_id, choice, note, "by", answered_ts) '
             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
@@ -504,7 +516,7 @@ class SQLConnection(StoreConnection):
         ).fetchone()
         return {"choice": choice, "note": note, "by": by}
 
-    def take_input_answers(self, executor_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+    def take_input_answers(self, executor_id: str) -> list[tuple[str, str, InputAnswer]]:
         rows = self._execute(
             "DELETE FROM input_answers WHERE EXISTS (SELECT 1 FROM runs "
             "WHERE runs.run_id = input_answers.run_id AND runs.executor_id = ?) "
@@ -531,13 +543,13 @@ class SQLConnection(StoreConnection):
         )
         return cursor.rowcount == 1
 
-    def record_cancel_request(self, run_id: str, request: dict[str, Any]) -> None:
+    def record_cancel_request(self, run_id: str, request: CancelRequest) -> None:
         self._execute(
             f"UPDATE runs SET cancel_request = ? WHERE run_id = ? AND status IN {CANCELLABLE_STATUSES}",
             [jsonio.dumps(request), run_id],
         )
 
-    def take_cancel_requests(self, executor_id: str) -> list[tuple[str, dict[str, Any]]]:
+    def take_cancel_requests(self, executor_id: str) -> list[tuple[str, CancelRequest]]:
         rows = self._execute(
             "SELECT run_id, cancel_request FROM runs WHERE executor_id = ? "
             f"AND cancel_request IS NOT NULL{self.LOCK_ROWS}",
@@ -572,7 +584,7 @@ def split_parts(pieces: Iterable[str], size: int) -> Iterator[str]:
         yield "".join(buffer)
 
 
-def encode_columns(fields: dict[str, Any]) -> dict[str, Any]:
+def encode_columns(fields: RunFields) -> dict[str, Any]:
     """Columns to set, JSON columns encoded (strictly: no NaN); a ``snapshot`` stays as it is."""
     return {
         name: jsonio.dumps(value) if name in JSON_COLUMNS and value is not None else value

@@ -30,6 +30,7 @@ from typing import Any
 from sqlite_utils import Database
 
 from .. import budgets, jsonio
+from ..domain import EventRow
 from . import SeqTaken, Store, StoreBusy
 from .sql import SHARED_MIGRATIONS, SQLConnection
 
@@ -425,7 +426,7 @@ class SQLiteConnection(SQLConnection):
 
     # The append path -----------------------------------------------------------
 
-    def append_events(self, rows: Iterable[tuple[str, int, str, str, str]]) -> None:
+    def append_events(self, rows: Iterable[EventRow]) -> None:
         # As few statements as can be, not ``executemany``: Python's sqlite3
         # lets go of the GIL around every statement it steps, and a thread
         # that lets go waits up to the interpreter's switch interval (5 ms)
