@@ -171,6 +171,7 @@ class Execution:
         self.questions.stop_asking()
 
     def encode(self, type: str, data: dict[str, Any]) -> str:
+        """The event's data as JSON; ``RunClosed`` once the run ended, ``EventTooLarge`` over ``max_event_bytes``."""
         if self.closed:
             raise RunClosed(f"run {self.run_id} has ended")
         data_json = (text_delta_json(data) if type == "text.delta" else None) or _ENCODER.encode(
@@ -301,6 +302,7 @@ class Execution:
         return lifecycle.RunStatus.RUNNING.value
 
     def request_stop(self, why: Stop) -> None:
+        """Stop the run for ``why``: its watch wakes, its agent's task is cancelled."""
         self.stop = why
         self.stopping.set()
         if self.task is not None:
