@@ -62,8 +62,7 @@ async def test_a_run_cancelled_while_queued_ends_cancelled_at_once(api, engine):
 
     # Cancel in the same loop turn as the submit returns: the run's task has not started.
     run, _ = await engine.submit("~shared", SubmitRequest("demo", demo_input()), None)
-    ctx = engine.executor.live[run["run_id"]]
-    started = await engine.executor.cancel(ctx, "too soon")
+    started = await engine.executor.cancel(run["run_id"], "too soon")
     assert started
     finished = await wait_run(api, run["run_id"])
     assert finished["status"] == "cancelled"
@@ -146,7 +145,9 @@ async def test_cancel_while_the_store_queue_is_full_keeps_the_log_in_order(api, 
     writer.max_pending_events = 0  # the queue is full: emits wait for space
     try:
         run, _ = await engine.submit("~shared", SubmitRequest("demo", demo_input(chunks=5)), None)
-        await wait_for(lambda: engine.live[run["run_id"]].started, what="the run to wait for space")
+        await wait_for(
+            lambda: engine.executor._live[run["run_id"]].started, what="the run to wait for space"
+        )
         cancel = asyncio.ensure_future(
             api.post(f"runs/{run['run_id']}/cancel", json={"reason": "full"})
         )
@@ -166,9 +167,9 @@ async def test_cancel_while_the_store_queue_is_full_keeps_the_log_in_order(api, 
 
 @pytest.mark.parametrize("agentruns_config", [{"agents": TEST_AGENTS}])
 async def test_an_agent_that_ignores_cancellation_still_ends_cancelled(api, monkeypatch):
-    from jupyter_agentruns import executor
+    from jupyter_agentruns.executor import tasks
 
-    monkeypatch.setattr(executor, "CANCEL_GRACE_SECONDS", 0.5)
+    monkeypatch.setattr(tasks, "CANCEL_GRACE_SECONDS", 0.5)
     run_id = (await submit(api, agent="stubborn", input={})).json()["run_id"]
     await wait_seq(api, run_id, 3)  # run.started, message.started, text.delta
     assert (await api.post(f"runs/{run_id}/cancel")).status_code == 202

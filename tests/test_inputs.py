@@ -217,7 +217,7 @@ async def test_an_answer_another_server_recorded_but_that_lost_is_409(api, engin
     try:
         run = (await submit(api, input=ASK)).json()
         question = open_question(await waiting(api, run["run_id"]))
-        owner = next(iter(engine.live.values())).owner
+        owner = engine.executor._live[run["run_id"]].owner
         remote = asyncio.ensure_future(
             other.answer(owner, "bob", run["run_id"], question["request_id"], "deny", None)
         )

@@ -107,5 +107,5 @@ async def test_a_run_whose_seqs_another_server_took_stops_and_the_others_go_on(a
     assert finished["status"] == "succeeded"
     events = await all_events(api, other)
     assert [e["seq"] for e in events] == list(range(1, finished["last_seq"] + 1))
-    await wait_for(lambda: taken not in engine.live, what="the refused run to stop")
+    await wait_for(lambda: not engine.executor.executes(taken), what="the refused run to stop")
     assert "were refused" in caplog.text

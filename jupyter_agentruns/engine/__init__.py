@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import contextmanager
@@ -40,7 +39,7 @@ from ..compaction import Compactor
 from ..domain import RunHead, RunObject
 from ..errors import ErrorCode, Problem
 from ..events import EVENT, Append
-from ..executor import Execution, Executor
+from ..executor import Executor, FinishedRun, RunContext, RunProvisions
 from ..notebook_tools import NotebookAccess
 from ..reader import Reader
 from ..sessions import SessionPaths
@@ -104,7 +103,7 @@ class Engine(LoggingConfigurable):
             get_run=self.reads.get_run,
             stopping=lambda: self._stopping,
         )
-        self.budgets = TokenBudgets(settings, self.reader, lambda: self.live)
+        self.budgets = TokenBudgets(settings, self.reader, self._live_tokens)
         self.counts = RunCounts(
             self.reader, self.log, None if settings.store_wide_metrics else settings.owners_served
         )
@@ -124,17 +123,16 @@ class Engine(LoggingConfigurable):
         self._stopping = False
         self._stop_requested = asyncio.Event()
         metrics.RUNS.track(self, lambda engine: engine.counts.for_scrape())
-        metrics.EXECUTING_RUNS.track(self, lambda engine: len(engine.live))
+        metrics.EXECUTING_RUNS.track(self, lambda engine: len(engine.running_ids()))
 
     @property
     def stopping(self) -> bool:
         """The server began to stop: requests are refused, streams end."""
         return self._stopping
 
-    @property
-    def live(self) -> dict[str, Execution]:
+    def running_ids(self) -> list[str]:
         """The runs this server is executing now."""
-        return self.executor.live if self.executor is not None else {}
+        return self.executor.running_ids() if self.executor is not None else []
 
     def busy(self) -> list[str]:
         """The live runs that keep this server from being culled as idle.
@@ -143,17 +141,12 @@ class Engine(LoggingConfigurable):
         ``waiting_activity_seconds``: culled, the server hands them over with
         their questions, and the next server takes them over.
         """
-        patience = self.settings.waiting_activity_seconds
-        now = time.monotonic()
-        return sorted(
-            run_id
-            for run_id, execution in self.live.items()
-            if not (
-                execution.resumable
-                and execution.waiting_since is not None
-                and now - execution.waiting_since >= patience
-            )
-        )
+        if self.executor is None:
+            return []
+        return self.executor.busy(self.settings.waiting_activity_seconds)
+
+    def _live_tokens(self) -> dict[str, tuple[str, int]]:
+        return self.executor.tokens() if self.executor is not None else {}
 
     # Life cycle ------------------------------------------------------------
 
@@ -204,8 +197,10 @@ class Engine(LoggingConfigurable):
             history=self.reads.history,
             conversation=self.reads.conversation,
             max_resume_attempts=settings.max_resume_attempts,
-            notebook_tools=self.notebook.for_run if self.notebook is not None else None,
-            mcp_servers=settings.mcp_servers,
+            provisions=RunProvisions(
+                notebook_tools=self.notebook.for_run if self.notebook is not None else None,
+                mcp_servers=settings.mcp_servers,
+            ),
         )
         self.compactor = Compactor(
             writer=self.writer,
@@ -300,13 +295,13 @@ class Engine(LoggingConfigurable):
             assert self.executor is not None  # commits come from the writer, wired with it
             self.executor.lost(run_id, taken=why == "taken")
 
-    def _run_finished(self, execution: Execution) -> None:
-        self.reads.forget(execution.run_id)
+    def _run_finished(self, run: FinishedRun) -> None:
+        self.reads.forget(run.run_id)
         if self.notebook is not None:
-            self.notebook.forget(execution.run_id)
-        self.budgets.run_finished(execution)
+            self.notebook.forget(run.run_id)
+        self.budgets.run_finished(run)
         self._on_activity()
-        if execution.row.get("session") is not None:
+        if run.session is not None:
             # Only a run of a session can be what queued runs wait for.
             assert self.queues is not None  # runs are executed once wired
             self.queues.soon()
@@ -406,14 +401,15 @@ class Engine(LoggingConfigurable):
         assert self.controls is not None  # None only if the server stopped first: a 503
         await self.controls.delete(owner, run_id)
 
-    def run_for_token(self, token: str) -> tuple[Execution, Any] | None:
-        """The live run a notebook tools token was made for, and a ``run`` on it; None once it ended."""
+    def run_for_token(self, token: str) -> tuple[asyncio.Event, RunContext] | None:
+        """For the live run a notebook tools token was made for: its stop signal and a ``run`` on it.
+
+        None once the run ended or is ending.
+        """
         run_id = self.notebook.run_of(token) if self.notebook is not None else None
-        execution = self.live.get(run_id) if run_id is not None else None
-        if execution is None or execution.ending:
+        if run_id is None or self.executor is None:
             return None
-        assert self.executor is not None  # a live run has one: live is {} without it
-        return execution, self.executor.context(execution)
+        return self.executor.context_for(run_id)
 
     async def owned_head(self, owner: str, run_id: str) -> RunHead:
         """The caller's run's owner, status and seqs, or 404/410 (a small read)."""

@@ -10,11 +10,11 @@ Runs on the event loop, but for the functions marked ``in_transaction``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import Any
 
 from .. import lifecycle, metrics, reducer
-from ..agents import RunClosed
 from ..domain import InputAnswer, RunObject
 from ..errors import ErrorCode, Problem, run_not_found
 from ..executor import Executor
@@ -48,9 +48,8 @@ class Controls:
     async def cancel(self, owner: str, run_id: str, reason: str | None) -> tuple[RunObject, bool]:
         """Cancel a run; returns ``(run, started)``, started False when it was already ending."""
         await self._reads.owned_head(owner, run_id)
-        execution = self._executor.live.get(run_id)
-        if execution is not None:
-            started = await self._executor.cancel(execution, reason)
+        if self._executor.executes(run_id):
+            started = await self._executor.cancel(run_id, reason)
         else:
             tally = Tally()  # a run still queued in its session ends cancelled here
 
@@ -82,17 +81,15 @@ class Controls:
         answer for it and waits (a few seconds at most) until it is resolved.
         """
         await self._reads.owned_head(owner, run_id)
-        execution = self._executor.live.get(run_id)
-        if execution is not None:
-            if not execution.closed:
-                # Checked and resolved with no await in between: two racing answers, one wins.
-                request = reducer.find_input(execution.snapshot.structure(), request_id)
-                if not check_answer(request, request_id, choice):
-                    execution.resolve(request_id, choice, note=note, by=by)
-            try:
-                await execution.durable()
-            except RunClosed:
-                pass  # another server ended it: the store says how
+        answered_here = await self._executor.answer(
+            run_id,
+            request_id,
+            choice,
+            note=note,
+            by=by,
+            check=functools.partial(check_answer, request_id=request_id, choice=choice),
+        )
+        if answered_here:
             run = await self._reads.get_run(owner, run_id)
             check_answer(reducer.find_input(run["snapshot"], request_id), request_id, choice)
             return run

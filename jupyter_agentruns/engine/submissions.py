@@ -226,9 +226,7 @@ class Submissions:
                 self._executor.start(cast(dict[str, Any], row), spec)
             for run_id in interrupted:
                 # This server's own at once (the others' take their cancel request).
-                execution = self._executor.live.get(run_id)
-                if execution is not None:
-                    await self._executor.cancel(execution, {"interrupted_by": row["run_id"]})
+                await self._executor.cancel(run_id, {"interrupted_by": row["run_id"]})
             if row["executor_id"] is None:
                 self._queues.soon()  # its turn may already have come (its session emptied)
             self._on_activity()

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from .. import budgets
 from ..errors import ErrorCode, Problem
+from ..executor import FinishedRun
 from ..reader import Reader
 from ..settings import Settings
 from ..store import StoreConnection
@@ -22,10 +22,12 @@ from ..store import StoreConnection
 class TokenBudgets:
     """``max_tokens_per_run`` and ``tokens_per_user_per_day`` for the runs of this server."""
 
-    def __init__(self, settings: Settings, reader: Reader, live: Callable[[], dict[str, Any]]):
+    def __init__(
+        self, settings: Settings, reader: Reader, live: Callable[[], dict[str, tuple[str, int]]]
+    ):
         self._settings = settings
         self._reader = reader
-        self._live = live  # the runs this server executes, by id
+        self._live = live  # the runs this server executes, by id: (owner, tokens)
         self._day_tokens: dict[str, dict[str, int]] = {}
 
     def check_day(self, conn: StoreConnection, owner: str, now: float) -> list[tuple]:
@@ -55,18 +57,18 @@ class TokenBudgets:
             self._day_tokens[owner] = {row[0]: row[2] + row[3] for row in rows}
 
     def used_today(self, owner: str) -> int:
-        live = {e.run_id: e.tokens for e in self._live().values() if e.owner == owner}
+        live = {run_id: t for run_id, (o, t) in self._live().items() if o == owner}
         stored = self._day_tokens.get(owner, {})
         return sum(t for run_id, t in stored.items() if run_id not in live) + sum(live.values())
 
-    def check_usage(self, execution) -> str | None:
-        """Called at each usage event of a run here: why the run must fail now, or None."""
+    def check_usage(self, owner: str, tokens: int) -> str | None:
+        """At each usage event of a run here, with its owner and ``tokens`` so far: why it must fail now, or None."""
         per_run = self._settings.max_tokens_per_run
-        if per_run and execution.tokens > per_run:
-            return f"the run used {execution.tokens} tokens, over max_tokens_per_run ({per_run})"
+        if per_run and tokens > per_run:
+            return f"the run used {tokens} tokens, over max_tokens_per_run ({per_run})"
         per_day = self._settings.tokens_per_user_per_day
         if per_day:
-            used = self.used_today(execution.owner)
+            used = self.used_today(owner)
             if used > per_day:
                 return (
                     f"your runs of the last 24 hours used {used} tokens, "
@@ -74,10 +76,10 @@ class TokenBudgets:
                 )
         return None
 
-    def run_finished(self, execution) -> None:
+    def run_finished(self, run: FinishedRun) -> None:
         """A run here ended: no longer counted from memory, its last total joins the stored day."""
-        if execution.owner in self._day_tokens:
-            self._day_tokens[execution.owner][execution.run_id] = execution.tokens
+        if run.owner in self._day_tokens:
+            self._day_tokens[run.owner][run.run_id] = run.tokens
 
     async def load(self, owners: set[str]) -> None:
         """Read the owners' runs of the last day from the store (other servers' runs included)."""
@@ -95,7 +97,7 @@ class TokenBudgets:
 
     async def refresh(self) -> None:
         """Reread the day of every owner with a live run: other servers' runs, runs leaving the window."""
-        owners = {execution.owner for execution in self._live().values()}
+        owners = {owner for owner, _ in self._live().values()}
         for owner in set(self._day_tokens) - owners:
             del self._day_tokens[owner]
         await self.load(owners)

@@ -15,6 +15,7 @@ the writer thread's alone.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -67,7 +68,7 @@ class Upkeep:
 
     async def renew_leases(self) -> None:
         """Renew this server's leases, and take the cancels and answers other servers recorded."""
-        live = list(self._executor.live)
+        live = self._executor.running_ids()
         if not live:
             return
         expires = time.time() + self._settings.lease_seconds
@@ -83,25 +84,21 @@ class Upkeep:
         cancels, answers = await self._writer.run(renew)
         # Taken from the store in that transaction: each is applied, whatever becomes of the others.
         for run_id, request_id, answer in answers:
-            execution = self._executor.live.get(run_id)
-            if execution is None or execution.closed:
-                continue
-            request = reducer.find_input(execution.snapshot.structure(), request_id)
-            if request is None or answer["choice"] not in (request.get("choices") or []):
-                continue
             try:
-                execution.resolve(
-                    request_id, answer["choice"], note=answer["note"], by=answer["by"]
+                self._executor.resolve(
+                    run_id,
+                    request_id,
+                    answer["choice"],
+                    note=answer["note"],
+                    by=answer["by"],
+                    check=functools.partial(not_offered, choice=answer["choice"]),
                 )
             except Exception:
                 self._log.exception("agentruns: an answer for run %s could not be applied", run_id)
         for run_id, request in cancels:
-            execution = self._executor.live.get(run_id)
-            if execution is None:
-                continue
             try:
                 await self._executor.cancel(
-                    execution, request.get("reason"), request.get("requested_at")
+                    run_id, request.get("reason"), request.get("requested_at")
                 )
             except Exception:
                 self._log.exception("agentruns: a cancel of run %s could not be applied", run_id)
@@ -116,7 +113,7 @@ class Upkeep:
         ``lease_seconds`` of its own monotonic time; a run its server handed
         over at a clean shutdown is taken at once. Returns how many it took or ended.
         """
-        live = set(self._executor.live)
+        live = set(self._executor.running_ids())
         ttl = self._settings.idempotency_ttl_seconds
         lease = self._settings.lease_seconds
         seen = self._expired_seen
@@ -230,3 +227,8 @@ class Upkeep:
         tally.resumed.append(reason)
         fields = {**taken.fields, "last_seq": rows[-1][1]}
         return cast(RunRow, {**row, **fields, "snapshot": None}), snapshot
+
+
+def not_offered(request: dict[str, Any] | None, choice: str) -> bool:
+    """Whether an answer another server recorded is to be left: no such question, or not one of its choices."""
+    return request is None or choice not in (request.get("choices") or [])

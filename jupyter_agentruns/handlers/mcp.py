@@ -89,8 +89,8 @@ class MCPHandler(AgentRunsHandler):
         notebook_mcp = self.settings.get("agentruns_mcp")
         access = self.engine.notebook
         if self._run_caller is not None:
-            execution, run = self._run_caller
-            caller = Caller(run=run, stopping=execution.stopping)
+            stopping, run = self._run_caller
+            caller = Caller(run=run, stopping=stopping)
         else:
             # An APIHandler's web.authenticated raises 403 rather than redirect (the
             # None its stubs allow): it always gives _person's coroutine.
