@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import cast
 
 from ..agents import AgentSpec
 from ..domain import RunRow
@@ -135,7 +135,7 @@ class Queues:
             return 0
         await self._budgets.load({row["owner"] for row in claimed})
         for row in claimed:
-            self._executor.start(cast(dict[str, Any], row), self._agents[row["agent"]])
+            self._executor.start(row, self._agents[row["agent"]])
         if claimed:
             self._on_activity()
         return len(claimed)

@@ -271,7 +271,7 @@ class Reads:
 
         return await self.reader.run(read)
 
-    async def conversation(self, row: dict[str, Any]) -> JSON:
+    async def conversation(self, row: RunRow) -> JSON:
         """The last checkpoint an earlier run of this run's owner, session and agent saved, or None.
 
         For an agent that goes on with a conversation (an ACP agent's session):

@@ -11,7 +11,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any
 
 from .. import lifecycle
 from ..agents import AgentSpec
@@ -223,7 +223,7 @@ class Submissions:
             if row["executor_id"] == self._executor_id:
                 # Started after the last await: the caller gets the run before its task ran.
                 assert spec is not None  # a new run, of a known agent
-                self._executor.start(cast(dict[str, Any], row), spec)
+                self._executor.start(row, spec)
             for run_id in interrupted:
                 # This server's own at once (the others' take their cancel request).
                 await self._executor.cancel(run_id, {"interrupted_by": row["run_id"]})

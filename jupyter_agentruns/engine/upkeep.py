@@ -167,7 +167,7 @@ class Upkeep:
             await self._budgets.load({row["owner"] for row, _ in resumed})
             for row, snapshot in resumed:
                 spec = self._agents[row["agent"]]
-                self._executor.resume(cast(dict[str, Any], row), spec, snapshot)
+                self._executor.resume(row, spec, snapshot)
             self._on_activity()
         return ended + len(resumed)
 

@@ -19,6 +19,7 @@ from typing import Any
 from .. import budgets, events, lifecycle, reducer
 from ..agents import EventTooLarge, RunClosed, TokenBudgetExceeded
 from ..broadcaster import Broadcaster, Waiter
+from ..domain import RunRow
 from ..events import envelope
 from ..lifecycle import Transition
 from ..store import StoreConnection
@@ -66,7 +67,7 @@ class Execution:
 
     def __init__(
         self,
-        row: dict[str, Any],
+        row: RunRow,
         writer: Writer,
         broadcaster: Broadcaster,
         max_event_bytes: int,

@@ -15,13 +15,14 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .. import lifecycle, metrics, reducer
 from ..agents import AgentSpec, EventTooLarge, RunClosed
 from ..broadcaster import Broadcaster
+from ..domain import RunRow
 from ..errors import error_object
 from ..lifecycle import Transition
 from ..store import StoreConnection
@@ -62,7 +63,7 @@ class Executor:
         on_finished: Callable[[FinishedRun], None],
         check_usage: Callable[[str, int], str | None] | None = None,
         history: Callable[[str], Any] | None = None,
-        conversation: Callable[[dict[str, Any]], Any] | None = None,
+        conversation: Callable[[RunRow], Awaitable[Any]] | None = None,
         max_resume_attempts: int = 0,
         provisions: RunProvisions | None = None,
         agent_silence_seconds: float = 0,
@@ -83,12 +84,12 @@ class Executor:
         self._live: dict[str, Execution] = {}
         self._tasks: set[asyncio.Task] = set()
 
-    def start(self, row: dict[str, Any], spec: AgentSpec) -> None:
+    def start(self, row: RunRow, spec: AgentSpec) -> None:
         """Start executing a freshly created (queued) run."""
         execution = self._execution(row, spec)
         self._spawn(self._execute(execution, spec))
 
-    def resume(self, row: dict[str, Any], spec: AgentSpec, snapshot: reducer.Snapshot) -> None:
+    def resume(self, row: RunRow, spec: AgentSpec, snapshot: reducer.Snapshot) -> None:
         """Go on with a run taken over from another executor (its ``run.resumed`` is committed).
 
         ``snapshot`` is the run's, up to and with that event: the agent is called
@@ -98,7 +99,7 @@ class Executor:
         execution.resume(snapshot)
         self._spawn(self._execute(execution, spec, resumed=True))
 
-    def _execution(self, row: dict[str, Any], spec: AgentSpec) -> Execution:
+    def _execution(self, row: RunRow, spec: AgentSpec) -> Execution:
         execution = Execution(
             row, self._writer, self._broadcaster, self._max_event_bytes, self._check_usage
         )
@@ -217,6 +218,7 @@ class Executor:
             await self._forget(execution)
             if not self._writer.closed:
                 run_id, executor_id = execution.run_id, execution.row["executor_id"]
+                assert executor_id is not None  # a running run is held by its executor
 
                 @in_transaction
                 def release(conn: StoreConnection) -> None:
