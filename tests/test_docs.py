@@ -105,6 +105,21 @@ def test_the_site_build_finds_an_image_its_pages_show_but_it_does_not_have(tmp_p
 # The reference misses nothing -----------------------------------------------
 
 
+def test_every_function_the_paths_of_how_it_works_name_is_where_they_say():
+    """The "Where to look" section names a module, then what is in it: each must be there."""
+    page = (DOCS / "explanation" / "how-it-works.md").read_text()
+    section = page.split("## Where to look", 1)[1]
+    package = ROOT / "jupyter_agentruns"
+    named = re.findall(r"`([\w/]+\.py)`\s+`([\w.]+)`", section)
+    assert len(named) >= 15, named
+    for module, name in named:
+        source = (package / module).read_text()
+        for part in name.split("."):
+            assert re.search(rf"^\s*(async def|def|class) {part}\b", source, re.M), (
+                f"how-it-works names {module} {name}: no {part} there"
+            )
+
+
 def test_every_setting_has_its_entry_with_default_and_help():
     text = reference.settings_markdown()
     ours = {
