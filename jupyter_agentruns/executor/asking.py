@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from .. import lifecycle, reducer
@@ -24,7 +25,10 @@ class Questions:
     """The open questions of one run (``execution.questions``)."""
 
     def __init__(self, execution: Execution):
-        self._execution = execution
+        # Weak: with a strong one the two would be a cycle, and an ended run's
+        # events and text would stay in memory until the collector's next full
+        # pass (rare: the engine freezes what it started with), not go at once.
+        self._execution: Execution = weakref.proxy(execution)
         # Questions not yet answered: request_id -> what ask() awaits.
         self._asked: dict[str, asyncio.Future] = {}
         # Since when (monotonic) a question of the run has been open, while one is.
