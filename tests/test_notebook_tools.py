@@ -127,8 +127,17 @@ def test_get_agents_says_the_notebook_tools_are_here(lab):
     tools = http.get("agents").json()["notebook_tools"]
     assert tools == {
         "available": True,
-        "tools": ["describe", "list_variables", "read_notebook", "run_code"],
+        "tools": [
+            "delete_cell",
+            "describe",
+            "edit_cell",
+            "insert_cell",
+            "list_variables",
+            "read_notebook",
+            "run_code",
+        ],  # fmt: skip
         "approval": "ask",
+        "edits": "apply",
         "mcp": True,
     }
 
@@ -224,7 +233,10 @@ def test_a_runs_agent_uses_its_token_the_person_approves_then_denies(lab):
     run = wait_status(http, run_id, ["succeeded", "failed"])
     assert run["status"] == "succeeded", run["error"]
     output = run["output"]
-    assert output["tools"] == ["describe", "list_variables", "read_notebook", "run_code"]
+    assert output["tools"] == [
+        "delete_cell", "describe", "edit_cell", "insert_cell", "list_variables", "read_notebook",
+        "run_code",
+    ]  # fmt: skip
     assert [a["error"] for a in output["answers"]] == [False, False, True]
     assert "denied" in output["answers"][2]["text"]
     steps = run["snapshot"]["tools"]
@@ -323,7 +335,10 @@ def test_the_openai_agent_works_on_the_notebook_with_the_tools(lab, model):
     run = wait_status(http, run_id, ["succeeded", "failed"])
     assert run["status"] == "succeeded", run["error"]
     offered = {tool["function"]["name"] for tool in model.requests[-4]["body"]["tools"]}
-    assert offered == {"run_code", "list_variables", "describe", "read_notebook"}
+    assert offered == {
+        "run_code", "list_variables", "describe", "read_notebook", "insert_cell", "edit_cell",
+        "delete_cell",
+    }  # fmt: skip
     tool_messages = [m for m in model.requests[-1]["body"]["messages"] if m["role"] == "tool"]
     assert '"name": "prices"' in tool_messages[0]["content"]
     assert "float64" in tool_messages[1]["content"]
