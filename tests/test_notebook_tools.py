@@ -383,6 +383,37 @@ def test_the_tutorials_notebook_lines_let_the_agent_work_on_the_data(lab, model)
     assert run["output"]["text"] == "Lyon sold the most: 340 units."
 
 
+def test_the_openai_agent_inserts_a_cell_into_the_notebook_of_the_runs_kernel(lab, model):
+    server, http, kernel = lab
+    notebook = {
+        "cells": [{"cell_type": "code", "id": "c-1", "metadata": {}, "execution_count": None,
+                   "source": "prices = [1, 2]", "outputs": []}],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5,
+    }  # fmt: skip
+    saved = http.put(
+        server.url + f"api/contents/{NOTEBOOK}", json={"type": "notebook", "content": notebook}
+    )
+    assert saved.status_code in (200, 201), saved.text
+    source = "total = sum(prices)"
+    model.reply(
+        tool_calls(("insert_cell", json.dumps({"source": source, "after": "c-1"}))),
+        answer("I added a cell that adds them up."),
+    )
+    run_id = submit(http, "openai", {"prompt": "Add up the prices in a cell"}, kernel.kernel_id)
+    run = wait_status(http, run_id, ["succeeded", "failed"])
+    assert run["status"] == "succeeded", run["error"]
+    [edit] = run["snapshot"]["edits"]
+    assert (edit["notebook"], edit["op"], edit["status"]) == (NOTEBOOK, "insert", "applied")
+    cells = json.loads((server.home / NOTEBOOK).read_text())["cells"]
+    assert [(c["id"], "".join(c["source"])) for c in cells] == [
+        ("c-1", "prices = [1, 2]"),
+        (edit["cell_id"], source),
+    ]
+    assert cells[1]["metadata"]["agentruns"] == {"run_id": run_id, "edit_id": edit["edit_id"]}
+    told = [m for m in model.requests[-1]["body"]["messages"] if m["role"] == "tool"]
+    assert edit["cell_id"] in told[0]["content"]
+
+
 def test_the_openai_agents_tool_choice_may_name_a_notebook_tool(lab, model):
     server, http, kernel = lab
     model.reply(tool_calls(("list_variables", "{}")), answer("Listed."))
