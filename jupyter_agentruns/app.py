@@ -145,6 +145,7 @@ class AgentRuns(ExtensionApp, SettingsTraits):
             ),
             approval=settings.notebook_tools_approval,
             max_event_bytes=settings.max_event_bytes,
+            edits=settings.notebook_edits,
         )
         problem = sdk_problem()
         access = NotebookAccess(

@@ -37,10 +37,12 @@ class ErrorCode(str, enum.Enum):
     RUN_NOT_FOUND = "run_not_found"
     UNKNOWN_AGENT = "unknown_agent"
     INPUT_NOT_FOUND = "input_not_found"
+    EDIT_NOT_FOUND = "edit_not_found"
     RUN_EXPIRED = "run_expired"
     # The state it meets.
     RUN_ACTIVE = "run_active"
     INPUT_RESOLVED = "input_resolved"
+    EDIT_CONFLICT = "edit_conflict"
     SESSION_BUSY = "session_busy"
     CURSOR_AHEAD = "cursor_ahead"
     IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"

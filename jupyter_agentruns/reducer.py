@@ -124,7 +124,22 @@ def apply(snapshot: dict[str, Any], event: EventRecord) -> dict[str, Any]:
             for name in ("note", "by", "reason"):
                 if data.get(name) is not None:
                     request[name] = data[name]
+    elif kind == "notebook.edit":
+        # "edits" appears with a run's first notebook edit, in order of first appearance;
+        # a later event of the same edit_id replaces what the snapshot keeps of it.
+        edits = snapshot.setdefault("edits", [])
+        edit = find_edit(snapshot, data.get("edit_id"))
+        if edit is None:
+            edits.append(dict(data))
+        else:
+            edit.clear()
+            edit.update(data)
     return snapshot
+
+
+def find_edit(snapshot: dict[str, Any], edit_id: str | None) -> dict[str, Any] | None:
+    """The notebook edit ``edit_id`` of a run, as its last ``notebook.edit`` left it."""
+    return _find(snapshot.get("edits", []), "edit_id", edit_id)
 
 
 def find_input(snapshot: dict[str, Any], request_id: str | None) -> dict[str, Any] | None:

@@ -215,6 +215,14 @@ class SettingsTraits(HasTraits):
         "notebook's kernel ('ask': an approval question showing the code) or runs it at once "
         "('never').",
     ).tag(config=True)
+    notebook_edits = Enum(
+        ["apply", "ask"],
+        default_value="apply",
+        help="How the notebook tools' insert_cell, edit_cell and delete_cell change a notebook: "
+        "'apply' (at once; each edit is recorded in its run and can be undone with POST "
+        "runs/{id}/edits/{edit_id}/undo) or 'ask' (each edit is first a question showing its "
+        "diff, applied when approved).",
+    ).tag(config=True)
     mcp_servers = Dict(
         value_trait=Dict(),
         help=(
@@ -402,6 +410,7 @@ class Settings:
     acp_idle_seconds: float
     max_agent_processes: int
     notebook_tools_approval: str = "ask"
+    notebook_edits: str = "apply"
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Resolved at a server's start (``resolve``, which also resolves an 'auto'
     # owner_mode); settings read from the configuration alone (the command

@@ -388,3 +388,22 @@ async def notebook_mcp_client(run, input):
     # The token goes out so that a test can try it once the run has ended.
     token = server["headers"]["Authorization"]
     return {"tools": sorted(t.name for t in listed.tools), "answers": answers, "token": token}
+
+
+@agent(resumable=True)
+async def notebook_editor(run, input):
+    """Makes ``input["calls"]`` (``[[name, arguments], ...]``) with ``run.notebook_tools``, as a
+    Python agent would; ``["wait", {}]`` asks a person first (a test changes the notebook
+    meanwhile). Taken over, it settles the edits an earlier attempt left pending, and stops."""
+    tools = run.notebook_tools
+    if run.attempt > 1:
+        settled = await tools.settle()
+        return {"settled": [{"ok": o.ok, "text": o.text} for o in settled]}
+    answers = []
+    for name, arguments in input["calls"]:
+        if name == "wait":
+            await run.ask("Go on?")
+            continue
+        outcome = await tools.call(name, arguments)
+        answers.append({"ok": outcome.ok, "text": outcome.text, "result": outcome.result})
+    return {"answers": answers}

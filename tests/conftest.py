@@ -43,6 +43,7 @@ SHARED_FILES = {
     "test_copy.py",
     "test_hub.py",
     "test_labextension.py",
+    "test_notebook_edits.py",
     "test_notebook_tools.py",
     "test_openai_realmodel.py",
     "test_outage.py",

@@ -127,8 +127,17 @@ def test_get_agents_says_the_notebook_tools_are_here(lab):
     tools = http.get("agents").json()["notebook_tools"]
     assert tools == {
         "available": True,
-        "tools": ["describe", "list_variables", "read_notebook", "run_code"],
+        "tools": [
+            "delete_cell",
+            "describe",
+            "edit_cell",
+            "insert_cell",
+            "list_variables",
+            "read_notebook",
+            "run_code",
+        ],  # fmt: skip
         "approval": "ask",
+        "edits": "apply",
         "mcp": True,
     }
 
@@ -224,7 +233,10 @@ def test_a_runs_agent_uses_its_token_the_person_approves_then_denies(lab):
     run = wait_status(http, run_id, ["succeeded", "failed"])
     assert run["status"] == "succeeded", run["error"]
     output = run["output"]
-    assert output["tools"] == ["describe", "list_variables", "read_notebook", "run_code"]
+    assert output["tools"] == [
+        "delete_cell", "describe", "edit_cell", "insert_cell", "list_variables", "read_notebook",
+        "run_code",
+    ]  # fmt: skip
     assert [a["error"] for a in output["answers"]] == [False, False, True]
     assert "denied" in output["answers"][2]["text"]
     steps = run["snapshot"]["tools"]
@@ -323,7 +335,10 @@ def test_the_openai_agent_works_on_the_notebook_with_the_tools(lab, model):
     run = wait_status(http, run_id, ["succeeded", "failed"])
     assert run["status"] == "succeeded", run["error"]
     offered = {tool["function"]["name"] for tool in model.requests[-4]["body"]["tools"]}
-    assert offered == {"run_code", "list_variables", "describe", "read_notebook"}
+    assert offered == {
+        "run_code", "list_variables", "describe", "read_notebook", "insert_cell", "edit_cell",
+        "delete_cell",
+    }  # fmt: skip
     tool_messages = [m for m in model.requests[-1]["body"]["messages"] if m["role"] == "tool"]
     assert '"name": "prices"' in tool_messages[0]["content"]
     assert "float64" in tool_messages[1]["content"]
@@ -366,6 +381,37 @@ def test_the_tutorials_notebook_lines_let_the_agent_work_on_the_data(lab, model)
     assert "Lyon" in tool_messages[1]["content"]  # describe: its first rows
     assert "result:\n'Lyon'" in tool_messages[2]["content"], tool_messages[2]["content"]
     assert run["output"]["text"] == "Lyon sold the most: 340 units."
+
+
+def test_the_openai_agent_inserts_a_cell_into_the_notebook_of_the_runs_kernel(lab, model):
+    server, http, kernel = lab
+    notebook = {
+        "cells": [{"cell_type": "code", "id": "c-1", "metadata": {}, "execution_count": None,
+                   "source": "prices = [1, 2]", "outputs": []}],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5,
+    }  # fmt: skip
+    saved = http.put(
+        server.url + f"api/contents/{NOTEBOOK}", json={"type": "notebook", "content": notebook}
+    )
+    assert saved.status_code in (200, 201), saved.text
+    source = "total = sum(prices)"
+    model.reply(
+        tool_calls(("insert_cell", json.dumps({"source": source, "after": "c-1"}))),
+        answer("I added a cell that adds them up."),
+    )
+    run_id = submit(http, "openai", {"prompt": "Add up the prices in a cell"}, kernel.kernel_id)
+    run = wait_status(http, run_id, ["succeeded", "failed"])
+    assert run["status"] == "succeeded", run["error"]
+    [edit] = run["snapshot"]["edits"]
+    assert (edit["notebook"], edit["op"], edit["status"]) == (NOTEBOOK, "insert", "applied")
+    cells = json.loads((server.home / NOTEBOOK).read_text())["cells"]
+    assert [(c["id"], "".join(c["source"])) for c in cells] == [
+        ("c-1", "prices = [1, 2]"),
+        (edit["cell_id"], source),
+    ]
+    assert cells[1]["metadata"]["agentruns"] == {"run_id": run_id, "edit_id": edit["edit_id"]}
+    told = [m for m in model.requests[-1]["body"]["messages"] if m["role"] == "tool"]
+    assert edit["cell_id"] in told[0]["content"]
 
 
 def test_the_openai_agents_tool_choice_may_name_a_notebook_tool(lab, model):

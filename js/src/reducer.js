@@ -15,8 +15,10 @@ import { hasOwn, isPlainObject } from "./json.js";
  * @typedef {{input_tokens: number | null, output_tokens: number | null, estimated?: boolean, cost?: number | null}} Usage
  * @typedef {{request_id: string, kind: string | null, title: string | null, details: any, choices: string[] | null,
  *   status: string, choice: string | null, note?: string, by?: string, reason?: string}} Input
+ * @typedef {{edit_id: string, notebook?: string, op?: string, cell_id?: string, index?: number | null,
+ *   before?: any, after?: any, status?: string}} NotebookEdit
  * @typedef {{messages: Message[], tools: Tool[], progress: Progress | null, usage: Usage | null, inputs?: Input[],
- *   reasoning?: string, plan?: PlanEntry[]}} Snapshot
+ *   reasoning?: string, plan?: PlanEntry[], edits?: NotebookEdit[]}} Snapshot
  * @typedef {{run_id?: string, seq?: number, type: string, ts?: string, data?: any}} Event
  */
 
@@ -165,6 +167,17 @@ export function applyEvent(snapshot, event) {
         const value = get(data, name);
         if (value !== null && value !== undefined) request[name] = value;
       }
+    }
+  } else if (type === "notebook.edit") {
+    // "edits" appears with a run's first notebook edit, in order of first appearance;
+    // a later event of the same edit_id replaces what the snapshot keeps of it.
+    if (!Array.isArray(snapshot.edits)) snapshot.edits = [];
+    const edit = /** @type {Record<string, any> | null} */ (findLast(snapshot.edits, "edit_id", get(data, "edit_id")));
+    if (edit === null) {
+      snapshot.edits.push({ ...data });
+    } else {
+      for (const name of Object.keys(edit)) delete edit[name];
+      Object.assign(edit, data);
     }
   }
   return snapshot;

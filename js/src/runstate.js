@@ -44,6 +44,7 @@ const KNOWN_TYPES = new Set([
   "input.resolved",
   "reasoning.delta",
   "plan.updated",
+  "notebook.edit",
   ...Object.keys(TERMINAL_TYPES),
 ]);
 

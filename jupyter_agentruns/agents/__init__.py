@@ -100,7 +100,9 @@ class Run(Protocol):
     parameters}]``; ``await call(name, args)``: one call, recorded as a tool step (``run_code``
     asks the person first unless ``notebook_tools_approval`` is ``"never"``), returning
     ``.ok``, ``.text`` (what a model reads) and ``.images``; ``mcp_server()``: ``{"url",
-    "headers"}`` of the server's MCP endpoint with a token good for this run only."""
+    "headers"}`` of the server's MCP endpoint with a token good for this run only. A resumed
+    run's ``await resume(step)`` answers a call an earlier attempt started (an edit settled by
+    the notebook's file), ``await settle()`` every edit step it left running."""
 
     mcp_servers: dict[str, dict[str, Any]]
     """The configured MCP servers (``c.AgentRuns.mcp_servers``), by name: ``{"command": [...],

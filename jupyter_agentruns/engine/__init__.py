@@ -55,6 +55,7 @@ from .streams import Streams
 from .submissions import Submissions, SubmitRequest
 from .tally import count_runs_in_commit
 from .tokens import TokenBudgets
+from .undo import Undo
 from .upkeep import Upkeep
 
 __all__ = ["Engine", "Requests", "SnapshotReplaced", "SubmitRequest"]
@@ -118,6 +119,7 @@ class Engine(LoggingConfigurable):
         self.queues: Queues | None = None
         self.submissions: Submissions | None = None
         self.controls: Controls | None = None
+        self.undo: Undo | None = None
         self._starting: asyncio.Future | None = None
         self._background: list[asyncio.Task] = []
         self._stopping = False
@@ -238,6 +240,9 @@ class Engine(LoggingConfigurable):
             sessions=self.sessions,
         )
         self.controls = Controls(**common, reads=self.reads, queues=self.queues)
+        self.undo = Undo(
+            writer=self.writer, reads=self.reads, executor=self.executor, notebook=self.notebook
+        )
 
     async def stop(self) -> None:
         """End live runs ``interrupted`` (``server_shutdown``), commit, close the store.
@@ -400,6 +405,12 @@ class Engine(LoggingConfigurable):
         await self.start()
         assert self.controls is not None  # None only if the server stopped first: a 503
         await self.controls.delete(owner, run_id)
+
+    async def undo_edit(self, owner: str, run_id: str, edit_id: str) -> RunObject:
+        """Reverse a run's applied notebook edit and record it ``undone``; returns the run."""
+        await self.start()
+        assert self.undo is not None  # None only if the server stopped first: a 503
+        return await self.undo.undo(owner, run_id, edit_id)
 
     def run_for_token(self, token: str) -> tuple[asyncio.Event, RunContext] | None:
         """For the live run a notebook tools token was made for: its stop signal and a ``run`` on it.

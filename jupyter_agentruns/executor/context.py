@@ -32,8 +32,11 @@ AGENT_EVENT_TYPES = {
     "usage",
     "reasoning.delta",
     "plan.updated",
+    "notebook.edit",
 }
 PLAN_STATUSES = ("pending", "in_progress", "completed")
+EDIT_OPS = ("insert", "edit", "delete", "outputs")
+EDIT_STATUSES = ("pending", "applied", "undone", "rejected", "conflict")
 CUSTOM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 # A question to a person offers at most this many choices (the view shows a button each).
 MAX_CHOICES = 20
@@ -105,6 +108,8 @@ class RunContext:
             check_plan(data.get("entries"))
         elif type == "tool.completed" and data.get("content") is not None:
             check_tool_content(data["content"])
+        elif type == "notebook.edit":
+            check_edit(data)
         return await self._execution.emit(type, data)
 
     async def ask(
@@ -331,6 +336,16 @@ def check_plan(entries: Any) -> None:
             raise ValueError(f"a plan entry's status is one of {', '.join(PLAN_STATUSES)}")
         if not isinstance(entry.get("priority", ""), str):
             raise ValueError("a plan entry's priority is text")
+
+
+def check_edit(data: dict[str, Any]) -> None:
+    """Refuse a ``notebook.edit`` without its ``edit_id``, or with an unknown op or status."""
+    if not isinstance(data.get("edit_id"), str) or not data["edit_id"]:
+        raise ValueError("a notebook edit has its edit_id as text")
+    if data.get("op") not in EDIT_OPS:
+        raise ValueError(f"a notebook edit's op is one of {', '.join(EDIT_OPS)}")
+    if data.get("status") not in EDIT_STATUSES:
+        raise ValueError(f"a notebook edit's status is one of {', '.join(EDIT_STATUSES)}")
 
 
 def check_tool_content(content: Any) -> None:

@@ -54,6 +54,7 @@ def status(code: ErrorCode) -> int:
             | ErrorCode.RUN_NOT_FOUND
             | ErrorCode.UNKNOWN_AGENT
             | ErrorCode.INPUT_NOT_FOUND
+            | ErrorCode.EDIT_NOT_FOUND
         ):
             return 404
         case ErrorCode.RUN_EXPIRED:
@@ -62,6 +63,7 @@ def status(code: ErrorCode) -> int:
         case (
             ErrorCode.RUN_ACTIVE
             | ErrorCode.INPUT_RESOLVED
+            | ErrorCode.EDIT_CONFLICT
             | ErrorCode.SESSION_BUSY
             | ErrorCode.CURSOR_AHEAD
         ):

@@ -1,7 +1,8 @@
 """Notebook tools: agents working on the live data of the notebook that submitted their run.
 
 ``kernels`` reaches a kernel (code run with a client of its own) and a saved
-notebook; ``tools`` defines the tools and records each call in its run;
+notebook; ``edits`` changes a notebook's cells, each change a durable
+notebook edit; ``tools`` defines the tools and records each call in its run;
 ``mcp`` serves them as an MCP server. ``NotebookAccess`` is what the server
 wires: whether the tools exist here at all, the per-run tokens, and the
 ``run.notebook_tools`` an agent receives.
@@ -18,12 +19,14 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+from .edits import EDIT_TOOLS, EditConflict, NotebookEdits
 from .kernels import Kernels, KernelUnavailable, NotebookNotFound
 from .tools import TOOLS, NotebookTools, Outcome, definitions
 
 __all__ = [
-    "Kernels", "KernelUnavailable", "NotebookAccess", "NotebookNotFound", "NotebookTools",
-    "Outcome", "RunNotebookTools", "TOOLS", "availability", "definitions",
+    "EDIT_TOOLS", "EditConflict", "Kernels", "KernelUnavailable", "NotebookAccess",
+    "NotebookEdits", "NotebookNotFound", "NotebookTools", "Outcome", "RunNotebookTools", "TOOLS",
+    "availability", "definitions",
 ]  # fmt: skip
 
 
@@ -68,6 +71,7 @@ class NotebookAccess:
         if self.available:
             described["tools"] = sorted(TOOLS)
             described["approval"] = self.tools.approval
+            described["edits"] = self.tools.edits.mode
             described["mcp"] = self.mcp_problem is None
             if self.mcp_problem is not None:
                 described["reason"] = self.mcp_problem
@@ -108,6 +112,7 @@ class NotebookAccess:
         token = self._by_run.pop(run_id, None)
         if token is not None:
             self._tokens.pop(token, None)
+        self.tools.edits.forget(run_id)
 
 
 class RunNotebookTools:
@@ -134,6 +139,23 @@ class RunNotebookTools:
         return await self._access.tools.call(
             name, args, kernel_id=self.kernel_id, run=self._run, asked=asked
         )
+
+    async def resume(self, step: dict[str, Any]) -> Outcome:
+        """What the caller reads of a call an earlier attempt of the run started (its ``step``).
+
+        An edit that was ``pending`` when the server died is settled by the
+        notebook's file: applied once, never twice, never lost.
+        """
+        return await self._access.tools.resume(self._run, step)
+
+    async def settle(self) -> list[Outcome]:
+        """After a take-over: every edit step an earlier attempt left running, settled (``resume``)."""
+        steps = (self._run.snapshot or {}).get("tools") or []
+        return [
+            await self.resume(step)
+            for step in steps
+            if step.get("status") == "running" and step.get("name") in EDIT_TOOLS
+        ]
 
     def mcp_server(self) -> dict[str, Any] | None:
         """``{"url", "headers"}`` of the server's MCP endpoint with this run's token, if it serves."""

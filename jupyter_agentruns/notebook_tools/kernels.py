@@ -390,8 +390,11 @@ class Kernels:
                 "the kernel's answer could not be read (something else printed, or it was too long)"
             ) from None
 
-    async def read_notebook(self, path: str) -> str:
-        """The saved notebook's cells: source and text outputs, bounded."""
+    async def read_notebook(self, path: str, seen: dict[str, str] | None = None) -> str:
+        """The saved notebook's cells: id, source and text outputs, bounded.
+
+        ``seen`` gets the source of each cell shown whole, by cell id.
+        """
         try:
             model = await ensure_async(
                 self.contents_manager.get(path, content=True, type="notebook")
@@ -408,6 +411,10 @@ class Kernels:
                 parts.append(f"… ({len(cells) - index} more cells not shown)")
                 break
             parts.append(text)
+            source = cell.get("source") or ""
+            source = "".join(source) if isinstance(source, list) else source
+            if seen is not None and cell.get("id") and len(source) <= MAX_CELL_CHARS:
+                seen[cell["id"]] = source
         return "\n\n".join(parts)
 
 
@@ -448,6 +455,12 @@ def _cell_text(index: int, cell: dict[str, Any]) -> str:
     if isinstance(source, list):
         source = "".join(source)
     lines = [f"[{index}] {cell.get('cell_type', 'code')} cell {cell.get('id', '')}".rstrip()]
+    stamp = (cell.get("metadata") or {}).get("agentruns")
+    if isinstance(stamp, dict):
+        # A cell an agent wrote: the model knows which of the notebook's cells are whose.
+        lines[0] += (
+            f" (written by an agent: run {stamp.get('run_id')}, edit {stamp.get('edit_id')})"
+        )
     lines.append(bounded(source, MAX_CELL_CHARS))
     for output in cell.get("outputs") or []:
         kind = output.get("output_type")

@@ -5,7 +5,10 @@ A call acts on one kernel: the run's (the kernel that submitted it, its
 kernel of the notebook they name. A call made for a run is a durable tool
 step of that run (``tool.started``, ``tool.completed``); ``run_code`` asks the
 person first (an ``input.requested`` of kind ``approval`` showing the code)
-unless ``notebook_tools_approval`` is ``"never"``.
+unless ``notebook_tools_approval`` is ``"never"``. ``insert_cell``,
+``edit_cell`` and ``delete_cell`` change the notebook's cells: each call a
+notebook edit (see :mod:`.edits`), asked first when ``notebook_edits`` is
+``"ask"``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 from ..agents.steps import Approval, Ended, error_text, tool_step
 from ..errors import error_object
 from . import snippets
+from .edits import EDIT_TOOLS, NotebookEdits, NotebookFiles
 from .kernels import (
     PART_BYTES,
     Kernels,
@@ -62,9 +66,56 @@ TOOLS: dict[str, dict[str, Any]] = {
         "kind": "read",
     },
     "read_notebook": {
-        "description": "The notebook's cells as last saved: each cell's source and text outputs.",
+        "description": "The notebook's cells as last saved: each cell's id, source and text "
+        "outputs; cells an agent wrote say so.",
         "parameters": {"type": "object", "properties": {}},
         "kind": "read",
+    },
+    "insert_cell": {
+        "description": "Insert a new cell into the notebook, after the cell whose id is 'after' "
+        "(or at the 'start' or the 'end'); returns the new cell's id.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "source": {"type": "string", "description": "The new cell's source."},
+                "cell_type": {
+                    "type": "string",
+                    "enum": ["code", "markdown", "raw"],
+                    "description": "The cell's type (default code).",
+                },
+                "after": {
+                    "type": "string",
+                    "description": "The id of the cell it goes after, or 'start' or 'end' "
+                    "(the default).",
+                },
+            },
+            "required": ["source"],
+        },
+        "kind": "edit",
+    },
+    "edit_cell": {
+        "description": "Replace the source of the cell 'cell_id' (ids as read_notebook shows "
+        "them). If the cell changed since you read it, nothing is changed and you are told to "
+        "read the notebook again.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "cell_id": {"type": "string", "description": "The cell's id."},
+                "source": {"type": "string", "description": "The cell's new source."},
+            },
+            "required": ["cell_id", "source"],
+        },
+        "kind": "edit",
+    },
+    "delete_cell": {
+        "description": "Delete the cell 'cell_id' from the notebook (not if it changed since you "
+        "read it).",
+        "parameters": {
+            "type": "object",
+            "properties": {"cell_id": {"type": "string", "description": "The cell's id."}},
+            "required": ["cell_id"],
+        },
+        "kind": "edit",
     },
 }
 IMAGE_REFERENCE = "[{mime} image {index}, {size} bytes: kept with this tool step]"
@@ -100,9 +151,19 @@ class Outcome(Ended):
 
 
 class NotebookTools:
-    """The four tools over the server's kernels; ``approval``: ``"ask"`` or ``"never"``."""
+    """The tools over the server's kernels and notebooks.
 
-    def __init__(self, kernels: Kernels, approval: str = "ask", max_event_bytes: int = 262144):
+    ``approval``: ``"ask"`` or ``"never"`` (``run_code``); ``edits``:
+    ``"apply"`` or ``"ask"`` (the edit tools).
+    """
+
+    def __init__(
+        self,
+        kernels: Kernels,
+        approval: str = "ask",
+        max_event_bytes: int = 262144,
+        edits: str = "apply",
+    ):
         self.kernels = kernels
         self.approval = approval
         self.max_event_bytes = max_event_bytes
@@ -110,10 +171,40 @@ class NotebookTools:
         # encodes it: half an event's limit, so that an agent's answer quoting
         # it has room too.
         self.budget = max_event_bytes // 2
+        self.edits = NotebookEdits(
+            NotebookFiles(kernels.contents_manager), mode=edits, room=self.budget
+        )
 
     def asks(self, name: str) -> bool:
         """Whether a call of ``name`` made for a run asks the person first."""
+        if name in EDIT_TOOLS:
+            return self.edits.mode == "ask"
         return name == RUN_CODE and self.approval != "never"
+
+    async def notebook_of(self, run: Any, kernel_id: str | None) -> str | None:
+        """The path of the run's notebook: its kernel's, else the one it was submitted from."""
+        if kernel_id is not None:
+            path = await self.kernels.notebook_of(kernel_id)
+            if path:
+                return path
+        named = (run.metadata or {}).get("notebook") or run.session
+        return named if isinstance(named, str) and named.endswith(".ipynb") else None
+
+    async def resume(self, run: Any, step: dict[str, Any]) -> Outcome:
+        """What the caller reads of a step an earlier attempt of ``run`` started (``step``: its tool).
+
+        An edit is settled by the notebook's file (applied once, never lost);
+        any other call that started without a recorded end is not repeated.
+        """
+        if step.get("name") in EDIT_TOOLS:
+            ended = await self.edits.resume(run, step)
+        else:
+            ended = await tool_step(run, step["name"], step.get("args") or {}, _never, earlier=step)
+        return (
+            ended
+            if isinstance(ended, Outcome)
+            else Outcome(ended.ok, ended.text, ended.result, ended.error)
+        )
 
     async def call(
         self,
@@ -134,6 +225,9 @@ class NotebookTools:
         if name not in TOOLS:
             error = {"type": "unknown_tool", "message": f"there is no notebook tool {name!r}"}
             return Outcome(False, error_text(error), error=error)
+        if name in EDIT_TOOLS:
+            ended = await self._edit(name, args, kernel_id, notebook, run, asked)
+            return Outcome(ended.ok, ended.text, ended.result, ended.error)
         if run is None:
             return await self._call(name, args, kernel_id, notebook, run)
         approval = None
@@ -158,6 +252,25 @@ class NotebookTools:
             ended if isinstance(ended, Outcome) else Outcome(False, ended.text, error=ended.error)
         )
 
+    async def _edit(
+        self,
+        name: str,
+        args: dict[str, Any],
+        kernel_id: str | None,
+        notebook: str | None,
+        run: Any,
+        asked: dict[str, Any] | None,
+    ) -> Ended:
+        if run is not None:
+            path = notebook or await self.notebook_of(run, kernel_id)
+            return await self.edits.step(run, name, args, path, asked=asked)
+        try:
+            if notebook is None:
+                raise NotebookNotFound("an edit names the notebook it changes")
+            return await self.edits.direct(name, args, notebook)
+        except Exception as exc:  # the caller reads why; nothing was changed
+            return Ended(False, error_text(error_object(exc)), error=error_object(exc))
+
     async def _call(
         self, name: str, args: dict[str, Any], kernel_id: str | None, notebook: str | None, run: Any
     ) -> Outcome:
@@ -181,10 +294,19 @@ class NotebookTools:
                 "this run was not submitted from a notebook's kernel, so it has none to work in"
             )
         if name == "read_notebook":
-            path = notebook or await self.kernels.notebook_of(kernel_id)
+            path = notebook or (
+                await self.notebook_of(run, kernel_id)
+                if run is not None
+                else await self.kernels.notebook_of(kernel_id)
+            )
             if path is None:
                 raise NotebookNotFound("the run's kernel has no notebook open with it")
-            return Outcome(True, await self.kernels.read_notebook(path))
+            seen: dict[str, str] = {}
+            text = await self.kernels.read_notebook(path, seen)
+            if run is not None:
+                # What the agent read is what its edits expect the cells to hold.
+                self.edits.saw(run.run_id, seen)
+            return Outcome(True, text)
         if name == "list_variables":
             found = await self.kernels.introspect(kernel_id, snippets.list_variables())
             return Outcome(True, json.dumps(found, ensure_ascii=False))
@@ -229,6 +351,10 @@ def _run_code_outcome(output: Output) -> Outcome:
         result={"images": output.images},
         images=output.images,
     )
+
+
+async def _never() -> None:
+    raise AssertionError("a step an earlier attempt started is never made again")
 
 
 def _title(name: str, args: dict[str, Any]) -> str:

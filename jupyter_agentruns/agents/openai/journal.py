@@ -62,7 +62,8 @@ class Journal:
 
         A notebook tool's call (``notebook``: the run's notebook tools) that
         started without a recorded result is never repeated: ``run_code`` may
-        have changed the kernel's state.
+        have changed the kernel's state; an edit is settled by the notebook's
+        file instead (applied once, never lost).
         """
         name = call["function"]["name"]
         # Its approval was asked before it started (tool_step), in call order.
@@ -78,6 +79,10 @@ class Journal:
             return await call_tool(run, tools, call, approve, asked, notebook)
         started = self._tools[self._next_tool]
         self._next_tool += 1
+        if is_notebook_tool(notebook, tools, name):
+            # An edit is settled by the notebook's file: made once, never lost.
+            content = (await notebook.resume(started)).text
+            return {"role": "tool", "tool_call_id": call["id"], "content": content}
         content = await resume_tool(run, tools, name, started)
         return {"role": "tool", "tool_call_id": call["id"], "content": content}
 

@@ -59,7 +59,10 @@ def tool_choice(choice: str | None, tools: Collection[str]) -> str | dict[str, A
 
 # The notebook tools' names, for the input schema (made before any run has its
 # run.notebook_tools, which define them).
-NOTEBOOK_TOOLS = ("describe", "list_variables", "read_notebook", "run_code")
+NOTEBOOK_TOOLS = (
+    "delete_cell", "describe", "edit_cell", "insert_cell", "list_variables", "read_notebook",
+    "run_code",
+)  # fmt: skip
 
 
 def notebook_definitions(notebook: Any, tools: dict[str, Tool]) -> list[dict[str, Any]]:
