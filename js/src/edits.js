@@ -173,6 +173,8 @@ export function editCard(edit, undo) {
   if (edit.status === "applied") {
     const node = button("Undo", "agentruns-undo");
     node.title = "Put the cell back as it was before this edit";
+    // Each card has its Undo: a screen reader names which edit it takes back.
+    node.setAttribute("aria-label", `Undo: ${editWords(edit)}`);
     node.addEventListener("click", () => undo(edit, node));
     head.appendChild(node);
   }

@@ -123,6 +123,7 @@ test("each edit says what it did, its status, and shows its cell's diff as files
   // Undo for the applied edits only; Undo all while any is applied.
   assert.deepEqual(cards().map((node) => node.querySelector(".agentruns-undo") !== null), [true, true, false, false, true]);
   assert.equal(el.querySelector(".agentruns-undo-all").hidden, false);
+  assert.equal(card("e2").querySelector(".agentruns-undo").getAttribute("aria-label"), "Undo: Edited cell 2");
 });
 
 test("a run without edits shows no edits section", async () => {
