@@ -1,4 +1,4 @@
-// What a person can do to a run from the page: Cancel, Run again, Answer.
+// What a person can do to a run from the page: Cancel, Run again, Answer, Undo an edit.
 //
 // The run view (in a notebook and on a run's own page), the runs panel and
 // table, and the question toasts all act through RunActions, with one rule:
@@ -39,7 +39,7 @@ export function pageIntents() {
   return page[INTENTS_KEY];
 }
 
-/** Cancel, Run again and Answer for the runs of the server at `baseUrl`: each action sent once, with one key. */
+/** Cancel, Run again, Answer and Undo for the runs of the server at `baseUrl`: each action sent once, with one key. */
 export class RunActions {
   /** @param {ActionsOptions} options `intents` only for a test: else the page's */
   constructor(options) {
@@ -86,6 +86,20 @@ export class RunActions {
     return this._act(`answer ${runId} ${requestId} ${choice}`, () => ({
       url: `${runsUrl(this.baseUrl, runId)}/inputs/${encodeURIComponent(requestId)}`,
       init: { method: "POST", body: note === undefined ? { choice } : { choice, note } },
+    }));
+  }
+
+  /**
+   * Undo one of a run's notebook edits. The server refuses (409 `edit_conflict`)
+   * when the edit's cell changed since; the outcome's problem says so in its words.
+   * @param {string} runId
+   * @param {string} editId
+   * @returns {Promise<Outcome>}
+   */
+  undo(runId, editId) {
+    return this._act(`undo ${runId} ${editId}`, () => ({
+      url: `${runsUrl(this.baseUrl, runId)}/edits/${encodeURIComponent(editId)}/undo`,
+      init: { method: "POST" },
     }));
   }
 

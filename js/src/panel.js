@@ -7,6 +7,7 @@
 
 import { RunActions } from "./actions.js";
 import { apiFetch, errorMessage, runsUrl, withSlash } from "./api.js";
+import { editsSummary, runEdits } from "./edits.js";
 import { getStreamHub } from "./streamhub.js";
 import { openInputs } from "./reducer.js";
 import { RunState } from "./runstate.js";
@@ -46,7 +47,7 @@ export const SORTS = Object.freeze(["newest", "oldest", "status", "title"]);
  * }} PanelOptions
  * @typedef {{
  *   state: RunState, node: HTMLElement, chip: HTMLElement, agent: HTMLElement, title: HTMLElement, notebook: HTMLElement,
- *   age: HTMLElement, timing: HTMLElement, tokens: HTMLElement, inputs: HTMLElement, note: HTMLElement,
+ *   age: HTMLElement, timing: HTMLElement, tokens: HTMLElement, edits: HTMLElement, inputs: HTMLElement, note: HTMLElement,
  *   cancel: HTMLButtonElement, again: HTMLButtonElement, unfollow: (() => void) | null, busy: boolean,
  *   inputsKey: string, broken: boolean, rereading: boolean,
  * }} Row
@@ -500,9 +501,11 @@ export class RunsPanel {
     const second = element("div", "agentruns-panel-line agentruns-panel-detail");
     const timing = element("span", "agentruns-panel-timing");
     const tokens = element("span", "agentruns-panel-tokens");
+    // How many notebook edits the run made (its view lists them, with Undo).
+    const edits = element("span", "agentruns-panel-edits");
     const cancel = button("Cancel", "agentruns-cancel");
     const again = button("Run again", "agentruns-again");
-    second.append(timing, tokens, element("span", "agentruns-spacer"), cancel, again);
+    second.append(timing, tokens, edits, element("span", "agentruns-spacer"), cancel, again);
     const inputs = element("div", "agentruns-panel-inputs");
     const note = element("div", "agentruns-panel-note");
     note.hidden = true;
@@ -513,7 +516,7 @@ export class RunsPanel {
     node.append(top, title, where, second, inputs, note, id);
     /** @type {Row} */
     const row = {
-      state: new RunState(runId), node, chip, agent, title, notebook, age, timing, tokens, inputs, note, cancel, again,
+      state: new RunState(runId), node, chip, agent, title, notebook, age, timing, tokens, edits, inputs, note, cancel, again,
       unfollow: null, busy: false, inputsKey: "", broken: false, rereading: false,
     };
     cancel.addEventListener("click", () => void this._cancel(row));
@@ -550,6 +553,7 @@ export class RunsPanel {
     if (openable) row.notebook.setAttribute("href", "#");
     else row.notebook.removeAttribute("href");
     row.tokens.textContent = describeTokens(state.snapshot.usage);
+    row.edits.textContent = editsSummary(runEdits(state.snapshot));
     this._renderTimes(row);
     row.cancel.hidden = state.terminal || state.status === "cancelling";
     row.again.hidden = !state.terminal;

@@ -1,5 +1,6 @@
-// A run's own page: what it was asked, its live view, its timeline, its
-// attempts, and what can be done with it (go to its cell, delete it).
+// A run's own page: what it was asked, its live view (the notebook edits it
+// made among it), its timeline, its attempts, and what can be done with it
+// (go to its cell, delete it).
 //
 // Plain DOM, no JupyterLab import: the labextension puts it in a main-area
 // tab (labextension.js), the tests drive it in jsdom. The live part (status,
@@ -9,6 +10,7 @@
 
 import { apiFetch, errorMessage, runsUrl, withSlash } from "./api.js";
 import { TITLE_CHARS, button, cutText, element, formatCost, formatTokens, isCost, parseTime } from "./dom.js";
+import { editWords } from "./edits.js";
 import { isPlainObject } from "./json.js";
 import { RUN_DELETED_EVENT } from "./links.js";
 import { isTerminalType } from "./status.js";
@@ -99,6 +101,9 @@ export function eventWords(event, asked, tools) {
     }
     case "run.resumed":
       return `resumed (attempt ${data.attempt})${typeof data.reason === "string" && data.reason ? `: ${data.reason}` : ""}`;
+    case "notebook.edit":
+      // The first event of an edit and each change of its status (applied, undone, ...): a line each.
+      return `${editWords(/** @type {import("./edits.js").Edit} */ (data))} · ${typeof data.status === "string" ? data.status : "?"}`;
     case "plan.updated":
       return `plan: ${plural(Array.isArray(data.entries) ? data.entries.length : 0, "step")}`;
     case "run.succeeded":

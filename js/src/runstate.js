@@ -44,6 +44,7 @@ const KNOWN_TYPES = new Set([
   "input.resolved",
   "reasoning.delta",
   "plan.updated",
+  // The edits section of the view shows them: not listed again as agent-defined events.
   "notebook.edit",
   ...Object.keys(TERMINAL_TYPES),
 ]);

@@ -10,6 +10,7 @@ import { getStreamHub } from "./streamhub.js";
 import {
   button, codeBlock, element, formatAgo, formatCost, formatTokens, inputCard, isCost, kindLabel, parseTime, toolContent,
 } from "./dom.js";
+import { EditsSection, runEdits } from "./edits.js";
 import { compactJson, hasOwn, isPlainObject } from "./json.js";
 import { runPagesOpen, requestRunPage } from "./links.js";
 import { MAX_MARKDOWN_CHARS, renderMarkdown } from "./markdown.js";
@@ -28,6 +29,7 @@ import { cancelledWords, clockTime, formatDuration, progressWords, runTitle, sam
  * @typedef {import("./reducer.js").Input} Input
  * @typedef {import("./reducer.js").PlanEntry} PlanEntry
  * @typedef {import("./runstate.js").UnknownEvent} UnknownEvent
+ * @typedef {import("./edits.js").Edit} Edit
  */
 
 /**
@@ -263,6 +265,8 @@ export class RunView {
     // A snapshot without a plan has no "plan" at all: nothing to draw, not even its box.
     this.plan.hidden = true;
     this.tools = element("div", "agentruns-tools");
+    // The notebook edits the run made: each in words with its diff, Undo and Undo all.
+    this.edits = new EditsSection((edit) => this._undo(edit));
     this.progress = element("div", "agentruns-progress");
     this.progressBar = element("div", "agentruns-progress-bar");
     this.progressFill = element("div", "agentruns-progress-fill");
@@ -303,7 +307,7 @@ export class RunView {
     return apiBase(this.host.baseUrl());
   }
 
-  /** Cancel, Run again and Answer, on the server this view reads. */
+  /** Cancel, Run again, Answer and Undo, on the server this view reads. */
   get actions() {
     return new RunActions({ baseUrl: this.api });
   }
@@ -500,6 +504,23 @@ export class RunView {
     }
   }
 
+  /**
+   * Undo one of the run's notebook edits: null once the server did, else why not.
+   * @param {Edit} edit
+   * @returns {Promise<string | null>}
+   */
+  async _undo(edit) {
+    const state = this.state;
+    if (state === null) return "this view shows no run";
+    const outcome = await this.actions.undo(state.runId, edit.edit_id);
+    if (outcome.problem !== null) return outcome.problem;
+    // The answer is the run with the edit undone: a run that ended is followed
+    // no more, and its view learns the edit's new status from it.
+    const run = outcome.run;
+    if (state === this.state && isPlainObject(run) && typeof run.last_seq === "number" && run.last_seq >= state.lastSeq) this._snapshot(run);
+    return null;
+  }
+
   async _cancel() {
     const state = this.state;
     if (state === null || this.busy) return;
@@ -590,6 +611,7 @@ export class RunView {
     this._renderThinking(rendered, state);
     this._renderPlan(rendered, state.snapshot.plan);
     this._renderTools(rendered, state.snapshot.tools);
+    this.edits.render(runEdits(state.snapshot));
     this._renderInputs(rendered, state.snapshot.inputs || []);
     this._renderProgress(rendered, state);
     this._renderMessages(rendered, state.snapshot.messages, state.textBytes > 0);
@@ -729,13 +751,15 @@ export class RunView {
     this.inputs.replaceChildren();
     this.messages.replaceChildren();
     this.unknown.replaceChildren();
+    this.edits.reset();
     // Rendered as messages are, under a class of its own: the thinking is not the answer.
     const text = element("div", "agentruns-reasoning");
     this.thinkingBody.replaceChildren(text);
     /** @type {MessageEntry} */
     const thinking = { node: text, body: text, scroller: this.thinkingBody, length: 0, done: false, plain: null, renderedAt: 0, timer: null };
     this.body.replaceChildren(
-      this.thinking, this.plan, this.tools, this.inputs, this.progress, this.messages, this.usage, this.output, this.unknown
+      this.thinking, this.plan, this.tools, this.edits.node, this.inputs, this.progress, this.messages, this.usage, this.output,
+      this.unknown
     );
     this.rendered = {
       snapshot: state.snapshot, tools: [], inputs: [], messages: [], progress: undefined, progressKey: "", usage: undefined,

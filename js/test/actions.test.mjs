@@ -137,3 +137,19 @@ test("a double click on an answer sends it once", async () => {
   await Promise.all(clicks);
   assert.equal(server.requests.length, 1);
 });
+
+test("a double click on Undo sends one request; the server's 409 says in words why the edit stays", async () => {
+  let reply;
+  const server = fakeServer(new Promise((resolve) => (reply = resolve)), Response.json({ ...OLD, status: "succeeded" }));
+  const actions = new RunActions({ baseUrl: "/base/", fetch: server.fetch, intents });
+  const clicks = [actions.undo("run_a", "edit/1"), actions.undo("run_a", "edit/1")];
+  reply(Response.json({ error: "edit_conflict", message: "cell c2 changed since the agent edited it" }, { status: 409 }));
+  for (const outcome of await Promise.all(clicks)) assert.deepEqual(outcome, { run: null, problem: "cell c2 changed since the agent edited it" });
+  assert.equal(server.requests.length, 1);
+  assert.equal(server.requests[0].url, "/base/api/agentruns/runs/run_a/edits/edit%2F1/undo");
+  assert.equal(server.requests[0].method, "POST");
+  // Answered: a click after the cell was put back is a new try.
+  assert.equal((await actions.undo("run_a", "edit/1")).run.status, "succeeded");
+  assert.equal(server.requests.length, 2);
+  assert.equal(intents.size, 0);
+});

@@ -523,3 +523,21 @@ test("a run deleted on its page leaves the list at once", async () => {
   document.dispatchEvent(new window.CustomEvent("agentruns:run-deleted", { detail: { runId: "run_a" } }));
   assert.deepEqual(rows(panel).map((row) => row.dataset.runId), ["run_b"]);
 });
+
+test("a run's row says how many notebook edits it made, and how many were undone", async () => {
+  const edit = (editId, status) => ({ edit_id: editId, notebook: "work/analysis.ipynb", op: "edit", cell_id: "c1", index: 0, before: "1", after: "2", status });
+  const snapshot = (edits) => ({ messages: [], tools: [], progress: null, usage: { input_tokens: 10, output_tokens: 5 }, inputs: [], edits });
+  fakeServer([
+    runObject("run_b", { status: "succeeded", snapshot: snapshot([edit("e1", "applied"), edit("e2", "undone"), edit("e3", "conflict")]) }),
+    runObject("run_a", { status: "succeeded", snapshot: snapshot([edit("e1", "applied")]) }),
+    runObject("run_0", { status: "succeeded" }),
+  ]);
+  const { panel } = makePanel(fakeHub());
+  panel.show();
+  await until(() => rows(panel).length === 3);
+  const [b, a, none] = rows(panel);
+  assert.equal(text(b, ".agentruns-panel-edits"), "3 edits · 1 undone");
+  assert.equal(text(a, ".agentruns-panel-edits"), "1 edit");
+  assert.equal(text(none, ".agentruns-panel-edits"), "", "a run that edited no notebook says nothing of edits");
+  assert.equal(text(b, ".agentruns-panel-tokens"), "15 tokens");
+});

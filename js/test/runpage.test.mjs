@@ -151,3 +151,33 @@ test("the timeline reads the events a page at a time: Load more reads the next",
   assert.equal(page.cellButton.disabled, true); // no notebook: nowhere to go
   page.dispose();
 });
+
+test("the page lists the run's notebook edits as its view does, and its timeline says each change of one in words", async () => {
+  const edit = { edit_id: "e1", notebook: "n.ipynb", op: "edit", cell_id: "c1", index: 0, before: "a = 1\n", after: "a = 2\n" };
+  const events = [
+    { seq: 1, type: "notebook.edit", ts: at(1), data: { ...edit, status: "pending" } },
+    { seq: 2, type: "notebook.edit", ts: at(1), data: { ...edit, status: "applied" } },
+    { seq: 3, type: "notebook.edit", ts: at(2), data: { ...edit, status: "undone" } },
+    { seq: 4, type: "run.succeeded", ts: at(3), data: {} },
+  ];
+  globalThis.fetch = async (url) => {
+    const parsed = new URL(url, "http://localhost");
+    if (parsed.pathname.endsWith("/events")) return Response.json({ events, last_seq: 4, status: "succeeded", done: true });
+    if (parsed.pathname === "/api/agentruns/runs") return Response.json({ runs: [], next: null });
+    return Response.json({
+      run_id: "run_e", agent: "demo", status: "succeeded", session: "n.ipynb", metadata: {}, input: { prompt: "fix it" }, retry_of: null,
+      created_at: at(0), started_at: at(0), finished_at: at(3), last_seq: 4, first_seq: 1,
+      snapshot: { messages: [], tools: [], progress: null, usage: null, inputs: [], edits: [{ ...edit, status: "undone" }] },
+      output: null, error: null, cancel: null,
+    });
+  };
+  const page = new RunPage({ baseUrl: "/", runId: "run_e" });
+  document.body.append(page.node);
+  await page.load();
+  await until(() => page.viewNode.querySelector(".agentruns-edit"), { what: "the edits drawn in the page's view" });
+  assert.equal(page.viewNode.querySelector(".agentruns-edit-words").textContent, "Edited cell 1");
+  assert.equal(page.viewNode.querySelector(".agentruns-edits-count").textContent, "1 edit · 1 undone");
+  const steps = Array.from(page.timeline.querySelectorAll(".agentruns-runpage-event-text"), (node) => node.textContent);
+  assert.deepEqual(steps, ["Edited cell 1 · pending", "Edited cell 1 · applied", "Edited cell 1 · undone", "succeeded"]);
+  page.dispose();
+});

@@ -160,6 +160,13 @@ test("lifecycle events are not kept as unknown", () => {
   assert.deepEqual(state.unknown, []);
 });
 
+test("notebook edits are the edits section's, not unknown events to list", () => {
+  const state = started();
+  const data = { edit_id: "e1", notebook: "a.ipynb", op: "edit", cell_id: "c1", index: 0, before: "1", after: "2", status: "applied" };
+  assert.equal(state.applyEnvelope(envelope(3, "notebook.edit", data)), "applied");
+  assert.deepEqual(state.unknown, []);
+});
+
 test("thinking and plans are the snapshot's, not unknown events to list", () => {
   const state = started();
   assert.equal(state.applyEnvelope(envelope(3, "reasoning.delta", { message_id: "m1", delta: "Look first." })), "applied");
