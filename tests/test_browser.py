@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -710,3 +711,37 @@ def test_a_run_code_step_cancelled_mid_way_shows_cancelled_not_running(lab, page
         assert f"failed: {message}" in record
     step.scroll_into_view_if_needed()
     page.screenshot(path=picture("cancelled-run-code-step.png"))
+
+
+def test_an_agents_cell_edit_shows_in_its_view_and_undo_takes_it_out_of_the_notebook(lab, page):
+    source = "answer = 41 + 1"
+    path = lab.home / "edited.ipynb"
+    write_notebook(
+        path,
+        [
+            "from jupyter_agentruns import submit\n"
+            "run = submit('notebook_mcp_client', "
+            f"{{'calls': [['insert_cell', {{'source': {source!r}, 'after': 'end'}}]]}})"
+        ],
+    )
+    open_notebook(page, lab, "edited.ipynb")
+    run_cell(page, 0)
+    wait_attr(page, 0, "data-status", "v === 'succeeded'")
+    edit = widget(page).locator(".agentruns-edit")
+    edit.wait_for(timeout=30_000)
+    assert "Inserted" in edit.locator(".agentruns-edit-words").inner_text()
+    assert edit.locator(".agentruns-edit-status").inner_text() == "applied"
+    # The cell is in the file, marked as the agent's.
+    cells = nbformat.read(path, as_version=4).cells
+    assert cells[-1].source == source
+    run_id = widget(page).get_attribute("data-run-id")
+    assert cells[-1]["metadata"]["agentruns"]["run_id"] == run_id
+    edit.scroll_into_view_if_needed()
+    page.screenshot(path=picture("notebook-edit-applied.png"))
+    edit.get_by_role("button", name=re.compile("Undo")).click()
+    edit.locator(".agentruns-edit-status", has_text="undone").wait_for(timeout=30_000)
+    assert [cell.source for cell in nbformat.read(path, as_version=4).cells] == [cells[0].source]
+    with lab.client() as client:
+        [kept] = client.get(f"runs/{run_id}").json()["snapshot"]["edits"]
+        assert kept["status"] == "undone"
+    page.screenshot(path=picture("notebook-edit-undone.png"))
