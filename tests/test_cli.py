@@ -509,7 +509,10 @@ def test_list_and_show_a_run_whose_usage_is_not_counts(servers, store_config):
 def test_export_json_of_a_run_compacted_meanwhile_has_every_kept_event_and_no_hole(servers):
     server = servers(max_retained_events=40)  # a live run is compacted as it goes
     with server.client() as client:
-        run_id = submit(client, {"prompt": "long", "chunks": 4000, "delay": 0.002})
+        # 200 events a second, compacted to 40 as it goes: a read of the run
+        # and its kept events outruns that even on a busy machine (at 500 a
+        # second, under load, ten tries in a row could each lose the race).
+        run_id = submit(client, {"prompt": "long", "chunks": 1600, "delay": 0.005})
         exports = []
         while client.get(f"runs/{run_id}").json()["status"] not in TERMINAL:
             result = cli(server, "export", run_id, "--format", "json")
