@@ -186,14 +186,12 @@ def apply(notebook: dict[str, Any], edit: dict[str, Any], run_id: str | None) ->
         cell["metadata"][STAMP] = stamp
         cells.insert(index, cell)
         return index
-    found = find_cell(notebook, edit["cell_id"])
-    if found is None:
-        raise EditConflict(f"the cell {edit['cell_id']!r} is gone from the notebook")
-    index, cell = found
-    if source_of(cell) != edit["before"]:
-        raise EditConflict(
-            f"the cell {edit['cell_id']!r} changed since it was read: it holds something else now"
-        )
+    index, cell = _cell_holding(
+        notebook,
+        edit["cell_id"],
+        edit["before"],
+        "changed since it was read: it holds something else now",
+    )
     if edit["op"] == "delete":
         del cells[index]
     else:
@@ -218,27 +216,36 @@ def revert(notebook: dict[str, Any], edit: dict[str, Any]) -> None:
     Raises :class:`EditConflict` (the notebook untouched) when it does not.
     """
     cells = notebook.setdefault("cells", [])
-    found = find_cell(notebook, edit["cell_id"])
     if edit["op"] == "delete":
-        if found is not None:
+        if find_cell(notebook, edit["cell_id"]) is not None:
             raise EditConflict(f"the notebook has a cell {edit['cell_id']!r} again")
         cell = _new_cell(edit.get("cell_type") or "code", edit["before"], edit["cell_id"])
         cells.insert(min(edit.get("index") or 0, len(cells)), cell)
         return
-    if found is None:
-        raise EditConflict(f"the cell {edit['cell_id']!r} is gone from the notebook")
-    index, cell = found
-    if source_of(cell) != edit["after"]:
-        raise EditConflict(
-            f"the cell {edit['cell_id']!r} was changed since the edit: undoing it would "
-            "lose that change"
-        )
+    index, cell = _cell_holding(
+        notebook,
+        edit["cell_id"],
+        edit["after"],
+        "was changed since the edit: undoing it would lose that change",
+    )
     if edit["op"] == "insert":
         del cells[index]
         return
     cell["source"] = edit["before"]
     if (stamp_of(cell) or {}).get("edit_id") == edit["edit_id"]:
         del cell["metadata"][STAMP]
+
+
+def _cell_holding(
+    notebook: dict[str, Any], cell_id: str, source: str, changed: str
+) -> tuple[int, dict[str, Any]]:
+    """The cell ``cell_id`` and its index, when it still holds ``source``; else :class:`EditConflict`."""
+    found = find_cell(notebook, cell_id)
+    if found is None:
+        raise EditConflict(f"the cell {cell_id!r} is gone from the notebook")
+    if source_of(found[1]) != source:
+        raise EditConflict(f"the cell {cell_id!r} {changed}")
+    return found
 
 
 def _new_cell(cell_type: str, source: str, cell_id: str) -> dict[str, Any]:
