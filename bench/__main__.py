@@ -26,10 +26,17 @@ from .postgres import SCENARIOS as POSTGRES_SCENARIOS
 from .scenarios import FULL, QUICK, Bench, Row, format_value, say
 from .scenarios import SCENARIOS as SQLITE_SCENARIOS
 from .servers import raise_open_files_limit
+from .webhooks import SCENARIOS as WEBHOOK_SCENARIOS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # The PostgreSQL ones last: each skips when no PostgreSQL answers.
-SCENARIOS = {**SQLITE_SCENARIOS, **ACP_SCENARIOS, **FRONTEND_SCENARIOS, **POSTGRES_SCENARIOS}
+SCENARIOS = {
+    **SQLITE_SCENARIOS,
+    **WEBHOOK_SCENARIOS,
+    **ACP_SCENARIOS,
+    **FRONTEND_SCENARIOS,
+    **POSTGRES_SCENARIOS,
+}
 
 
 def machine() -> dict:

@@ -3,6 +3,8 @@
 The baseline runs the same agent program with nothing but the ACP SDK's
 client side in this process: what any ACP client pays to read it. Through
 the server, each chunk is also a durable event served to an SSE client.
+``acp-bridge`` reads runs the other way, as an editor does through
+``jupyter agentruns acp``, against the same runs read over SSE.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from array import array
 from pathlib import Path
 
 from . import clients
-from .scenarios import Bench, Row, median, ms_percentiles, say, wait_terminal
+from .scenarios import Bench, Row, median, ms_percentiles, percentile, say, wait_terminal
 from .servers import REPO, EngineServer
 
 SCRIPTED = [sys.executable, str(REPO / "tests" / "acp_agent.py")]
@@ -199,7 +201,108 @@ def conversations(bench: Bench) -> None:
     ))  # fmt: skip
 
 
+BRIDGE_PROMPTS = 20
+BRIDGE_PROMPTS_QUICK = 8
+
+
+async def through_bridge(server: EngineServer, prompts: list[str], go: Path | None):
+    """An editor's turns through ``jupyter agentruns acp``: for each prompt, the seconds from
+    ``session/prompt`` to the first update, and the characters of text the editor got with the
+    seconds from ``go`` (touched once the turn started) to the turn's end."""
+    import acp
+
+    class Editor:
+        text = 0
+        first: float | None = None
+
+        async def session_update(self, session_id, update, **kwargs):
+            if Editor.first is None:
+                Editor.first = time.perf_counter()
+            if update.session_update == "agent_message_chunk":
+                Editor.text += len(update.content.text)
+
+        async def request_permission(self, **kwargs):
+            raise RuntimeError("not asked in the bench")
+
+    command = [
+        sys.executable, "-m", "jupyter_agentruns.cli", "acp",
+        "--url", f"http://127.0.0.1:{server.port}/", "--token", server.token, "--agent", "scripted",
+    ]  # fmt: skip
+    firsts, reads = [], []
+    async with acp.spawn_agent_process(Editor(), *command, env=server.env) as (conn, _):
+        await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+        session = await conn.new_session(cwd=str(server.home), mcp_servers=[])
+        for prompt in prompts:
+            Editor.text, Editor.first = 0, None
+            start = time.perf_counter()
+            turn = asyncio.ensure_future(
+                conn.prompt(session_id=session.session_id, prompt=[acp.text_block(prompt)])
+            )
+            if go is not None:  # once the run is under way (its agent waits for go)
+                while not turn.done() and not any(
+                    run["status"] == "running"
+                    for run in server.http.get(
+                        "runs", params={"session": session.session_id}
+                    ).json()["runs"]
+                ):
+                    await asyncio.sleep(0.005)
+                start = time.perf_counter()
+                go.touch()
+            await turn
+            assert Editor.first is not None
+            firsts.append(Editor.first - start)
+            reads.append((Editor.text, time.perf_counter() - start))
+    return firsts, reads
+
+
+def bridge(bench: Bench) -> None:
+    """An editor through the ACP bridge: its first update after a prompt, and text per second vs SSE."""
+    chunks = CHUNKS_QUICK if quick(bench) else CHUNKS
+    prompts = BRIDGE_PROMPTS_QUICK if quick(bench) else BRIDGE_PROMPTS
+    characters = sum(len(f"chunk {index} ") for index in range(chunks))
+    server = acp_server(bench)
+    warm(bench, server, "bridge")
+    # The first prompt of the session starts its agent's process: not what a turn costs.
+    firsts = asyncio.run(through_bridge(server, ["echo hi"] * (prompts + 1), None))[0][1:]
+    samples, baseline = [], []
+    for rep in range(bench.repeat):
+        go = bench.path("go")
+        # The run starts streaming once go exists: the editor's first update is its start.
+        [(text, seconds)] = asyncio.run(through_bridge(server, [f"flood {chunks} {go}"], go))[1]
+        if text != characters:
+            raise RuntimeError(f"the editor read {text} characters of {characters}")
+        samples.append(text / seconds)
+        go = bench.path("go")
+        run_id = run_in(bench, server, f"flood {chunks} {go}", "bridge-sse")
+        count, seconds = asyncio.run(served(server, run_id, go))
+        if count != chunks:
+            raise RuntimeError(f"the SSE client read {count} deltas of {chunks}")
+        wait_terminal(server, [run_id])
+        baseline.append(characters / seconds)
+        say(
+            f"  rep {rep + 1}/{bench.repeat}: bridge {samples[-1]:,.0f}, "
+            f"SSE {baseline[-1]:,.0f} characters/s"
+        )
+    ordered = sorted(firsts)
+    for label, fraction in (("p50", 0.5), ("p99", 0.99)):
+        bench.add(Row(
+            "acp-bridge", f"editor's first update after session/prompt, {label}",
+            percentile(ordered, fraction) * 1000, "ms",
+            note=f"{prompts} prompts (echo) through jupyter agentruns acp to the scripted ACP "
+                 "agent on the server: submit, the agent's turn, the event, the bridge",
+        ))  # fmt: skip
+    value, base = median(samples), median(baseline)
+    bench.add(Row(
+        "acp-bridge", "editor's text through the bridge", value, "chars/s", base, value / base,
+        target="≥ 0.7× SSE", ok=value / base >= 0.7,
+        note=f"{chunks:,} chunks as fast as the agent sends them, read by an editor through "
+             "jupyter agentruns acp; baseline: the same run read by an SSE client",
+        samples=samples, baseline_samples=baseline,
+    ))  # fmt: skip
+
+
 SCENARIOS = {
+    "acp-bridge": bridge,
     "acp-throughput": throughput,
     "acp-latency": latency,
     "acp-conversations": conversations,

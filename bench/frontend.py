@@ -108,10 +108,16 @@ def saved_notebook(server: EngineServer, run_ids: list[str], name: str) -> None:
         cells.append(cell)
     # No kernelspec: JupyterLab opens it without starting a kernel, so no widget model exists.
     nbformat.write(nbformat.v4.new_notebook(cells=cells), server.home / name)
+    records = [cell.outputs[0].data["text/markdown"] for cell in cells]
     # The baseline: the same cells, each output only its text.
     for cell in cells:
         cell.outputs = [nbformat.v4.new_output("stream", text=cell.outputs[0].data["text/plain"])]
     nbformat.write(nbformat.v4.new_notebook(cells=cells), server.home / f"plain-{name}")
+    # The other baseline: each output the run's saved record alone, which JupyterLab
+    # draws as Markdown (what a notebook shows of the same runs without this extension).
+    for cell, record in zip(cells, records, strict=True):
+        cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": record})]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), server.home / f"records-{name}")
 
 
 def shown_after_load(browser, url: str, selector: str, count: int) -> dict:
@@ -151,6 +157,7 @@ SHOWN_AFTER_LOAD = """([selector, count]) => {
 }"""
 RUN_VIEWS = '.jp-Notebook .agentruns-run[data-status="succeeded"] .agentruns-markdown'
 PLAIN_OUTPUTS = ".jp-Notebook .jp-OutputArea-output"
+RECORD_OUTPUTS = ".jp-Notebook .jp-OutputArea-output.jp-RenderedMarkdown"
 
 
 def views(bench: Bench) -> None:
@@ -159,20 +166,25 @@ def views(bench: Bench) -> None:
     playwright, browser = chromium()
     try:
         saved_notebook(server, finished_runs(server, VIEWS), "fifty.ipynb")
-        samples, plain, own = [], [], []
+        samples, plain, own, records = [], [], [], []
         url = f"{server.url}lab/tree/{{}}?token={server.token}&reset"
         # The first opening builds JupyterLab's caches (and the browser's): not measured.
         for rep in range(bench.repeat + 1):
             views = shown_after_load(browser, url.format("fifty.ipynb"), RUN_VIEWS, VIEWS)
             base = shown_after_load(browser, url.format("plain-fifty.ipynb"), PLAIN_OUTPUTS, VIEWS)
+            drawn = shown_after_load(
+                browser, url.format("records-fifty.ipynb"), RECORD_OUTPUTS, VIEWS
+            )
             if rep > 0:
                 samples.append(views["shown"])
                 own.append(views["shown"] - views["cells"])
                 plain.append(base["shown"])
+                records.append(drawn["shown"])
                 say(
                     f"  rep {rep}/{bench.repeat}: all {VIEWS} run views {views['shown']:.0f} ms "
                     f"after the load event ({own[-1]:.0f} ms after the notebook's cells); "
-                    f"{VIEWS} plain outputs {base['shown']:.0f} ms"
+                    f"{VIEWS} plain outputs {base['shown']:.0f} ms; {VIEWS} saved records "
+                    f"{drawn['shown']:.0f} ms"
                 )
     finally:
         browser.close()
@@ -182,13 +194,23 @@ def views(bench: Bench) -> None:
     value, base = median(samples), median(plain)
     bench.add(Row(
         "views", f"{VIEWS} finished runs' views after a notebook's load event", value, "ms",
-        base, value / base, target="≤ 1,500 ms", ok=value <= 1500,
+        base, value / base, target="≤ 1.1× the plain notebook", ok=value <= 1.1 * base,
         note=f"a saved notebook of {VIEWS} cells, each with its run's output, opened with no "
              "kernel in Chromium (1280×900); from the load event until every view shows its "
              "finished run with the answer drawn as Markdown; baseline: the same notebook with "
              "a line of text for each output (JupyterLab's own start and notebook); the views "
              f"were all drawn {median(own):.0f} ms (median) after the notebook's cells appeared",
         samples=samples, baseline_samples=plain, details={"after_cells_ms": own},
+    ))  # fmt: skip
+    drawn = median(records)
+    bench.add(Row(
+        "views", f"{VIEWS} finished runs' views, against their saved records", value, "ms",
+        drawn, value / drawn, target="≤ 1.1× the records drawn by JupyterLab",
+        ok=value <= 1.1 * drawn,
+        note="the same run views; baseline: the same notebook with each output only its run's "
+             "saved record (text/markdown), which JupyterLab draws as Markdown: the same "
+             "content, shown without this extension, static",
+        samples=samples, baseline_samples=records,
     ))  # fmt: skip
 
 

@@ -175,6 +175,7 @@ class EngineServer(Subprocess):
         self.process = subprocess.Popen(
             command,
             env=self.env,
+            cwd=self.home,  # what a server writes where it runs (a collaboration store) stays there
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )

@@ -2,8 +2,10 @@
 
 In a notebook::
 
-    from jupyter_agentruns import submit
-    run = submit("demo", {"prompt": "weather in Shanghai"})
+    %%agent demo
+    weather in Shanghai
+
+or, from a program, ``submit("demo", {"prompt": "weather in Shanghai"})``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,13 @@ def __getattr__(name: str):
 
         return agent
     raise AttributeError(f"module 'jupyter_agentruns' has no attribute {name!r}")
+
+
+def load_ipython_extension(ipython):
+    """``%load_ext jupyter_agentruns``: the ``%%agent`` cell magic and ``%agent`` line magic."""
+    from .kernel import magics
+
+    magics.load_ipython_extension(ipython)
 
 
 def _jupyter_server_extension_points():

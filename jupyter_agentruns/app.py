@@ -16,11 +16,39 @@ from .engine import Engine
 from .handlers import default_handlers
 from .handlers.base import say_once
 from .notebook_tools import Kernels, NotebookAccess, NotebookTools
+from .notebook_tools.document import DocumentPlace
 from .notebook_tools.mcp import NotebookMCP, sdk_problem
+from .notebook_tools.pages import PagePlace
 from .sessions import SessionPaths
 from .settings import SHARED_OWNER, Identity, Settings, SettingsTraits
 from .store import Store, StoreRefused, StoreUnavailable, UnsafeStore, factory
 from .tuning import SigintStop
+
+# Run first by the notebooks' kernels (PYTHONSTARTUP): it loads %%agent.
+KERNEL_STARTUP = os.path.join(os.path.dirname(__file__), "kernel", "startup.py")
+
+
+def load_magics_in_kernels(session_manager: object) -> None:
+    """Have the kernels started for notebooks run :data:`KERNEL_STARTUP` first.
+
+    Through the session manager's ``get_kernel_env`` (the environment of a
+    notebook's kernel): PYTHONSTARTUP names the startup file, which then runs
+    the person's own (kept in ``AGENTRUNS_PYTHONSTARTUP``). Terminals and the
+    server itself keep their environment.
+    """
+    kernel_env = getattr(session_manager, "get_kernel_env", None)
+    if kernel_env is None:
+        return  # a session manager without it: %load_ext jupyter_agentruns still works
+
+    def with_startup(*args: object, **kwargs: object) -> dict[str, str]:
+        env = dict(kernel_env(*args, **kwargs))
+        own = env.get("PYTHONSTARTUP")
+        if own and own != KERNEL_STARTUP:
+            env["AGENTRUNS_PYTHONSTARTUP"] = own
+        env["PYTHONSTARTUP"] = KERNEL_STARTUP
+        return env
+
+    session_manager.get_kernel_env = with_startup  # type: ignore[attr-defined]
 
 
 class AgentRuns(ExtensionApp, SettingsTraits):
@@ -67,6 +95,10 @@ class AgentRuns(ExtensionApp, SettingsTraits):
         agents.update(acp)
         failures.update(acp_failures)
         notebook, self.notebook_mcp, mcp_problem = self._notebook_tools(settings)
+        # Open pages make the edits of the notebooks they hold, where the tools exist.
+        pages = PagePlace() if notebook.available else None
+        if pages is not None:
+            notebook.tools.places.add(pages)
         try:
             self.engine = Engine(
                 parent=self,
@@ -78,6 +110,7 @@ class AgentRuns(ExtensionApp, SettingsTraits):
                 sessions=SessionPaths(self.serverapp.root_dir),
                 notebook=notebook,
                 agent_stderr=self.agent_processes.stderr_lines if self.agent_processes else None,
+                link_url=self.serverapp.connection_url,
             )
         except UnsafeStore as exc:
             self.startup_error = str(exc)
@@ -99,11 +132,22 @@ class AgentRuns(ExtensionApp, SettingsTraits):
                 "agentruns_api_url": url_path_join(self.serverapp.base_url, "api/agentruns"),
                 "agentruns_mcp": self.notebook_mcp,
                 "agentruns_mcp_problem": mcp_problem,
+                "agentruns_pages": pages,
+                "agentruns_notebook_access": notebook,
             }
         )
         # The runs panel opens a run's notebook: a kernel knows it by its path
         # on disk, the file browser by its path under the root, which
         # Notebook 7's pages do not carry (JupyterLab's do, as serverRoot).
+        if settings.kernel_magics:
+            load_magics_in_kernels(self.serverapp.session_manager)
+        if settings.default_agent and settings.default_agent not in agents:
+            self.log.warning(
+                "agentruns: default_agent %r is not an agent of this server (%s): %%%%agent "
+                "without a name will be refused",
+                settings.default_agent,
+                ", ".join(sorted(agents)) or "none",
+            )
         page_config = self.serverapp.web_app.settings.setdefault("page_config_data", {})
         page_config["agentrunsServerRoot"] = os.path.abspath(self.serverapp.root_dir).replace(
             os.sep, "/"
@@ -147,6 +191,11 @@ class AgentRuns(ExtensionApp, SettingsTraits):
             max_event_bytes=settings.max_event_bytes,
             edits=settings.notebook_edits,
         )
+        collaboration = self._collaboration()
+        if collaboration is not None:
+            # Its documents are first: an edit made there shows in every open page at once.
+            tools.places.add(DocumentPlace(collaboration.get_document, self.log))
+            self.log.info("agentruns: notebook edits go to the live documents of open notebooks")
         problem = sdk_problem()
         access = NotebookAccess(
             tools,
@@ -156,6 +205,20 @@ class AgentRuns(ExtensionApp, SettingsTraits):
             mcp_problem=problem,
         )
         return access, None if problem is not None else NotebookMCP(access), problem
+
+    def _collaboration(self):
+        """jupyter-collaboration's server extension (``jupyter_server_ydoc``), when it is enabled.
+
+        Looked up among the server's extensions, never imported: it is linked
+        (its configuration read) before any extension loads, and its documents
+        are asked for only once the server runs.
+        """
+        assert self.serverapp is not None  # set when the server loads the extension
+        apps = self.serverapp.extension_manager.extension_apps.get("jupyter_server_ydoc") or ()
+        for app in apps:
+            if not getattr(app, "disable_rtc", False) and hasattr(app, "get_document"):
+                return app
+        return None
 
     def _record_activity(self) -> None:
         # Any ServerApp setting ending in _last_activity feeds last_activity(),

@@ -48,6 +48,8 @@ class ListedRun(RunHead):
     attempt: int
     checkpoint: JSON
     resumable: int | None
+    conversation_title: str | None
+    trace_context: str | None  # the W3C traceparent of its latest attempt's span (``tracing``)
 
 
 class RunRow(ListedRun):
@@ -89,6 +91,8 @@ class RunFields(TypedDict, total=False):
     attempt: int
     checkpoint: JSON
     resumable: int | None
+    conversation_title: str | None
+    trace_context: str | None
     snapshot_seq: int
     snapshot: Any
 
@@ -116,6 +120,30 @@ class RunObject(TypedDict):
     cancel: JSON
     queued_behind: str | None
     last_event_at: str | None
+
+
+class ListedConversation(TypedDict):
+    """A conversation as ``list_conversations`` reads it: an owner's runs of one session and agent."""
+
+    session: str
+    agent: str
+    runs: int  # how many runs it holds
+    last_run_id: str
+    updated_at: str  # its newest run's ``created_at``
+    first_metadata: JSONObject | None  # of its first run: what its title is made of
+    first_input: JSON
+    title: str | None  # the newest its agent gave it (None: none), before the first run's
+
+
+class Conversation(TypedDict):
+    """A conversation as the API answers it (``GET conversations``)."""
+
+    session: str
+    agent: str
+    title: str
+    runs: int
+    last_run_id: str
+    updated_at: str
 
 
 class ActiveRun(TypedDict):

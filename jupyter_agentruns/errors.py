@@ -38,6 +38,8 @@ class ErrorCode(str, enum.Enum):
     UNKNOWN_AGENT = "unknown_agent"
     INPUT_NOT_FOUND = "input_not_found"
     EDIT_NOT_FOUND = "edit_not_found"
+    HOOK_NOT_FOUND = "hook_not_found"
+    SCHEDULE_NOT_FOUND = "schedule_not_found"
     RUN_EXPIRED = "run_expired"
     # The state it meets.
     RUN_ACTIVE = "run_active"

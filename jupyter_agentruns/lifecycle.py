@@ -79,10 +79,12 @@ class Transition:
         return self.type in TERMINAL_EVENTS
 
 
-def started() -> Transition:
-    return Transition(
-        "run.started", {}, {"status": RunStatus.RUNNING.value, "started_at": now_iso()}
-    )
+def started(trace_context: str | None = None) -> Transition:
+    """The run starts; ``trace_context``: its span's, when OpenTelemetry traces runs."""
+    fields: dict[str, Any] = {"status": RunStatus.RUNNING.value, "started_at": now_iso()}
+    if trace_context is not None:
+        fields["trace_context"] = trace_context
+    return Transition("run.started", {}, fields)
 
 
 def cancel_requested(reason: Any, requested_at: str, stage: dict[str, Any]) -> Transition:

@@ -17,7 +17,7 @@ import difflib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeGuard
 
@@ -35,12 +35,32 @@ DIFF_LINES = 80
 DIFF_LINE_LIMIT = 300
 DIFF_LIMIT = 20_000
 INPUT_LIMIT = 2_000
+EDITS_SHOWN = 50
+# A thread (the follow-ups sent from the reply box under a run) in the first run's record.
+FOLLOW_UPS_SHOWN = 20
+PROMPT_LIMIT = 2_000
+THREAD_ANSWERS_LIMIT = 60_000
 
 
-def run_markdown(run: Mapping[str, Any]) -> str:
-    """The Markdown record of ``run`` (a run object of the API)."""
+def run_markdown(run: Mapping[str, Any], follow_ups: Sequence[Mapping[str, Any]] = ()) -> str:
+    """The Markdown record of ``run`` (a run object of the API), with its thread's ``follow_ups``.
+
+    The follow-ups (runs whose ``metadata.follow_up_of`` is this run) follow in
+    the order they were sent, each as the person's message and the agent's
+    answer, within ``FOLLOW_UPS_SHOWN`` and ``THREAD_ANSWERS_LIMIT``: a
+    record made again from the same runs is the same text.
+    """
     lines = [_headline(run), ""]
     lines += _input(run.get("input"))
+    lines += _work(run, ANSWER_LIMIT)
+    lines.append(_footer(run))
+    lines += _thread(run, follow_ups)
+    return "\n".join(lines) + "\n"
+
+
+def _work(run: Mapping[str, Any], answer_limit: int) -> list[str]:
+    """What the agent did and said: thinking, plan, tool steps, questions, the answer, the outcome."""
+    lines: list[str] = []
     snapshot = run["snapshot"]
     reasoning = snapshot.get("reasoning")
     if isinstance(reasoning, str) and reasoning.strip():
@@ -61,17 +81,22 @@ def run_markdown(run: Mapping[str, Any]) -> str:
         lines.append(f"- asked: {_text(request.get('title') or '')} → {_answer(request)}")
     if inputs:
         lines.append("")
+    lines += _edits(snapshot.get("edits"))
     answer = "".join(
         m["text"]
         for m in run["snapshot"].get("messages") or []
         if m.get("role", "assistant") == "assistant"
     )
-    if answer.strip():
+    output = run.get("output") if run["status"] == "succeeded" else None
+    if (answer.strip() or output is not None) and answer_limit <= 0:
+        # The thread's answers had their share of the record.
+        lines += [f"*The answer is in the run {_code(run['run_id'])} on the Jupyter server.*", ""]
+    elif answer.strip():
         note = ""
-        if len(answer) > ANSWER_LIMIT:
+        if len(answer) > answer_limit:
             whole = len(answer)
-            cut = answer.rfind("\n", 0, ANSWER_LIMIT)
-            answer = answer[: cut if cut > ANSWER_LIMIT // 2 else ANSWER_LIMIT]
+            cut = answer.rfind("\n", 0, answer_limit)
+            answer = answer[: cut if cut > answer_limit // 2 else answer_limit]
             note = (
                 f"*… the answer goes on ({len(answer):,} of {whole:,} characters shown); "
                 f"the whole run is {_code(run['run_id'])} on the Jupyter server.*"
@@ -79,21 +104,58 @@ def run_markdown(run: Mapping[str, Any]) -> str:
         lines += [model_markdown(answer.rstrip()), ""]
         if note:
             lines += [note, ""]
-    elif run["status"] == "succeeded" and run.get("output") is not None:
-        output = json.dumps(run["output"], ensure_ascii=False)
-        if len(output) > ANSWER_LIMIT:
-            output = output[:ANSWER_LIMIT] + " …"
-        lines += [*_fenced([output], "json"), ""]
+    elif output is not None:
+        text = json.dumps(output, ensure_ascii=False)
+        if len(text) > answer_limit:
+            text = text[:answer_limit] + " …"
+        lines += [*_fenced([text], "json"), ""]
     outcome = _outcome(run)
     if outcome:
         lines += [outcome, ""]
-    lines.append(_footer(run))
-    return "\n".join(lines) + "\n"
+    return lines
 
 
-def _headline(run: Mapping[str, Any]) -> str:
+def _thread(run: Mapping[str, Any], follow_ups: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The follow-ups under the first run, oldest first: each the person's message, then the agent's."""
+    if not follow_ups:
+        return []
+    ordered = sorted(follow_ups, key=lambda f: (str(f.get("created_at") or ""), f["run_id"]))
+    lines = ["", "---", "", f"**Follow-ups** ({len(ordered)})", ""]
+    budget = THREAD_ANSWERS_LIMIT
+    for number, follow_up in enumerate(ordered[:FOLLOW_UPS_SHOWN], 1):
+        lines += [f"**You** · follow-up {number}", ""]
+        lines += _prompt(follow_up.get("input"))
+        # Its title is the message just quoted.
+        lines += [_headline(follow_up, titled=False), ""]
+        work = _work(follow_up, min(budget, ANSWER_LIMIT))
+        budget -= sum(len(line) + 1 for line in work)
+        lines += work
+        lines += [_footer(follow_up), ""]
+    if len(ordered) > FOLLOW_UPS_SHOWN:
+        rest = len(ordered) - FOLLOW_UPS_SHOWN
+        lines.append(
+            f"*… and {rest} more follow-up{'s' if rest > 1 else ''}: "
+            f"the whole conversation follows the run {_code(run['run_id'])} on the Jupyter server.*"
+        )
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def _prompt(value: Any) -> list[str]:
+    """What the person wrote in the reply box, quoted, as Markdown made safe; other input as JSON."""
+    prompt = value.get("prompt") if isinstance(value, dict) else None
+    if not isinstance(prompt, str):
+        return _input(value)
+    if len(prompt) > PROMPT_LIMIT:
+        prompt = prompt[:PROMPT_LIMIT] + " …"
+    quoted = [f"> {line}".rstrip() for line in model_markdown(prompt.strip()).split("\n")]
+    return [*quoted, ""]
+
+
+def _headline(run: Mapping[str, Any], titled: bool = True) -> str:
     title = words.title(run)
-    about = f": {_text(title)}" if title != run["agent"] else ""
+    about = f": {_text(title)}" if titled and title != run["agent"] else ""
     parts = [f"**Agent run** {_code(run['agent'])}{about}", f"**{_text(run['status'])}**"]
     seconds = _duration(run)
     if seconds is not None:
@@ -176,6 +238,46 @@ def _plan(plan: Any) -> list[str]:
         lines.append(f"* [{box}] {_text(entry.get('content') or '…')}{note}")
     if len(entries) > PLAN_SHOWN:
         lines.append(f"* … and {len(entries) - PLAN_SHOWN} more")
+    return [*lines, ""]
+
+
+# What each operation of a notebook edit did to its cell.
+_EDIT_DID = {"insert": "Inserted", "edit": "Edited", "delete": "Deleted", "outputs": "Ran"}
+
+
+def _edits(edits: Any) -> list[str]:
+    """The run's notebook edits: what each did to which cell, and where it stands.
+
+    A reader of the saved notebook learns which cells an agent changed and
+    which of its changes were taken back, or never made (a conflict).
+    """
+    if not isinstance(edits, list):
+        return []
+    edits = [
+        edit for edit in edits if isinstance(edit, dict) and isinstance(edit.get("edit_id"), str)
+    ]
+    if not edits:
+        return []
+    undone = sum(edit.get("status") == "undone" for edit in edits)
+    count = f"{len(edits)}, {undone} undone" if undone else str(len(edits))
+    notebooks = {edit.get("notebook") for edit in edits}
+    lines = [f"**Notebook edits** ({count})", ""]
+    for edit in edits[:EDITS_SHOWN]:
+        did = _EDIT_DID.get(edit.get("op"), "Changed")
+        index = edit.get("index")
+        known = isinstance(index, int) and not isinstance(index, bool) and index >= 0
+        cell = f"cell {index + 1}" if known else "a cell"
+        if isinstance(edit.get("cell_id"), str):
+            cell += f" ({_code(edit['cell_id'], 64)})"
+        # The notebook is named when the run changed more than one.
+        where = f" of {_code(edit.get('notebook'))}" if len(notebooks) > 1 else ""
+        status = edit.get("status")
+        outcome = _text(status, 20)
+        if status == "conflict":
+            outcome = "conflict: not made, the cell had changed"
+        lines.append(f"- {did} {cell}{where} → {outcome}")
+    if len(edits) > EDITS_SHOWN:
+        lines.append(f"- … and {len(edits) - EDITS_SHOWN} more edits")
     return [*lines, ""]
 
 

@@ -125,6 +125,11 @@ class SettingsTraits(HasTraits):
         30,
         help="A stream whose client reads nothing for this long is dropped (it resumes from its cursor).",
     ).tag(config=True)
+    schedule_tick_seconds = Float(
+        5,
+        help="How often a server looks for schedules whose time came: a scheduled run "
+        "starts at most this many seconds after its time.",
+    ).tag(config=True)
     lease_seconds = Float(
         30,
         help="How long a run's executor lease lasts without renewal. After a crash, once it "
@@ -211,9 +216,9 @@ class SettingsTraits(HasTraits):
     notebook_tools_approval = Enum(
         ["ask", "never"],
         default_value="ask",
-        help="Whether the notebook tools' run_code asks the person before it runs code in the "
-        "notebook's kernel ('ask': an approval question showing the code) or runs it at once "
-        "('never').",
+        help="Whether the notebook tools' run_code and execute_cell ask the person before they "
+        "run code in the notebook's kernel ('ask': an approval question showing the code) or "
+        "run it at once ('never').",
     ).tag(config=True)
     notebook_edits = Enum(
         ["apply", "ask"],
@@ -221,7 +226,20 @@ class SettingsTraits(HasTraits):
         help="How the notebook tools' insert_cell, edit_cell and delete_cell change a notebook: "
         "'apply' (at once; each edit is recorded in its run and can be undone with POST "
         "runs/{id}/edits/{edit_id}/undo) or 'ask' (each edit is first a question showing its "
-        "diff, applied when approved).",
+        "diff, applied when approved). Where jupyter-collaboration is enabled, an edit of a "
+        "notebook that a page holds open is made in its live shared document, which every open "
+        "page shows at once; else in its file.",
+    ).tag(config=True)
+    default_agent = Unicode(
+        "",
+        help="The agent of a %%agent cell that names none (empty: demo). GET agents answers it.",
+    ).tag(config=True)
+    kernel_magics = Bool(
+        True,
+        help="Whether the notebooks' kernels this server starts have %%agent and %agent loaded "
+        "(where the kernel's Python has jupyter_agentruns): the server runs a startup file "
+        "first in them, then the person's own PYTHONSTARTUP, if set. Else %load_ext "
+        "jupyter_agentruns loads them.",
     ).tag(config=True)
     mcp_servers = Dict(
         value_trait=Dict(),
@@ -233,6 +251,39 @@ class SettingsTraits(HasTraits):
             "tools as '<name>__<tool>'; ACP agents receive them in session/new."
         ),
     ).tag(config=True)
+    webhooks = List(
+        Dict(),
+        help=(
+            "Webhooks of the server itself, told of every owner's runs: [{'url': 'https://...', "
+            "'events': ['run.failed', ...], 'secret_env': 'NAME', 'format': 'standard'}]. "
+            "'events': any of run.succeeded, run.failed, run.cancelled, run.interrupted, "
+            "input.requested. 'secret_env': the environment variable holding the signing "
+            "secret (Standard Webhooks' 'whsec_' form). 'format': 'standard' (default: the run "
+            "object, signed) or 'slack' (a text line for a Slack incoming webhook). Servers "
+            "sharing a store share this list: a server's start makes it the store's."
+        ),
+    ).tag(config=True)
+    webhooks_allow_private = Bool(
+        False,
+        help="Whether users may create hooks (POST hooks) whose URL is a private, loopback or "
+        "link-local address (this machine, the local network). Off: such a URL is refused "
+        "with a 400. The servers' own webhooks may always use one.",
+    ).tag(config=True)
+    webhooks_retry_seconds = Float(
+        5,
+        help="Seconds before a failed webhook delivery is tried again; each later retry waits "
+        "twice as long as the one before (at most an hour), until webhooks_give_up_seconds.",
+    ).tag(config=True)
+    webhooks_give_up_seconds = Float(
+        86400,
+        help="How long a webhook delivery is retried after its event before it is given up "
+        "(status failed).",
+    ).tag(config=True)
+    webhooks_link_url = Unicode(
+        "",
+        help="The address people open this server at (e.g. 'https://hub.example.org/user/ada/'): "
+        "the 'slack' webhook format links to run pages under it. Empty: the server's own URL.",
+    ).tag(config=True)
     sqlite_synchronous = Enum(
         ["FULL", "NORMAL"],
         default_value="FULL",
@@ -242,7 +293,8 @@ class SettingsTraits(HasTraits):
     @validate(
         "idempotency_ttl_seconds", "event_retention_seconds", "run_retention_seconds",
         "heartbeat_interval", "write_timeout_seconds", "lease_seconds", "max_run_seconds",
-        "acp_idle_seconds",
+        "acp_idle_seconds", "webhooks_retry_seconds", "webhooks_give_up_seconds",
+        "schedule_tick_seconds",
     )  # fmt: skip
     def _positive_seconds(self, proposal):
         # NaN slips through every comparison; handed to a timer it corrupts the event loop.
@@ -339,6 +391,14 @@ class SettingsTraits(HasTraits):
                 raise TraitError(f"c.AgentRuns.mcp_servers[{name!r}]: {problem}")
         return proposal["value"]
 
+    @validate("webhooks")
+    def _webhooks(self, proposal):
+        for index, entry in enumerate(proposal["value"]):
+            problem = webhook_entry_problem(entry)
+            if problem is not None:
+                raise TraitError(f"c.AgentRuns.webhooks[{index}]: {problem}")
+        return proposal["value"]
+
     @default("db_path")
     def _default_db_path(self) -> str:
         return str(Path(jupyter_data_dir()) / "agentruns.sqlite3")
@@ -367,6 +427,7 @@ class SettingsTraits(HasTraits):
         values["agents"] = dict(values["agents"])
         values["acp_agents"] = {name: dict(entry) for name, entry in values["acp_agents"].items()}
         values["mcp_servers"] = {name: dict(entry) for name, entry in values["mcp_servers"].items()}
+        values["webhooks"] = [dict(entry) for entry in values["webhooks"]]
         if isinstance(values["served_owners"], list):
             values["served_owners"] = tuple(values["served_owners"])
         return Settings(**values)
@@ -411,7 +472,15 @@ class Settings:
     max_agent_processes: int
     notebook_tools_approval: str = "ask"
     notebook_edits: str = "apply"
+    default_agent: str = ""
+    kernel_magics: bool = True
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    webhooks: list[dict[str, Any]] = field(default_factory=list)
+    webhooks_allow_private: bool = False
+    webhooks_retry_seconds: float = 5.0
+    webhooks_give_up_seconds: float = 86400.0
+    webhooks_link_url: str = ""
+    schedule_tick_seconds: float = 5.0
     # Resolved at a server's start (``resolve``, which also resolves an 'auto'
     # owner_mode); settings read from the configuration alone (the command
     # line's) keep these defaults.
@@ -542,6 +611,51 @@ def mcp_entry_problem(name: str, entry: Any) -> str | None:
         isinstance(key, str) and key and isinstance(value, str) for key, value in headers.items()
     ):
         return "'headers' maps header names to strings"
+    return None
+
+
+# The events a webhook may ask for.
+WEBHOOK_EVENTS = (
+    "run.succeeded",
+    "run.failed",
+    "run.cancelled",
+    "run.interrupted",
+    "input.requested",
+)
+WEBHOOK_FORMATS = ("standard", "slack")
+
+
+def webhook_events_problem(events: Any) -> str | None:
+    """What is wrong with a webhook's ``events``, or None."""
+    if (
+        not isinstance(events, list)
+        or not events
+        or not all(isinstance(event, str) and event in WEBHOOK_EVENTS for event in events)
+    ):
+        return f"'events' is a non-empty list of: {', '.join(WEBHOOK_EVENTS)}"
+    return None
+
+
+def webhook_entry_problem(entry: Any) -> str | None:
+    """What is wrong with one ``webhooks`` entry, or None."""
+    if not isinstance(entry, dict):
+        return f"an entry is an object with a 'url', not {type(entry).__name__}"
+    unknown = sorted(set(entry) - {"url", "events", "secret_env", "format"})
+    if unknown:
+        return f"unknown keys {unknown}; an entry has 'url', 'events', 'secret_env', 'format'"
+    url = entry.get("url")
+    if not isinstance(url, str) or not re.match(r"^https?://[^/\s]+", url):
+        return "'url' is an http:// or https:// address"
+    problem = webhook_events_problem(entry.get("events"))
+    if problem is not None:
+        return problem
+    if entry.get("format", "standard") not in WEBHOOK_FORMATS:
+        return f"'format' is one of: {', '.join(WEBHOOK_FORMATS)}"
+    secret_env = entry.get("secret_env")
+    if entry.get("format", "standard") == "standard" and (
+        not isinstance(secret_env, str) or not secret_env
+    ):
+        return "'secret_env' names the environment variable holding the signing secret"
     return None
 
 

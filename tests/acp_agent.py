@@ -25,17 +25,30 @@ the first word of each prompt:
   reports 0 tokens in and out (an agent its model server told no counts).
 - ``write PATH TEXT`` / ``read PATH``: ``fs/write_text_file`` / ``fs/read_text_file``
   (PATH relative to its session's directory unless absolute); answers what came back.
-- ``env``, ``pid``, ``cwd``, ``history``, ``state``, ``blocks``, ``mcp``: answers its
-  environment (JSON), its pid, its session's directory, the prompts of its
-  session so far (JSON), its mode and model, the prompt's content blocks (JSON),
-  the ``mcpServers`` its session was last opened with in this process (JSON).
+- ``notebook PATH GO CHANGES``: reads the notebook PATH (leaving what it read in
+  ``$ACP_TEST_STATE/read``), waits for the file GO (``-``: not), and writes it back
+  with CHANGES (JSON: ``edit`` {id: source}, ``insert`` [{after, id?, source, ...}],
+  ``delete`` [id], ``outputs`` (every code cell's outputs replaced), ``no_ids``
+  (written as nbformat 4.4, without ids)); answers ``{"meta"}`` (the answer's
+  ``_meta``) or ``{"refused", "data"}``.
+- ``retitle TITLE``: a ``session_info_update`` giving its session the title TITLE
+  (which ``session/list`` then says too); answers ``retitled``.
+- ``unlistable``: its ``session/list`` fails from then on; answers ``unlistable``.
+- ``env``, ``pid``, ``cwd``, ``history``, ``state``, ``requests``, ``blocks``, ``mcp``, ``meta``:
+  answers its environment (JSON), its pid, its session's directory, the prompts of its
+  session so far (JSON), its mode and model, the mode and option requests its session
+  was sent (JSON), the prompt's content blocks (JSON),
+  the ``mcpServers`` its session was last opened with in this process (JSON), the
+  prompt request's ``_meta`` (JSON).
 
 Its sessions are files under ``$ACP_TEST_STATE/sessions`` (so ``session/load``
 works in a new process, replaying the history as updates), and each process
 leaves its pid in ``$ACP_TEST_STATE/pids``. A prompt that says the last turn was
 interrupted repeats that turn's request. Options: ``--hang-initialize``,
 ``--auth-required``, ``--no-load`` (no ``loadSession``), ``--exit-at-start``,
-``--mcp-http`` (its ``mcpCapabilities`` say ``http``),
+``--mcp-http`` (its ``mcpCapabilities`` say ``http``), ``--list-sessions`` (it offers
+``session/list``, two sessions a page, the one last prompted first, each titled TITLE
+or ``FIRST PROMPT (N turns)``),
 ``--linger`` (it does not exit when its stdin closes), ``--helper`` (it starts
 a process of its own that would run for an hour; its pid is left in
 ``$ACP_TEST_STATE/helpers``).
@@ -72,13 +85,18 @@ from acp.schema import (
     AuthMethodAgent,
     EnvVarAuthMethod,
     InitializeResponse,
+    ListSessionsResponse,
     LoadSessionResponse,
     McpCapabilities,
     NewSessionResponse,
     PermissionOption,
     PromptResponse,
+    SessionCapabilities,
     SessionConfigOptionSelect,
     SessionConfigSelectOption,
+    SessionInfo,
+    SessionInfoUpdate,
+    SessionListCapabilities,
     SessionMode,
     SessionModeState,
     SetSessionConfigOptionResponse,
@@ -108,6 +126,7 @@ class Scripted:
         self.cancelled: set[str] = set()
         self.sessions: dict[str, dict[str, Any]] = {}
         self.mcp_servers: dict[str, list[Any]] = {}  # as each session was last opened
+        self.meta: dict[str, Any] = {}  # the last prompt request's _meta
 
     def on_connect(self, conn: Any) -> None:
         self.conn = conn
@@ -130,6 +149,9 @@ class Scripted:
             agent_capabilities=AgentCapabilities(
                 load_session="--no-load" not in OPTIONS,
                 mcp_capabilities=McpCapabilities(http="--mcp-http" in OPTIONS),
+                session_capabilities=SessionCapabilities(
+                    list=SessionListCapabilities() if "--list-sessions" in OPTIONS else None
+                ),
             ),
             auth_methods=methods,
         )
@@ -145,8 +167,8 @@ class Scripted:
             "modes": SessionModeState(
                 current_mode_id=state["mode"],
                 available_modes=[
-                    SessionMode(id="ask", name="Ask"),
-                    SessionMode(id="code", name="Code"),
+                    SessionMode(id="ask", name="Ask", description="Answers, changes nothing"),
+                    SessionMode(id="plan", name="Plan", description="Plans before it acts"),
                 ],
             ),
             "config_options": [
@@ -187,6 +209,28 @@ class Scripted:
                 )
         return LoadSessionResponse(**self._opened(session_id))
 
+    async def list_sessions(
+        self, cursor: str | None = None, cwd: str | None = None, **kwargs: Any
+    ) -> ListSessionsResponse:
+        files = sorted(
+            (STATE / "sessions").glob("*.json"), key=lambda f: f.stat().st_mtime_ns, reverse=True
+        )
+        listed = []
+        for path in files:
+            state = json.loads(path.read_text())
+            if state.get("unlistable"):
+                raise acp.RequestError.internal_error({"reason": "the session list is broken"})
+            if cwd is None or state["cwd"] == cwd:
+                turns = state["turns"]
+                said = f"{turns[0]['prompt']} ({len(turns)} turns)" if turns else None
+                title = state.get("title") or said
+                listed.append(SessionInfo(session_id=path.stem, cwd=state["cwd"], title=title))
+        start = int(cursor or 0)
+        more = start + 2 < len(listed)
+        return ListSessionsResponse(
+            sessions=listed[start : start + 2], next_cursor=str(start + 2) if more else None
+        )
+
     def _given(self, session_id: str, servers: Any) -> None:
         self.mcp_servers[session_id] = [
             server.model_dump(by_alias=True, exclude_none=True) for server in servers or ()
@@ -194,12 +238,16 @@ class Scripted:
 
     async def set_session_mode(self, session_id: str, mode_id: str, **kwargs: Any) -> None:
         self.sessions[session_id]["mode"] = mode_id
+        self.sessions[session_id].setdefault("requests", []).append(f"session/set_mode {mode_id}")
         self._save(session_id)
 
     async def set_config_option(
         self, config_id: str, session_id: str, value: Any, **kwargs: Any
     ) -> SetSessionConfigOptionResponse:
         self.sessions[session_id][config_id] = value
+        self.sessions[session_id].setdefault("requests", []).append(
+            f"session/set_config_option {config_id} {value}"
+        )
         self._save(session_id)
         return SetSessionConfigOptionResponse(
             config_options=self._opened(session_id)["config_options"]
@@ -216,6 +264,7 @@ class Scripted:
 
     async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
         self.cancelled.discard(session_id)
+        self.meta = kwargs
         state = self.sessions[session_id]
         text = "".join(getattr(block, "text", "") for block in prompt[:1]).strip()
         if text.startswith(INTERRUPTED):
@@ -257,6 +306,15 @@ class Scripted:
                 session_id, UsageUpdate(session_update="usage_update", used=0, size=0)
             )
             return rest, "end_turn"
+        if word == "retitle":
+            state["title"] = rest
+            await conn.session_update(
+                session_id, SessionInfoUpdate(session_update="session_info_update", title=rest)
+            )
+            return "retitled", "end_turn"
+        if word == "unlistable":
+            state["unlistable"] = True
+            return "unlistable", "end_turn"
         if word == "mcp":
             return json.dumps(self.mcp_servers.get(session_id)), "end_turn"
         if word == "all":
@@ -399,6 +457,8 @@ class Scripted:
                 return response.content, "end_turn"
             except acp.RequestError as exc:
                 return f"refused: {exc}", "end_turn"
+        if word == "notebook":
+            return await self.rewrite(session_id, cwd, rest), "end_turn"
         if word == "env":
             # As it was given (os.environ has what Python added since: LC_CTYPE, for one).
             given = Path("/proc/self/environ").read_bytes().split(b"\0")
@@ -406,15 +466,49 @@ class Scripted:
             return json.dumps({name: value for name, _, value in pairs}), "end_turn"
         if word == "pid":
             return str(os.getpid()), "end_turn"
+        if word == "meta":
+            return json.dumps(self.meta), "end_turn"
         if word == "cwd":
             return json.dumps({"session": cwd, "process": os.getcwd()}), "end_turn"
         if word == "history":
             return json.dumps([turn["prompt"] for turn in state["turns"]]), "end_turn"
+        if word == "requests":
+            return json.dumps(state.get("requests", [])), "end_turn"
         if word == "state":
             return json.dumps({"mode": state["mode"], "model": state["model"]}), "end_turn"
         if word == "blocks":
             return json.dumps([block.model_dump(exclude_none=True) for block in prompt]), "end_turn"
         return f"unknown: {word}", "end_turn"
+
+    async def rewrite(self, session_id: str, cwd: str, rest: str) -> str:
+        """``notebook PATH GO CHANGES``: read the notebook, wait for GO, write it back changed."""
+        path, go, changes = rest.split(" ", 2)
+        path = os.path.join(cwd, path)
+        changes = json.loads(changes)
+        try:
+            notebook = json.loads((await self.conn.read_text_file(session_id, path)).content)
+            (STATE / "read").write_text(json.dumps(notebook))
+            await wait_for_file("" if go == "-" else go)
+            cells = notebook["cells"]
+            for cell in cells:
+                if cell["id"] in changes.get("edit", {}):
+                    cell["source"] = changes["edit"][cell["id"]]
+            for added in changes.get("insert", []):
+                at = [cell["id"] for cell in cells].index(added.pop("after")) + 1
+                cells.insert(at, {"cell_type": "code", "metadata": {}, "outputs": [],
+                                  "execution_count": None, **added})  # fmt: skip
+            notebook["cells"] = [c for c in cells if c["id"] not in changes.get("delete", [])]
+            for cell in notebook["cells"]:
+                if changes.get("no_ids"):
+                    cell.pop("id")
+                if changes.get("outputs") and cell["cell_type"] == "code":
+                    cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "x"}]
+            if changes.get("no_ids"):
+                notebook["nbformat_minor"] = 4
+            response = await self.conn.write_text_file(session_id, path, json.dumps(notebook))
+        except acp.RequestError as exc:
+            return json.dumps({"refused": str(exc), "data": exc.data})
+        return json.dumps({"meta": response.field_meta})
 
 
 async def main() -> None:

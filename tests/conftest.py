@@ -14,8 +14,12 @@ import json
 import os
 import secrets
 import sqlite3
+import subprocess
+import sys
 import threading
+import time
 from contextlib import contextmanager
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -38,19 +42,29 @@ def pytest_runtest_makereport(item, call):
 # or session-scoped fixture of the file): under pytest-xdist their tests stay on one
 # worker, which starts it once; every other test goes to the first free worker.
 SHARED_FILES = {
+    "test_acp_bridge.py",
     "test_acp_realagent.py",
     "test_browser.py",
+    "test_browser_provenance.py",
+    "test_browser_pages.py",
+    "test_browser_conversations.py",
+    "test_browser_collaboration.py",
     "test_copy.py",
     "test_hub.py",
     "test_labextension.py",
+    "test_mcp_runs.py",
     "test_notebook_edits.py",
     "test_notebook_tools.py",
+    "test_open_pages.py",
     "test_openai_realmodel.py",
     "test_outage.py",
     "test_panel.py",
     "test_permissions.py",
+    "test_schedules.py",
     "test_secrets.py",
+    "test_shared_document.py",
     "test_silence_views.py",
+    "test_traces.py",
 }
 
 
@@ -96,7 +110,10 @@ LONGEST_FIRST = [
     "test_resume.py",
     "test_faults.py",
     "test_browser.py",
+    "test_browser_conversations.py",
+    "test_browser_provenance.py",
     "test_labextension.py",
+    "test_mcp_runs.py",
     "test_served_owners.py",
     "test_notebook_api.py",
     "test_openai_realmodel.py",
@@ -104,6 +121,17 @@ LONGEST_FIRST = [
     "test_acp_realagent.py",
     "test_hub.py",
 ]
+
+
+@pytest.fixture
+def fake(jp_asyncio_loop):
+    """A scripted OpenAI-compatible server on loopback (``fake_openai``), for the test's time."""
+    from fake_openai import FakeOpenAI
+
+    server = FakeOpenAI()
+    jp_asyncio_loop.run_until_complete(server.start())
+    yield server
+    jp_asyncio_loop.run_until_complete(server.stop())
 
 
 def picture(name: str) -> str:
@@ -230,6 +258,43 @@ def api(api_url, token, jp_asyncio_loop):
     )
     yield client
     jp_asyncio_loop.run_until_complete(client.aclose())
+
+
+# The test MCP server (tests/mcp_server_for_tests.py), over stdio or Streamable HTTP.
+MCP_SERVER = str(Path(__file__).with_name("mcp_server_for_tests.py"))
+
+
+@pytest.fixture
+def http_mcp_server(tmp_path):
+    """The test MCP server over Streamable HTTP, in a process of its own: its URL.
+
+    It is taken to listen once it says so (uvicorn's "running on"): a test's
+    process that took the port meanwhile would answer a mere connection, and
+    then the server, which could not bind, starts again on another port.
+    """
+    from servers import free_port
+
+    for attempt in range(3):
+        port = free_port()
+        log = tmp_path / f"mcp-server-{attempt}.log"
+        with open(log, "wb") as output:
+            process = subprocess.Popen(
+                [sys.executable, MCP_SERVER, str(port)], stdout=output, stderr=subprocess.STDOUT
+            )
+        deadline = time.monotonic() + 20
+        while process.poll() is None and b"Uvicorn running on" not in log.read_bytes():
+            assert time.monotonic() < deadline, "it did not start"
+            time.sleep(0.02)
+        if process.poll() is None:
+            break
+        assert b"address already in use" in log.read_bytes(), log.read_text()
+    else:
+        pytest.fail("three ports in a row were taken")
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.kill()
+        process.wait(10)
 
 
 class LoopTurns:

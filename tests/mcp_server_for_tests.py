@@ -4,8 +4,9 @@ Started by the servers of the tests as one of ``c.AgentRuns.mcp_servers``:
 ``python mcp_server_for_tests.py``. Its tools: ``add`` (two numbers; read-only, it says),
 ``shout`` (a text in capitals, with the server's environment variable
 ``SHOUT_SUFFIX`` after it, to show that a server's ``env`` reaches it) and
-``fail`` (an error with the reason given), ``wait`` (a while) and
-``header`` (an HTTP header of the request).
+``fail`` (an error with the reason given), ``wait`` (a while),
+``header`` (an HTTP header of the request), ``traced`` (the trace context in
+the call's ``_meta``) and ``variable`` (an environment variable of the server's process).
 """
 
 import os
@@ -49,6 +50,19 @@ def header(name: str, ctx: Context) -> str:
     """The request's HTTP header of that name (over Streamable HTTP)."""
     request = getattr(ctx.request_context, "request", None)
     return getattr(request, "headers", {}).get(name, "")
+
+
+@server.tool()
+def traced(ctx: Context) -> str:
+    """The trace context the call came with (its _meta's traceparent)."""
+    meta = ctx.request_context.meta or {}
+    return str(meta.get("traceparent", ""))
+
+
+@server.tool()
+def variable(name: str) -> str:
+    """The server process's environment variable of that name."""
+    return os.environ.get(name, "")
 
 
 if __name__ == "__main__":

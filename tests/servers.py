@@ -30,6 +30,11 @@ OTHER_EXTENSIONS_OFF = {
     .items()
     if enabled and name != "jupyter_agentruns"
 }
+# jupyter-collaboration (its server extension and the front end's plugins): off
+# unless a test asks for it, so that every other test's pages edit the notebook
+# as they do without it.
+COLLABORATION_EXTENSIONS = ("jupyter_server_ydoc", "jupyter_server_fileid")
+COLLABORATION_PLUGINS = ("@jupyter/collaboration-extension", "@jupyter/docprovider-extension")
 
 
 def _is_guard(pid: int) -> bool:
@@ -90,7 +95,11 @@ def answered_by_agentruns(response: httpx.Response) -> bool:
 
 
 class ServerProcess:
-    """``jupyter server`` with the extension, its own config and runtime dirs, a given database."""
+    """``jupyter server`` with the extension, its own config and runtime dirs, a given database.
+
+    ``collaboration``: jupyter-collaboration on (its server extension, and the
+    front end's plugins for ``app="jupyterlab"``); off by default.
+    """
 
     def __init__(
         self,
@@ -99,6 +108,7 @@ class ServerProcess:
         agentruns: dict | None = None,
         app: str = "jupyter_server",
         config: dict | None = None,
+        collaboration: bool = False,
     ):
         self.home = home
         self.db_path = db_path
@@ -112,12 +122,32 @@ class ServerProcess:
         config_dir = home / "config"
         config_dir.mkdir(exist_ok=True)
         others = {} if app == "jupyterlab" else OTHER_EXTENSIONS_OFF
+        others = {
+            **others,
+            **{name: collaboration for name in COLLABORATION_EXTENSIONS},
+            "jupyter_agentruns": True,
+        }
         config = dict(config or {})  # other classes' settings, e.g. OpenAIAgent
+        if collaboration:
+            (home / "data").mkdir(parents=True, exist_ok=True)
+            config = {
+                # Its stores in the server's data directory, out of the listing of the
+                # server's root: there, SQLite's journal beside a store comes and goes,
+                # and a listing that found it, then not, answered 404 (JupyterLab then
+                # says "Directory not found"). A document is saved soon after a change.
+                "SQLiteYStore": {"db_path": str(home / "data" / "ystore.db")},
+                "BaseFileIdManager": {"db_path": str(home / "data" / "file_id.db")},
+                "YDocExtension": {"document_save_delay": 0.2},
+                **config,
+            }
         config = {
             **config,
             "ServerApp": {
-                "jpserver_extensions": {**others, "jupyter_agentruns": True},
                 **config.get("ServerApp", {}),
+                "jpserver_extensions": {
+                    **others,
+                    **config.get("ServerApp", {}).get("jpserver_extensions", {}),
+                },
             },
             "AgentRuns": {"db_path": str(db_path), **(agentruns or {})},
             # Kernels on Unix sockets, not TCP ports: a kernel's five ports are
@@ -127,6 +157,12 @@ class ServerProcess:
             "KernelManager": {"transport": "ipc", **config.get("KernelManager", {})},
         }
         (config_dir / "jupyter_server_config.json").write_text(json.dumps(config))
+        if not collaboration:
+            labconfig = config_dir / "labconfig"
+            labconfig.mkdir(exist_ok=True)
+            (labconfig / "page_config.json").write_text(
+                json.dumps({"disabledExtensions": dict.fromkeys(COLLABORATION_PLUGINS, True)})
+            )
         self.env = {
             **os.environ,
             "HOME": str(home),

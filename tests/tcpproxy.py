@@ -24,6 +24,7 @@ class TcpProxy:
         self._listener.listen(64)
         self.port = self._listener.getsockname()[1]
         self._up = True
+        self.refused = 0  # connections closed at once while cut
         self._flowing = threading.Event()
         self._flowing.set()
         self._closed = False
@@ -40,6 +41,7 @@ class TcpProxy:
                 return
             if not self._up:
                 client.close()  # connecting fails: as a database that is down
+                self.refused += 1
                 continue
             try:
                 upstream = socket.create_connection(self._target, timeout=5)

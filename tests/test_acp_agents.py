@@ -60,6 +60,7 @@ def agentruns_config(state, acp_settings):
             "forgetful": entry(state, "--no-load"),
             "broken": entry(state, "--exit-at-start"),
             "mcphttp": entry(state, "--mcp-http"),
+            "titled": entry(state, "--list-sessions"),
         },
         **acp_settings,
     }
@@ -344,6 +345,40 @@ async def test_an_agent_that_cannot_load_a_conversation_starts_a_new_one_and_say
     assert "cannot load an earlier conversation" in note["data"]["message"]
 
 
+async def conversation_title(api, agent):
+    [conversation] = (await api.get("conversations", params={"agent": agent})).json()[
+        "conversations"
+    ]
+    return conversation["title"]
+
+
+async def test_a_conversation_has_the_title_the_agent_gives_its_session(api, caplog):
+    for prompt in ("echo Plan the trip", "echo and the hotel?"):
+        run = await run_prompt(api, prompt, agent="titled", session="trip")
+        assert run["status"] == "succeeded", run["error"]
+    # session/list after each turn: the agent's own title, not the first prompt.
+    assert await conversation_title(api, "titled") == "echo Plan the trip (2 turns)"
+    # A title it gives during a turn (session_info_update) is as good.
+    await run_prompt(api, "retitle Trip to Lisbon", agent="titled", session="trip")
+    assert await conversation_title(api, "titled") == "Trip to Lisbon"
+    # Its session/list failing fails no run: the conversation keeps the title it had.
+    for prompt in ("unlistable", "echo and the museum?"):
+        run = await run_prompt(api, prompt, agent="titled", session="trip")
+        assert run["status"] == "succeeded" and run["output"]["text"] == prompt.split(" ", 1)[-1]
+    assert await conversation_title(api, "titled") == "Trip to Lisbon"
+    assert "the ACP agent 'titled' did not list its sessions" in caplog.text
+
+
+async def test_an_agent_that_does_not_list_its_sessions_keeps_the_first_prompts_title(api):
+    for prompt in ("echo Plan the trip", "echo and the hotel?"):
+        await run_prompt(api, prompt, session="trip")
+    assert await conversation_title(api, "scripted") == "echo Plan the trip"
+    # Unless it titles its session itself: on one line, at most 500 characters kept.
+    await run_prompt(api, "retitle Trip\n to  Lisbon " + "x" * 600, session="trip")
+    title = await conversation_title(api, "scripted")
+    assert title.startswith("Trip to Lisbon xxx") and len(title) == 500
+
+
 async def test_a_run_without_a_session_has_a_process_of_its_own_for_its_turn(api, state):
     await run_prompt(api, "echo one")
     [pid] = agent_pids(state)
@@ -503,14 +538,48 @@ async def test_files_of_the_input_are_sent_as_links_and_must_be_under_the_root(a
 
 async def test_mode_and_model_are_set_in_the_agents_session(api):
     response = await submit(
-        api, "scripted", {"prompt": "state", "mode": "code", "model": "large"}, session="s1"
+        api, "scripted", {"prompt": "state", "mode": "plan", "model": "large"}, session="s1"
     )
     run = await wait_run(api, response.json()["run_id"])
-    assert json.loads(run["output"]["text"]) == {"mode": "code", "model": "large"}
+    assert json.loads(run["output"]["text"]) == {"mode": "plan", "model": "large"}
+    run = await run_prompt(api, "requests", session="s1")
+    assert json.loads(run["output"]["text"]) == [
+        "session/set_mode plan",
+        "session/set_config_option model large",
+    ]
+
+
+async def test_agents_lists_an_acp_agents_modes_and_models_once_it_opened_a_session(api):
+    def scripted(listing):
+        return next(agent for agent in listing.json()["agents"] if agent["name"] == "scripted")
+
+    before = scripted(await api.get("agents"))
+    assert "modes" not in before and "models" not in before
+    # Not known yet: the agent says whether it has that mode.
+    run = await run_prompt(api, "echo hi", session="s1")
+    assert run["status"] == "succeeded"
+    after = scripted(await api.get("agents"))
+    assert after["modes"] == [
+        {"id": "ask", "name": "Ask", "description": "Answers, changes nothing"},
+        {"id": "plan", "name": "Plan", "description": "Plans before it acts"},
+    ]
+    assert after["models"] == [{"id": "small", "name": "Small"}, {"id": "large", "name": "Large"}]
+    assert after["current"] == {"mode": "ask", "model": "small"}
+
+
+async def test_a_mode_or_model_the_agent_does_not_offer_is_refused_at_submit(api, state):
     response = await submit(api, "scripted", {"prompt": "state", "mode": "yolo"}, session="s1")
-    run = await wait_run(api, response.json()["run_id"])
+    run = await wait_run(api, response.json()["run_id"])  # unknown until its first session
     assert run["status"] == "failed" and run["error"]["type"] == "invalid_input"
-    assert "no mode 'yolo' (its modes: ask, code)" in run["error"]["message"]
+    assert "no mode 'yolo' (its modes: ask, plan)" in run["error"]["message"]
+    for category, value in (("mode", "yolo"), ("model", "huge")):
+        response = await submit(api, "scripted", {"prompt": "state", category: value})
+        assert response.status_code == 400, response.text
+        error = response.json()
+        assert error["error"] == "invalid_input" and error["path"] == f"input.{category}"
+        assert f"has no {category} {value!r}" in error["message"]
+    runs = (await api.get("runs", params={"agent": "scripted"})).json()
+    assert len(runs["runs"]) == 1  # the refused ones stored nothing
 
 
 @pytest.mark.parametrize("acp_settings", [{"max_agent_processes": 1}])

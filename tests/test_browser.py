@@ -9,10 +9,12 @@ import json
 import os
 import re
 import shutil
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -26,6 +28,7 @@ from servers import ServerProcess
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).parent.parent / "test-artifacts"
+MIME_TYPE = "application/vnd.jupyter.agentruns.run+json"
 
 pytestmark = [
     pytest.mark.browser,
@@ -67,14 +70,35 @@ def write_notebook(path: Path, sources: list[str]) -> None:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     home = tmp_path_factory.mktemp("lab")
+    state = tmp_path_factory.mktemp("acp-state")
+    # The scripted ACP agent (two modes, two models), for the pickers beside a reply box.
+    scripted = {
+        "command": [sys.executable, str(Path(__file__).with_name("acp_agent.py"))],
+        "env": {"ACP_TEST_STATE": str(state)},
+        "initialize_timeout": 30,
+    }
     server = ServerProcess(
         home,
         home / "agentruns.sqlite3",
-        {"heartbeat_interval": 2, "max_active_runs_per_user": 20, "agents": TEST_AGENTS},
+        {
+            "heartbeat_interval": 2,
+            "max_active_runs_per_user": 20,
+            "agents": TEST_AGENTS,
+            "acp_agents": {"scripted": scripted},
+        },
         app="jupyterlab",
+        # The page's JupyterLab as window.jupyterapp: save() waits for its save to end.
+        config={"LabApp": {"expose_app_in_browser": True}},
     ).start(timeout=120)
     yield server
     server.kill()
+
+
+# One browser context for a module's pages, made at its first page: JupyterLab's
+# scripts and styles load from its cache after the first test (a new context
+# loads them all again, seconds of CPU a page). The extension keeps nothing in
+# the browser's storage; each test still has a page of its own, closed after it.
+_CONTEXTS: dict[int, Any] = {}
 
 
 @pytest.fixture(scope="module")
@@ -84,12 +108,17 @@ def browser():
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser
+        _CONTEXTS.pop(id(browser), None)
         browser.close()
 
 
 @pytest.fixture
 def page(browser, request):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = _CONTEXTS.get(id(browser))
+    if context is None:
+        context = _CONTEXTS[id(browser)] = browser.new_context(
+            viewport={"width": 1280, "height": 900}
+        )
     page = context.new_page()
     page.on("dialog", lambda dialog: dialog.accept())
     yield page
@@ -97,7 +126,7 @@ def page(browser, request):
     if report is not None and report.failed:
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
-    context.close()
+    page.close()
 
 
 def open_notebook(page, lab: ServerProcess, name: str) -> None:
@@ -176,7 +205,30 @@ def wait_answer(page, index: int, prompt: str, chunks: int, timeout=60_000) -> N
 
 
 def save(page) -> None:
+    """Save the notebook as a person does (Ctrl+S) and wait until the server has written it.
+
+    A notebook that is not dirty shows no mark to wait for, and the contents manager
+    writes the file in place: read before its save ends, the file can be half written.
+    """
+    page.evaluate(
+        """() => {
+            const context = window.jupyterapp?.shell.currentWidget?.context;
+            window.agentrunsSaved = context?.saveState
+                ? new Promise((resolve, reject) => {
+                      const on = (_, state) => {
+                          if (state === 'started') return;
+                          context.saveState.disconnect(on);
+                          if (state === 'completed') resolve();
+                          else reject(new Error('the save failed'));
+                      };
+                      context.saveState.connect(on);
+                      setTimeout(() => reject(new Error('no save within 30 s')), 30_000);
+                  })
+                : null;
+        }"""
+    )
     page.keyboard.press("Control+s")
+    page.evaluate("() => window.agentrunsSaved")
     page.wait_for_function(
         "() => !document.querySelector("
         "'.jp-mod-current .jp-mod-dirty, .lm-TabBar-tab.jp-mod-current.jp-mod-dirty')",
@@ -745,3 +797,54 @@ def test_an_agents_cell_edit_shows_in_its_view_and_undo_takes_it_out_of_the_note
         [kept] = client.get(f"runs/{run_id}").json()["snapshot"]["edits"]
         assert kept["status"] == "undone"
     page.screenshot(path=picture("notebook-edit-undone.png"))
+
+
+def test_an_agents_run_of_a_cell_shows_its_outputs_in_the_view_and_undo_takes_them_out(lab, page):
+    # A 1x1 PNG, as IPython displays it.
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    shown = (
+        "import base64\nfrom IPython.display import Image, display\n"
+        "print('rows: 3')\nprint('cols: 2')\n"
+        f"display(Image(data=base64.b64decode({png!r})))\n"
+        "6 * 7"
+    )
+    path = lab.home / "ran.ipynb"
+    nb = new_notebook(
+        cells=[
+            new_code_cell(
+                "from jupyter_agentruns import submit\n"
+                "run = submit('notebook_mcp_client', "
+                "{'calls': [['execute_cell', {'cell_id': 'shown'}]]})"
+            ),
+            new_code_cell(shown, id="shown"),
+        ],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+    )
+    nbformat.write(nb, path)
+    open_notebook(page, lab, "ran.ipynb")
+    run_cell(page, 0)
+    card = widget(page).locator(".agentruns-input--open")
+    card.wait_for(timeout=60_000)
+    assert "6 * 7" in card.inner_text()  # the cell's code, asked first
+    card.get_by_role("button", name="approve").click()
+    wait_attr(page, 0, "data-status", "v === 'succeeded'")
+    edit = widget(page).locator(".agentruns-edit")
+    edit.wait_for(timeout=30_000)
+    assert edit.locator(".agentruns-edit-words").inner_text() == "Ran cell 2"
+    assert edit.locator(".agentruns-edit-outputs-count").inner_text() == (
+        "Ran the cell: 3 outputs · 1 image"
+    )
+    assert edit.locator(".agentruns-edit-outputs-text").inner_text() == "rows: 3\ncols: 2\n42"
+    cell = nbformat.read(path, as_version=4).cells[1]
+    # The two prints are one stream output, as JupyterLab keeps them.
+    assert [o["output_type"] for o in cell.outputs] == ["stream", "display_data", "execute_result"]
+    assert cell.outputs[-2]["data"]["image/png"].strip() == png
+    edit.scroll_into_view_if_needed()
+    page.screenshot(path=picture("notebook-outputs-edit-applied.png"))
+    edit.get_by_role("button", name=re.compile("Undo")).click()
+    edit.locator(".agentruns-edit-status", has_text="undone").wait_for(timeout=30_000)
+    cell = nbformat.read(path, as_version=4).cells[1]
+    assert cell.outputs == [] and cell.execution_count is None
+    page.screenshot(path=picture("notebook-outputs-edit-undone.png"))

@@ -1,16 +1,21 @@
 """``jupyter agentruns``: the command line, run as users run it, against real servers and stores.
 
-Each command runs as a subprocess (``python -m jupyter_agentruns.cli``) with
-the environment of a real ``jupyter server`` subprocess: the server's commands
-find it through ``AGENTRUNS_URL``/``AGENTRUNS_TOKEN``, the store's commands
-read the server's own configuration files. Every test that starts a server
+Each command runs with the environment of a real ``jupyter server``
+subprocess: the server's commands find it through
+``AGENTRUNS_URL``/``AGENTRUNS_TOKEN``, the store's commands read the server's
+own configuration files. A command runs as the program's ``main`` in the test's
+process (its exit status, stdout and stderr as a shell sees them), and as a
+subprocess (``python -m jupyter_agentruns.cli``) where the test is about the
+process: its exit statuses, a ``tail`` followed while its server dies. Every test that starts a server
 runs on both stores, but those of tail with its server away (the store is not
 asked then).
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.server
+import io
 import json
 import os
 import re
@@ -26,7 +31,7 @@ import pytest
 import rawdb
 from tcpproxy import TcpProxy
 
-from jupyter_agentruns.cli import build_parser, exits, output
+from jupyter_agentruns.cli import build_parser, exits, main, output
 from jupyter_agentruns.kernel.client import Server, find_server, redact_url
 from jupyter_agentruns.store.postgres import PostgresStore
 from jupyter_agentruns.store.sqlite import SQLiteStore
@@ -63,9 +68,34 @@ def command(server, *args, env=None):
     }
 
 
-def cli(server, *args, env=None, timeout=60) -> subprocess.CompletedProcess:
+def cli(server, *args, env=None, timeout=60, process=False) -> subprocess.CompletedProcess:
+    """The command, in this process (``process``: as a subprocess); its status and output."""
     argv, environ = command(server, *args, env=env)
-    return subprocess.run(argv, env=environ, capture_output=True, text=True, timeout=timeout)
+    if process:
+        return subprocess.run(argv, env=environ, capture_output=True, text=True, timeout=timeout)
+    return in_process(argv[3:], environ)
+
+
+def in_process(args, environ) -> subprocess.CompletedProcess:
+    """``main(args)`` with ``environ`` as its whole environment, as ``python -m`` would run it.
+
+    A fresh process costs a second of CPU; the program's ``__main__`` is only
+    ``sys.exit(main())``, which the subprocess tests go through.
+    """
+    out, err = io.StringIO(), io.StringIO()
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(environ)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                status = main(list(args), out)
+            except SystemExit as exit:  # argparse's usage errors
+                status = exit.code if isinstance(exit.code, int) else 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return subprocess.CompletedProcess(list(args), status, out.getvalue(), err.getvalue())
 
 
 def cli_json(server, *args, env=None):
@@ -379,6 +409,40 @@ def test_list_show_usage_and_export_describe_the_callers_runs(servers, tmp_path)
 
 
 @pytest.mark.timeout(120)
+def test_conversations_lists_the_callers_conversations_newest_first(servers):
+    server = servers()
+    with server.client() as client:
+        first = submit(client, {**QUICK, "prompt": "Plan a trip\nto Lisbon"}, session="trip")
+        nb = submit(client, QUICK, session="nb/a.ipynb")
+        chat = submit(client, QUICK, session="chat", metadata={"notebook": "nb/a.ipynb"})
+        last = submit(client, QUICK, session="trip")
+        submit(client, QUICK)  # no session: in no conversation
+        for run_id in (first, nb, chat, last):
+            wait_status(client, run_id, TERMINAL)
+
+    listed = cli_json(server, "conversations")
+    assert [(c["session"], c["runs"], c["last_run_id"]) for c in listed] == [
+        ("trip", 2, last),
+        ("chat", 1, chat),
+        ("nb/a.ipynb", 1, nb),
+    ]
+    assert listed[0]["title"] == "Plan a trip" and listed[0]["agent"] == "demo"
+    # The newest --limit of them.
+    assert cli_json(server, "conversations", "--limit", "2") == listed[:2]
+    notebook = cli_json(server, "conversations", "--notebook", "nb/a.ipynb")
+    assert [c["session"] for c in notebook] == ["chat", "nb/a.ipynb"]
+    assert cli_json(server, "conversations", "--agent", "nobody") == []
+    assert cli(server, "conversations", "--agent", "nobody").stdout == "no conversations match\n"
+
+    table = cli(server, "conversations").stdout.splitlines()
+    assert table[0].split() == ["SESSION", "AGENT", "RUNS", "UPDATED", "LAST", "RUN", "TITLE"]
+    assert table[1].split()[:3] == ["trip", "demo", "2"] and table[1].endswith("Plan a trip")
+    refused = cli(server, "conversations", "--notebook", "../x.ipynb")
+    assert refused.returncode == exits.REFUSED
+    assert "not the path of a notebook" in one_clear_line(refused)
+
+
+@pytest.mark.timeout(120)
 def test_a_notebook_is_named_by_its_path_under_the_root_and_finds_its_older_absolute_runs(
     servers, store_config
 ):
@@ -533,7 +597,8 @@ def test_expected_errors_are_one_clear_line_and_a_distinct_exit_status(servers):
         run_id = submit(client, {**QUICK, "ask": True})
         [question] = wait_status(client, run_id, {"waiting"})["snapshot"]["inputs"]
 
-    missing = cli(server, "show", "run_nope")
+    # As a shell sees them: the process's exit status (and below, argparse's).
+    missing = cli(server, "show", "run_nope", process=True)
     assert missing.returncode == 66 and "jupyter agentruns list" in one_clear_line(missing)
     assert cli(server, "tail", "run_nope").returncode == 66
 
@@ -566,9 +631,9 @@ def test_expected_errors_are_one_clear_line_and_a_distinct_exit_status(servers):
     refused = cli(server, "answer", run_id, question["request_id"], "maybe")
     assert refused.returncode == 65 and "invalid_choice" in one_clear_line(refused)
 
-    usage = cli(server, "list", "--limit", "0")
+    usage = cli(server, "list", "--limit", "0", process=True)
     assert usage.returncode == 64 and "Traceback" not in usage.stderr
-    assert cli(server, "frobnicate").returncode == 64
+    assert cli(server, "frobnicate", process=True).returncode == 64
 
 
 class OtherSite(http.server.BaseHTTPRequestHandler):
@@ -832,6 +897,28 @@ def test_tail_waits_for_a_server_that_does_not_answer_yet(servers, tails, proxy)
     assert "reconnecting in" in tail.errors[0]
 
 
+def test_a_stream_read_a_block_at_a_time_gives_every_frame_whole_however_it_is_cut():
+    import io
+
+    from jupyter_agentruns.kernel.client import _sse_frames
+
+    big = "x" * 200_000  # a frame longer than a block
+    body = (
+        f'id: 1\ndata: {{"delta": "a"}}\n\n: ping\r\n\r\nid: 2\ndata: {{"delta": "{big}"}}\n\n'
+    ).encode()
+
+    class Cut(io.BytesIO):
+        """What arrives: a few bytes, then a lot, as a network hands it over."""
+
+        sizes = iter([3, 10, 1, 70_000, 5])
+
+        def read1(self, size=-1):
+            return super().read1(min(size, next(self.sizes, size)))
+
+    frames = list(_sse_frames(Cut(body)))
+    assert [(f["id"], len(f["data"]["delta"])) for f in frames] == [(1, 1), (2, len(big))]
+
+
 def test_tail_waits_at_least_what_the_streams_retry_says_before_reconnecting():
     from jupyter_agentruns.cli.remote import Backoff
     from jupyter_agentruns.kernel.client import _sse_frames
@@ -986,10 +1073,7 @@ def store_cli(tmp_path, *args) -> subprocess.CompletedProcess:
     """A store command with no Jupyter configuration: the store is the one its options name."""
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "no-config")}
     env.pop("AGENTRUNS_STORE_URL", None)
-    return subprocess.run(
-        [sys.executable, "-m", "jupyter_agentruns.cli", *args],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    return in_process(args, env)
 
 
 @pytest.mark.timeout(120)

@@ -1,6 +1,8 @@
 """Moving to PostgreSQL: `jupyter agentruns copy` merges SQLite stores into a schema, or refuses and writes nothing."""
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import re
@@ -13,6 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import rawdb
 
+from jupyter_agentruns.cli import main
 from jupyter_agentruns.store.copy import CopyRefused, copy_store
 from jupyter_agentruns.store.sqlite import MIGRATIONS, SQLiteStore
 
@@ -55,21 +58,31 @@ TABLES = {
     "idempotency_keys": "owner, key",
     "tombstones": "run_id",
     "input_answers": "run_id, request_id",
+    "webhooks": "hook_id",
+    "webhook_deliveries": "delivery_id",
+    "schedules": "schedule_id",
 }
 
 
 def copy(source, url, *options, env=None):
-    """The command, as a person runs it; returns the finished process (text output)."""
-    command = [sys.executable, "-m", "jupyter_agentruns.cli", "copy", "--from", str(source)]
-    if url is not None:
-        command += ["--to", url]
-    return subprocess.run(
-        [*command, *options],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-    )
+    """The command, as a person runs it; returns its exit status and text output.
+
+    It runs as the program's ``main`` in this process, with ``env`` on top of the
+    environment (a fresh interpreter costs a second of CPU, and the program's
+    ``__main__`` is only ``sys.exit(main())``); the test of its memory runs it
+    as a process of its own.
+    """
+    args = ["copy", "--from", str(source), *(["--to", url] if url is not None else []), *options]
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in (env or {}).items():
+            patch.setenv(name, value)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                status = main(args, out)
+            except SystemExit as exit:  # argparse's usage errors
+                status = exit.code if isinstance(exit.code, int) else 1
+    return subprocess.CompletedProcess(args, status, out.getvalue(), err.getvalue())
 
 
 def submit(client, input, **body):
@@ -389,7 +402,9 @@ def test_a_session_queue_left_by_a_clean_stop_is_copied_and_runs_in_its_order_on
     path = tmp_path / "stopped.sqlite3"
     first = servers("sqlite", path)
     with first.client() as client:
-        running = submit(client, SLOW, session="chat")
+        # Six seconds of streaming: still running when its server stops a moment
+        # later, and its rest not long to wait for on the next server.
+        running = submit(client, {**SLOW, "chunks": 300}, session="chat")
         wait_status(client, running, {"running"})
         queued = [
             submit(client, {**QUICK, "tools": False}, session="chat", session_policy="enqueue")

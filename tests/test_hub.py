@@ -90,6 +90,9 @@ c.SimpleLocalProcessSpawner.home_dir_template = $homes + "/{username}"
 c.Spawner.cmd = [$singleuser]
 c.Spawner.ip = "127.0.0.1"
 c.Spawner.args = ["--allow-root", *$server_args]
+# A server starting while the machine is busy (the suite runs beside it) can take a while.
+c.Spawner.start_timeout = 120
+c.Spawner.http_timeout = 120
 
 
 $store_config
@@ -157,6 +160,8 @@ class Hub:
         server_args = [
             f"--AgentRuns.waiting_activity_seconds={WAITING_ACTIVITY_SECONDS}",
             "--AgentRuns.heartbeat_interval=0.5",
+            # jupyter-collaboration, where installed, off: pages edit notebooks as without it.
+            "--YDocExtension.disable_rtc=True",
         ]
         values = {
             "public_url": self.url,
@@ -236,7 +241,7 @@ class Hub:
         response.raise_for_status()
         return response.json()["servers"].get("")
 
-    def start_servers(self, *users: str, timeout: float = 60) -> None:
+    def start_servers(self, *users: str, timeout: float = 120) -> None:
         """Start the users' servers at once, as people logging in do, and wait until the hub says ready."""
         if not users:
             return

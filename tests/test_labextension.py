@@ -98,9 +98,13 @@ def test_run_output_renders_through_the_labextension_with_or_without_its_kernel(
     output.screenshot(path=picture("widget.png"))
 
     # The finished run's state reaches the output, then the file.
-    page.wait_for_timeout(1000)
-    save(page)
-    saved = nbformat.read(lab.home / "rendered.ipynb", as_version=4).cells[0].outputs
+    saved = save_until(
+        page,
+        lab.home / "rendered.ipynb",
+        lambda outputs: (
+            bool(outputs) and outputs[-1].get("data", {}).get(MIME, {}).get("status") == "succeeded"
+        ),
+    )
     assert saved[-1]["data"][MIME]["status"] == "succeeded"
     assert saved[-1]["data"][MIME]["run_id"] == run_id
 
@@ -116,6 +120,17 @@ def test_run_output_renders_through_the_labextension_with_or_without_its_kernel(
     page.wait_for_timeout(500)  # the theme's fonts and colours settle
     page.locator(".jp-OutputArea-output").first.screenshot(path=picture("widget-dark.png"))
     use_theme(lab, "JupyterLab Light")
+
+
+def save_until(page, path: Path, holds, timeout: float = 30.0) -> list:
+    """Save until the first cell's saved outputs satisfy ``holds`` (or ``timeout`` passes)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        save(page)
+        outputs = nbformat.read(path, as_version=4).cells[0].outputs
+        if holds(outputs) or time.monotonic() > deadline:
+            return outputs
+        page.wait_for_timeout(200)
 
 
 def finished_run(lab: ServerProcess, agent: str) -> dict:
@@ -233,8 +248,15 @@ def test_a_saved_notebook_reopened_after_a_server_restart_shows_its_answer_witho
         open_notebook(page, server, "record.ipynb")
         run_cell(page, 0)
         run_id = rendered_run(page, "succeeded").get_attribute("data-run-id")
-        page.wait_for_timeout(1000)  # the record reaches the output
-        save(page)
+        # The record reaches the output (a moment after the view shows the end), then the file.
+        save_until(
+            page,
+            home / "record.ipynb",
+            lambda outputs: (
+                len(outputs) == 1
+                and "**succeeded**" in outputs[0].get("data", {}).get("text/markdown", "")
+            ),
+        )
         shut_down_kernels(server)
     finally:
         server.kill()

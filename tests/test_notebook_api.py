@@ -223,6 +223,37 @@ def test_another_cell_or_new_true_starts_another_run(lab):
     assert len(http.get("runs").json()["runs"]) == 3
 
 
+def test_a_view_saying_a_follow_up_ended_brings_the_kernels_record_of_the_thread_up_to_date(lab):
+    server, http, kernel = lab
+    stdout, _, error = kernel.run_cell(CELL, "cell-1")
+    assert error is None, error
+    run_id = stdout.split(" ")[0]
+    root = http.get(f"runs/{run_id}").json()
+    follow_up = http.post(
+        "runs",
+        json={
+            "agent": "demo",
+            "input": {"prompt": "and tomorrow?", "chunks": 4, "delay": 0},
+            "session": root["session"],
+            "metadata": {"follow_up_of": run_id},
+        },
+    ).json()
+    deadline = time.monotonic() + 60
+    while http.get(f"runs/{follow_up['run_id']}").json()["status"] != "succeeded":
+        assert time.monotonic() < deadline, "the follow-up did not end"
+        time.sleep(0.1)
+    # What the view writes into the widget's state (a front end without the extension's renderer).
+    _, _, error = kernel.run_cell(f"run.thread = [{follow_up['run_id']!r}]", "cell-2")
+    assert error is None, error
+    (update,) = [data for _, data in kernel.updates if MIME in data]
+    record = http.get(f"runs/{run_id}", headers={"Accept": "text/markdown"}).text
+    assert update["text/markdown"] == record
+    assert record.index("weather in Shanghai") < record.index("> and tomorrow?")
+    # The same list again is no news: the record is not written again.
+    _, _, error = kernel.run_cell(f"run.thread = [{follow_up['run_id']!r}]", "cell-3")
+    assert error is None and [data for _, data in kernel.updates if MIME in data] == []
+
+
 def test_submit_as_the_last_expression_shows_one_widget(lab):
     server, http, kernel = lab
     code = (

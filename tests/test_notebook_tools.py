@@ -131,6 +131,7 @@ def test_get_agents_says_the_notebook_tools_are_here(lab):
             "delete_cell",
             "describe",
             "edit_cell",
+            "execute_cell",
             "insert_cell",
             "list_variables",
             "read_notebook",
@@ -234,8 +235,8 @@ def test_a_runs_agent_uses_its_token_the_person_approves_then_denies(lab):
     assert run["status"] == "succeeded", run["error"]
     output = run["output"]
     assert output["tools"] == [
-        "delete_cell", "describe", "edit_cell", "insert_cell", "list_variables", "read_notebook",
-        "run_code",
+        "delete_cell", "describe", "edit_cell", "execute_cell", "insert_cell", "list_variables",
+        "read_notebook", "run_code",
     ]  # fmt: skip
     assert [a["error"] for a in output["answers"]] == [False, False, True]
     assert "denied" in output["answers"][2]["text"]
@@ -255,6 +256,20 @@ def test_a_runs_agent_uses_its_token_the_person_approves_then_denies(lab):
         json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
     )
     assert refused.status_code == 403 and refused.json()["error"] == "forbidden"
+
+
+def test_a_runs_token_cannot_start_or_control_runs(lab):
+    server, http, kernel = lab
+    calls = [["start_run", {"agent": "demo", "input": {"prompt": "from a run's token"}}]]
+    run_id = submit(http, "nb_mcp", {"calls": calls}, kernel.kernel_id)
+    run = wait_status(http, run_id, ["succeeded", "failed"])
+    assert run["status"] == "succeeded", run["error"]
+    assert not {"start_run", "get_run", "answer_run", "cancel_run"} & set(run["output"]["tools"])
+    assert run["output"]["answers"][0]["error"] is True
+    assert "no notebook tool 'start_run'" in run["output"]["answers"][0]["text"]
+    started = http.get("runs", params={"limit": 500}).json()["runs"]
+    mine = [r for r in started if r["agent"] == "demo" and "from a run's token" in json.dumps(r)]
+    assert mine == []
 
 
 def test_run_code_waits_for_the_persons_cell_and_keeps_its_images_with_the_step(lab):
@@ -337,7 +352,7 @@ def test_the_openai_agent_works_on_the_notebook_with_the_tools(lab, model):
     offered = {tool["function"]["name"] for tool in model.requests[-4]["body"]["tools"]}
     assert offered == {
         "run_code", "list_variables", "describe", "read_notebook", "insert_cell", "edit_cell",
-        "delete_cell",
+        "delete_cell", "execute_cell",
     }  # fmt: skip
     tool_messages = [m for m in model.requests[-1]["body"]["messages"] if m["role"] == "tool"]
     assert '"name": "prices"' in tool_messages[0]["content"]
@@ -414,6 +429,57 @@ def test_the_openai_agent_inserts_a_cell_into_the_notebook_of_the_runs_kernel(la
     assert edit["cell_id"] in told[0]["content"]
 
 
+def save_cells(server, http, cells) -> None:
+    notebook = {
+        "cells": [{"cell_type": "code", "id": cell_id, "metadata": {}, "execution_count": None,
+                   "source": source, "outputs": []} for cell_id, source in cells],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5,
+    }  # fmt: skip
+    saved = http.put(
+        server.url + f"api/contents/{NOTEBOOK}", json={"type": "notebook", "content": notebook}
+    )
+    assert saved.status_code in (200, 201), saved.text
+
+
+def test_the_openai_agent_runs_a_cell_and_its_outputs_go_into_the_notebook(lab, model):
+    server, http, kernel = lab
+    save_cells(server, http, [("c-1", "squares = [n * n for n in range(4)]\nsquares")])
+    model.reply(
+        tool_calls(("execute_cell", json.dumps({"cell_id": "c-1"}))),
+        answer("The squares are 0, 1, 4 and 9."),
+    )
+    run_id = submit(http, "openai", {"prompt": "Run the first cell"}, kernel.kernel_id)
+    question = approve_next(http, run_id)
+    assert question["details"]["code"] == "squares = [n * n for n in range(4)]\nsquares"
+    run = wait_status(http, run_id, ["succeeded", "failed"])
+    assert run["status"] == "succeeded", run["error"]
+    [edit] = run["snapshot"]["edits"]
+    assert (edit["op"], edit["cell_id"], edit["status"]) == ("outputs", "c-1", "applied")
+    [cell] = json.loads((server.home / NOTEBOOK).read_text())["cells"]
+    [result] = cell["outputs"]
+    assert "".join(result["data"]["text/plain"]) == "[0, 1, 4, 9]"
+    assert cell["execution_count"] == result["execution_count"] == edit["execution_count"]
+    told = [m for m in model.requests[-1]["body"]["messages"] if m["role"] == "tool"]
+    assert "result:\n[0, 1, 4, 9]" in told[0]["content"]
+    assert "its outputs are in the notebook" in told[0]["content"]
+
+
+def test_a_runs_mcp_client_runs_a_cell_after_the_person_approves(lab):
+    server, http, kernel = lab
+    save_cells(server, http, [("c-1", "print('from mcp')")])
+    run_id = submit(http, "nb_mcp", {"calls": [["execute_cell", {"cell_id": "c-1"}]]},
+                    kernel.kernel_id)  # fmt: skip
+    question = approve_next(http, run_id)
+    assert question["details"]["tool"] == "execute_cell"
+    run = wait_status(http, run_id, ["succeeded", "failed"])
+    assert run["status"] == "succeeded", run["error"]
+    [ran] = run["output"]["answers"]
+    assert not ran["error"] and "from mcp" in ran["text"]
+    [cell] = json.loads((server.home / NOTEBOOK).read_text())["cells"]
+    assert "".join(cell["outputs"][0]["text"]) == "from mcp\n"
+    assert [e["op"] for e in run["snapshot"]["edits"]] == ["outputs"]
+
+
 def test_the_openai_agents_tool_choice_may_name_a_notebook_tool(lab, model):
     server, http, kernel = lab
     model.reply(tool_calls(("list_variables", "{}")), answer("Listed."))
@@ -458,8 +524,18 @@ def test_on_a_hub_users_server_the_tools_act_for_its_user_only(tmp_path):
             assert "run_code" in {tool["name"] for tool in listed.json()["result"]["tools"]}
             bob = http.get("agents", headers={"X-Test-User": "bob"}).json()
             assert bob["notebook_tools"]["available"] is False
-            refused = http.post("mcp", headers={**mcp, "X-Test-User": "bob"}, json=ping)
-            assert refused.status_code == 404, refused.text
+            # Bob's MCP client gets his runs, and none of alice's kernels.
+            bobs = http.post("mcp", headers={**mcp, "X-Test-User": "bob"}, json=ping)
+            assert bobs.status_code == 200, bobs.text
+            assert {tool["name"] for tool in bobs.json()["result"]["tools"]} == {
+                "start_run", "get_run", "answer_run", "cancel_run",
+            }  # fmt: skip
+            call = {
+                "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "run_code", "arguments": {"notebook": "a.ipynb", "code": "1"}},
+            }  # fmt: skip
+            refused = http.post("mcp", headers={**mcp, "X-Test-User": "bob"}, json=call)
+            assert refused.json()["result"]["isError"] is True, refused.text
             anonymous = httpx.post(server.api_url + "mcp", headers=mcp, json=ping)
             assert anonymous.status_code == 403 and anonymous.json()["error"] == "forbidden"
     finally:
@@ -495,6 +571,31 @@ def test_the_tutorials_mcp_client_script_runs_as_written(lab, tmp_path):
         ast.literal_eval(names)
     )
     assert "scores" in {variable["name"] for variable in json.loads(variables)}
+
+
+def test_the_mcp_clients_run_script_runs_as_written(lab, tmp_path):
+    """docs/how-to/mcp-clients.md's script: a demo run started and followed over MCP."""
+    server, http, _ = lab
+    page = (Path(__file__).parent.parent / "docs" / "how-to" / "mcp-clients.md").read_text()
+    [script] = re.findall(r"^```python\n(# mcp_runs\.py.*?)^```$", page, re.S | re.M)
+    script, found = re.subn(
+        r'^URL = ".*?"', f"URL = {server.url + 'api/agentruns/mcp'!r}", script, flags=re.M
+    )
+    assert found == 1
+    (tmp_path / "mcp_runs.py").write_text(script)
+    runs = []
+    for _ in range(2):  # again: its idempotency key gives the same run
+        done = subprocess.run(
+            [sys.executable, str(tmp_path / "mcp_runs.py")],
+            env={**os.environ, "JUPYTER_TOKEN": server.token},
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        started, status, text = done.stdout.split("\n", 2)
+        runs.append(started.split()[0])
+        assert status == "succeeded" and "Shanghai" in text, done.stdout
+    assert runs[0] == runs[1]
+    assert http.get(f"runs/{runs[0]}").json()["status"] == "succeeded"
 
 
 # Big outputs: one budget for what a call answers and keeps ------------------

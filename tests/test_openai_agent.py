@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
-import time
 from datetime import date
 from pathlib import Path
 from typing import Annotated
@@ -26,7 +24,6 @@ import tools_for_tests
 from conftest import all_events, submit, wait_run, waiting
 from fake_openai import (
     MODEL,
-    FakeOpenAI,
     Hang,
     Status,
     Stream,
@@ -37,20 +34,11 @@ from fake_openai import (
     llama_cpp_validation_error,
     tool_calls,
 )
-from servers import free_port
 from tools_for_tests import TEST_TOOLS
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 KEY_ENV = "AGENTRUNS_TEST_OPENAI_KEY"
 SECRET = "sk-test-5ecret-never-to-be-shown-0123456789"
-
-
-@pytest.fixture
-def fake(jp_asyncio_loop):
-    server = FakeOpenAI()
-    jp_asyncio_loop.run_until_complete(server.start())
-    yield server
-    jp_asyncio_loop.run_until_complete(server.stop())
 
 
 @pytest.fixture
@@ -349,6 +337,21 @@ async def test_approve_tools_star_asks_for_every_tool(api, fake):
 
 
 # Token usage ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "openai_config",
+    [{"prices": {"zeta": {"input": 1, "output": 1}, MODEL: {"input": 1, "output": 1}}}],
+)
+async def test_agents_lists_the_configured_model_first_then_the_priced_ones(api, fake):
+    listing = (await api.get("agents")).json()["agents"]
+    described = next(agent for agent in listing if agent["name"] == "openai")
+    assert described["models"] == [{"id": MODEL, "name": MODEL}, {"id": "zeta", "name": "zeta"}]
+    assert described["current"] == {"model": MODEL} and "modes" not in described
+    # The list is what the server knows of, not all the model server has: another is taken.
+    fake.reply(answer("Hi"))
+    run, _ = await run_to_end(api, {"prompt": "hi", "model": "unlisted"})
+    assert run["status"] == "succeeded" and fake.requests[0]["body"]["model"] == "unlisted"
 
 
 @pytest.mark.parametrize(
@@ -1240,6 +1243,8 @@ async def test_an_mcp_tool_is_redone_on_resume_only_where_its_server_says_it_is_
             "tests__fail": False,
             "tests__wait": False,
             "tests__header": False,
+            "tests__traced": False,
+            "tests__variable": False,
         }
         assert await tools["tests__add"].call({"a": 20, "b": 22}) == "42"
 
@@ -1296,37 +1301,6 @@ def test_an_mcp_server_name_that_cannot_start_a_tool_name_is_refused(name):
         from_values({"mcp_servers": {name: {"command": ["x"]}}})
     ok = from_values({"mcp_servers": {"my_files-2": {"url": "https://h/mcp", "headers": {}}}})
     assert ok.mcp_servers == {"my_files-2": {"url": "https://h/mcp", "headers": {}}}
-
-
-@pytest.fixture
-def http_mcp_server(tmp_path):
-    """The test MCP server over Streamable HTTP, in a process of its own: its URL.
-
-    It is taken to listen once it says so (uvicorn's "running on"): a test's
-    process that took the port meanwhile would answer a mere connection, and
-    then the server, which could not bind, starts again on another port.
-    """
-    for attempt in range(3):
-        port = free_port()
-        log = tmp_path / f"mcp-server-{attempt}.log"
-        with open(log, "wb") as output:
-            process = subprocess.Popen(
-                [sys.executable, MCP_SERVER, str(port)], stdout=output, stderr=subprocess.STDOUT
-            )
-        deadline = time.monotonic() + 20
-        while process.poll() is None and b"Uvicorn running on" not in log.read_bytes():
-            assert time.monotonic() < deadline, "it did not start"
-            time.sleep(0.02)
-        if process.poll() is None:
-            break
-        assert b"address already in use" in log.read_bytes(), log.read_text()
-    else:
-        pytest.fail("three ports in a row were taken")
-    try:
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.kill()
-        process.wait(10)
 
 
 @pytest.mark.sqlite_only  # what it tests is above the store

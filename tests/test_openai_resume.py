@@ -17,20 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fake_openai import FakeOpenAI, answer, tool_calls
+from fake_openai import answer, tool_calls
 from servers import ServerProcess
 
 TERMINAL = {"succeeded", "failed", "cancelled", "interrupted"}
 MCP_SERVER = str(Path(__file__).with_name("mcp_server_for_tests.py"))
 TOOLS = {name: f"tools_for_tests:{name}" for name in ("add", "slow_note", "lookup")}
-
-
-@pytest.fixture
-def fake(jp_asyncio_loop):
-    server = FakeOpenAI()
-    jp_asyncio_loop.run_until_complete(server.start())
-    yield server
-    jp_asyncio_loop.run_until_complete(server.stop())
 
 
 @pytest.fixture

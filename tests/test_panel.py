@@ -21,6 +21,7 @@ from test_browser import (  # noqa: F401  (fixtures are found by name)
     page,
     pytestmark,
     run_cell,
+    runs_of,
     save,
     set_theme,
     write_notebook,
@@ -209,33 +210,30 @@ def test_a_question_is_answered_from_the_panel_and_filters_narrow_the_list(lab, 
     )
 
 
-def test_notebook_7_shows_the_panel_in_its_left_sidebar_with_links_to_open(tmp_path, page):
-    home = tmp_path / "nb7"
-    server = ServerProcess(home, home / "agentruns.sqlite3", app="notebook").start(timeout=120)
-    try:
-        write_notebook(home / "seven.ipynb", ["print(7)"])
-        with server.client() as client:
-            made = client.post(
-                "runs",
-                json={
-                    "agent": "demo",
-                    "input": {"prompt": "seven", "chunks": 3},
-                    # What a kernel of this notebook sends: its path on disk.
-                    "session": str(home / "seven.ipynb"),
-                },
-            ).json()
-        page.goto(f"{server.url}notebooks/seven.ipynb?token={server.token}")
-        page.locator(".jp-Notebook").wait_for(timeout=90_000)
-        menu_item(page, "View", "Left Sidebar").hover()
-        page.locator(".lm-Menu-item", has_text="Show Agent runs").click()
-        row = panel_row(page, made["run_id"])
-        row.wait_for(timeout=30_000)
-        wait_row_status(page, made["run_id"], "succeeded")
-        link = row.locator(".agentruns-panel-notebook")
-        assert link.inner_text() == "seven.ipynb"
-        assert link.get_attribute("title") == "Open seven.ipynb"
-    finally:
-        server.kill()
+def test_notebook_7_shows_the_panel_in_its_left_sidebar_with_links_to_open(lab, page):
+    # The module's server serves Notebook 7's pages too (/notebooks/...), as `jupyter
+    # notebook` does: the same front end, with the same extension.
+    write_notebook(lab.home / "seven.ipynb", ["print(7)"])
+    with lab.client() as client:
+        made = client.post(
+            "runs",
+            json={
+                "agent": "demo",
+                "input": {"prompt": "seven", "chunks": 3},
+                # What a kernel of this notebook sends: its path on disk.
+                "session": str(lab.home / "seven.ipynb"),
+            },
+        ).json()
+    page.goto(f"{lab.url}notebooks/seven.ipynb?token={lab.token}")
+    page.locator(".jp-Notebook").wait_for(timeout=90_000)
+    menu_item(page, "View", "Left Sidebar").hover()
+    page.locator(".lm-Menu-item", has_text="Show Agent runs").click()
+    row = panel_row(page, made["run_id"])
+    row.wait_for(timeout=30_000)
+    wait_row_status(page, made["run_id"], "succeeded")
+    link = row.locator(".agentruns-panel-notebook")
+    assert link.inner_text() == "seven.ipynb"
+    assert link.get_attribute("title") == "Open seven.ipynb"
 
 
 def open_run_page(page, run_id: str):
@@ -275,6 +273,8 @@ def test_a_runs_page_shows_its_timeline_and_answer_goes_to_its_cell_and_deletes_
     run_page.locator(".agentruns-runpage-title", has_text="the page of a run").wait_for()
     # Its tab has the runs' icon, as the panel's has.
     page_tab = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="the page of a run")
+    # (drawn by the tab bar's next update, which a loaded machine may not have made yet)
+    page_tab.locator(".lm-TabBar-tabIcon svg").wait_for(timeout=10_000)
     assert page_tab.locator(".lm-TabBar-tabIcon svg").count() == 1
     assert (
         '"prompt": "the page of a run"' in run_page.locator(".agentruns-runpage-input").inner_text()
@@ -717,3 +717,206 @@ def test_a_view_attached_to_a_run_well_under_way_starts_at_its_answers_first_lin
     finally:
         with lab.client() as client:
             client.post(f"runs/{run_id}/cancel")
+
+
+def test_new_run_from_the_panel_by_keyboard_opens_on_its_page(lab, page):
+    write_notebook(lab.home / "new_run.ipynb", ["x = 1"])
+    open_notebook(page, lab, "new_run.ipynb")
+    open_panel(page)
+    before = {run["run_id"] for run in runs_of(lab)}
+    page.locator(f"{PANEL} .agentruns-panel-new").click()
+    form = page.locator(f"{PANEL} .agentruns-newrun")
+    form.wait_for(state="visible")
+    agent = form.locator(".agentruns-newrun-agent")
+    page.wait_for_function(
+        "(selector) => document.querySelector(selector).options.length > 0",
+        arg=f"{PANEL} .agentruns-newrun-agent",
+    )
+    assert agent.input_value() == "demo"  # the server's default_agent: none set, demo
+    # Keyboard only: the prompt has the focus; Shift+Enter is a new line, Enter starts.
+    page.keyboard.type("a run from the panel")
+    page.keyboard.press("Shift+Enter")
+    page.keyboard.type("second line")
+    form.locator(".agentruns-newrun-notebook").fill("new_run.ipynb")
+    form.locator(".agentruns-newrun-prompt").press("Enter")
+    run_page = page.locator(".agentruns-runpage")
+    run_page.wait_for(timeout=30_000)
+    (run,) = [run for run in runs_of(lab) if run["run_id"] not in before]
+    assert run["input"] == {"prompt": "a run from the panel\nsecond line"}
+    assert run["session"] == "new_run.ipynb" and run["metadata"] == {"notebook": "new_run.ipynb"}
+    assert run_page.get_attribute("data-run-id") == run["run_id"]
+    page.wait_for_function(
+        "(runId) => document.querySelector(`.agentruns-runpage[data-run-id='${runId}']`)"
+        "?.dataset.status === 'succeeded'",
+        arg=run["run_id"],
+        timeout=60_000,
+    )
+    assert form.is_hidden()
+    # A bad notebook path is said, and nothing starts.
+    page.locator(f"{PANEL} .agentruns-panel-new").click()
+    form.locator(".agentruns-newrun-prompt").fill("nope")
+    form.locator(".agentruns-newrun-notebook").fill("../outside.ipynb")
+    form.locator(".agentruns-newrun-start").click()
+    assert "not a notebook's path" in form.locator(".agentruns-newrun-message").inner_text()
+    assert len(runs_of(lab)) == len(before) + 1
+    page.locator(PANEL).screenshot(path=picture("panel-new-run.png"))
+    set_theme(lab, "JupyterLab Dark")
+    try:
+        page.reload()
+        open_panel(page)
+        page.locator(f"{PANEL} .agentruns-panel-new").click()
+        form.wait_for(state="visible")
+        page.locator(PANEL).screenshot(path=picture("panel-new-run-dark.png"))
+    finally:
+        set_theme(lab, "JupyterLab Light")
+
+
+def test_two_agent_cells_are_one_conversation_that_opens_as_a_chat_and_takes_a_reply(lab, page):
+    write_notebook(
+        lab.home / "chat.ipynb", ["%%agent demo\nfirst question", "%%agent demo\nsecond"]
+    )
+    open_notebook(page, lab, "chat.ipynb")
+    run_cell(page, 0)
+    first = cell_run_id(page, 0)
+    run_cell(page, 1)
+    second = cell_run_id(page, 1)
+    for run_id in (first, second):
+        page.locator(f".agentruns-run[data-run-id='{run_id}'][data-status='succeeded']").wait_for(
+            timeout=90_000
+        )
+    open_panel(page)
+    page.locator(f"{PANEL} .agentruns-panel-conversations-toggle").click()
+    row = page.locator(f"{PANEL} .agentruns-conversation[data-session='chat.ipynb']")
+    row.wait_for(timeout=30_000)
+    # One conversation of this notebook (the module's other tests make others of theirs).
+    assert page.locator(f"{PANEL} .agentruns-conversation[data-session='chat.ipynb']").count() == 1
+    assert row.locator(".agentruns-conversation-title").inner_text() == "first question"
+    assert row.locator(".agentruns-conversation-agent").inner_text() == "demo"
+    assert row.locator(".agentruns-conversation-runs").inner_text() == "2 runs"
+    assert page.locator(f"{PANEL} .agentruns-panel-list").is_hidden()
+
+    row.click()
+    chat = page.locator("#jp-main-dock-panel .agentruns-conversation-view")
+    chat.wait_for(timeout=30_000)
+    views = chat.locator(".agentruns-conversation-run > .agentruns-run")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#jp-main-dock-panel .agentruns-conversation-run"
+        " > .agentruns-run')].map((view) => view.dataset.runId).join(' ') !== ''",
+        timeout=30_000,
+    )
+    assert [views.nth(i).get_attribute("data-run-id") for i in range(views.count())] == [
+        first,
+        second,
+    ]
+    box = chat.locator(".agentruns-followup-text")
+    page.wait_for_function("(node) => !node.disabled", arg=box.element_handle(), timeout=30_000)
+    box.click()
+    page.keyboard.type("and a reply from the chat")
+    page.keyboard.press("Enter")
+    page.wait_for_function(
+        "() => document.querySelectorAll('#jp-main-dock-panel .agentruns-conversation-run"
+        " > .agentruns-run').length === 3",
+        timeout=30_000,
+    )
+    reply = views.nth(2)
+    page.wait_for_function(
+        "(node) => node.dataset.status === 'succeeded'", arg=reply.element_handle(), timeout=90_000
+    )
+    mine = [run for run in runs_of(lab) if run["session"] == "chat.ipynb"]
+    assert len(mine) == 3
+    newest = mine[0]
+    assert newest["run_id"] == reply.get_attribute("data-run-id")
+    assert newest["agent"] == "demo"
+    assert newest["input"] == {"prompt": "and a reply from the chat"}
+    assert newest["metadata"]["follow_up_of"] == first
+    # The tab, the reply at the bottom of the chat and its box under it.
+    chat.locator(".agentruns-conversation-reply").scroll_into_view_if_needed()
+    page.screenshot(path=picture("conversation.png"))
+
+    # Open beside: the chat docked in the right sidebar, beside the notebook.
+    chat.locator(".agentruns-conversation-beside").click()
+    docked = page.locator("#jp-right-stack .agentruns-conversation-view")
+    docked.wait_for(timeout=30_000)
+    page.wait_for_function(
+        "() => document.querySelectorAll('#jp-right-stack .agentruns-conversation-run"
+        " > .agentruns-run').length === 3",
+        timeout=30_000,
+    )
+    page.screenshot(path=picture("conversation-beside.png"))
+
+    # A refresh opens it again (here in the dark theme, for its picture).
+    page.on("dialog", lambda dialog: dialog.accept())
+    set_theme(lab, "JupyterLab Dark")
+    try:
+        page.reload()
+        page.locator(".agentruns-conversation-view").first.wait_for(
+            state="attached", timeout=90_000
+        )
+        page.wait_for_function(
+            "() => document.querySelectorAll('.agentruns-conversation-run > .agentruns-run')"
+            ".length === 3",
+            timeout=30_000,
+        )
+        page.wait_for_function(
+            "() => document.body.dataset.jpThemeLight === 'false'", timeout=30_000
+        )
+        page.screenshot(path=picture("conversation-dark.png"))
+    finally:
+        set_theme(lab, "JupyterLab Light")
+
+
+def test_the_page_url_an_mcp_client_is_given_and_a_schedules_runs_open_the_runs_page(lab, page):
+    call = {
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "start_run", "arguments": {"agent": "demo", "input": {"prompt": "mcp"}}},
+    }  # fmt: skip
+    with lab.client() as http:
+        answer = http.post(
+            "mcp", headers={"Accept": "application/json, text/event-stream"}, json=call
+        )
+    started = answer.json()["result"]["structuredContent"]
+    page.goto(f"{started['page_url']}&token={lab.token}")
+    run_page = page.locator(f".agentruns-runpage[data-run-id='{started['run_id']}']")
+    run_page.wait_for(timeout=60_000)
+    # The link's parameter left the address: a reload opens no second page.
+    assert "agentruns-run" not in page.url and page.url.startswith(f"{lab.url}lab")
+
+    # A schedule of every second (the server looks every 5 s): the panel lists it, its
+    # next time and its runs as they come; a run's chip opens the run's page.
+    with lab.client() as http:
+        made = http.post(
+            "schedules",
+            json={
+                "agent": "demo",
+                "input": {"prompt": "on a schedule", "chunks": 3, "delay": 0},
+                "cron": "* * * * * *",
+                "timezone": "Europe/Paris",
+            },
+        )
+    assert made.status_code == 201, made.text
+    schedule_id = made.json()["schedule_id"]
+    try:
+        open_panel(page)
+        summary = page.locator(f"{PANEL} .agentruns-schedules-summary")
+        summary.wait_for(timeout=30_000)
+        assert summary.inner_text() == "Schedules (1)"
+        summary.click()  # the section opens
+        row = page.locator(f"{PANEL} .agentruns-schedule[data-schedule-id='{schedule_id}']")
+        row.wait_for(timeout=10_000)
+        assert row.locator(".agentruns-schedule-agent").inner_text() == "demo"
+        assert row.locator(".agentruns-schedule-cron").inner_text() == "* * * * * *"
+        assert row.locator(".agentruns-schedule-zone").inner_text() == "Europe/Paris"
+        # The panel looks again every few seconds: the slot's run comes, then ends.
+        chip = row.locator(".agentruns-schedule-run[data-status='succeeded']").first
+        chip.wait_for(timeout=60_000)
+        assert row.locator(".agentruns-schedule-next").inner_text().startswith("next ")
+        page.locator(f"{PANEL} .agentruns-schedules").screenshot(path=picture("schedules.png"))
+        scheduled = chip.get_attribute("data-run-id")
+        chip.click()
+        page.locator(f".agentruns-runpage[data-run-id='{scheduled}']").wait_for(timeout=30_000)
+        with lab.client() as http:
+            run = http.get(f"runs/{scheduled}").json()
+        assert run["metadata"]["schedule_id"] == schedule_id
+    finally:
+        with lab.client() as http:
+            assert http.delete(f"schedules/{schedule_id}").status_code == 204

@@ -18,11 +18,15 @@ from jupyter_agentruns.record import (
     ANSWER_LIMIT,
     DIFF_LIMIT,
     DIFF_LINES,
+    FOLLOW_UPS_SHOWN,
+    PROMPT_LIMIT,
     THINKING_LIMIT,
+    THREAD_ANSWERS_LIMIT,
     run_markdown,
 )
 
 from conftest import demo_input, submit, wait_run
+from servers import ServerProcess, wait_status
 
 
 def run_object(**changes):
@@ -402,3 +406,219 @@ async def test_the_server_answers_a_runs_record_as_markdown(api):
 async def test_the_record_of_another_users_or_no_run_is_a_json_404(api, accept):
     response = await api.get("runs/run_nope", headers={"Accept": accept})
     assert response.status_code == 404 and response.json()["error"] == "run_not_found"
+
+
+def an_edit(edit_id, op, index, status, cell_id="c-1", notebook="work/a.ipynb"):
+    return {
+        "edit_id": edit_id, "notebook": notebook, "op": op, "cell_id": cell_id,
+        "index": index, "before": None, "after": "x = 1", "status": status,
+    }  # fmt: skip
+
+
+def test_the_record_lists_the_notebook_edits_by_operation_cell_and_status():
+    edits = [
+        an_edit("ed_1", "insert", 2, "applied", cell_id="9f1c"),
+        an_edit("ed_2", "edit", 0, "undone"),
+        an_edit("ed_3", "delete", 4, "conflict", cell_id="c-5"),
+        an_edit("ed_4", "outputs", None, "applied", cell_id=None),
+    ]
+    record = run_markdown(run_object(snapshot={**run_object()["snapshot"], "edits": edits}))
+    assert (
+        "**Notebook edits** (4, 1 undone)\n\n"
+        "- Inserted cell 3 (`9f1c`) → applied\n"
+        "- Edited cell 1 (`c-1`) → undone\n"
+        "- Deleted cell 5 (`c-5`) → conflict: not made, the cell had changed\n"
+        "- Ran a cell → applied\n"
+    ) in record
+    # A run without edits says nothing of them.
+    assert "Notebook edits" not in run_markdown(run_object())
+
+
+def test_edits_of_several_notebooks_name_them_and_many_edits_are_bounded():
+    edits = [an_edit("ed_a", "insert", 0, "applied", notebook="one.ipynb")] + [
+        an_edit(f"ed_{i}", "edit", i, "applied", notebook="two.ipynb") for i in range(60)
+    ]
+    record = run_markdown(run_object(snapshot={**run_object()["snapshot"], "edits": edits}))
+    assert "- Inserted cell 1 (`c-1`) of `one.ipynb` → applied" in record
+    assert "- Edited cell 1 (`c-1`) of `two.ipynb` → applied" in record
+    assert "- … and 11 more edits" in record
+    assert record.count("→ applied") == 50
+
+
+def test_an_agents_cell_id_and_notebook_in_the_record_stay_text():
+    hostile = '<img src="https://evil.example/?q=1">'
+    edits = [
+        an_edit("ed_1", "insert", 0, "applied", cell_id=hostile, notebook="a.ipynb"),
+        an_edit("ed_2", "edit", 1, "<b>applied</b>", notebook="javascript:alert(1)"),
+    ]
+    html = markdown2html(
+        run_markdown(run_object(snapshot={**run_object()["snapshot"], "edits": edits}))
+    )
+    assert unsafe(html) == []
+    assert hostile in text_of(html)
+
+
+@pytest.mark.timeout(120)
+def test_a_saved_record_says_which_cells_the_agent_changed_and_which_it_took_back(tmp_path):
+    server = ServerProcess(
+        tmp_path / "home",
+        tmp_path / "agentruns.sqlite3",
+        {"agents": {"nb_editor": "agents_for_tests:notebook_editor"}},
+    ).start()
+    try:
+        with server.client() as http:
+            cells = [{"cell_type": "code", "id": "c-1", "metadata": {}, "execution_count": None,
+                      "source": "x = 1", "outputs": []}]  # fmt: skip
+            notebook = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+            saved = http.put(
+                server.url + "api/contents/a.ipynb",
+                json={"type": "notebook", "content": notebook},
+            )
+            assert saved.status_code == 201, saved.text
+            calls = [
+                ["insert_cell", {"source": "y = 2", "after": "c-1"}],
+                ["edit_cell", {"cell_id": "c-1", "source": "x = 3"}],
+            ]
+            submitted = http.post(
+                "runs",
+                json={"agent": "nb_editor", "input": {"calls": calls}, "session": "a.ipynb",
+                      "metadata": {"kernel_id": "no-kernel"}},
+            )  # fmt: skip
+            run = wait_status(http, submitted.json()["run_id"], ["succeeded", "failed"])
+            inserted, _ = run["snapshot"]["edits"]
+            undone = http.post(f"runs/{run['run_id']}/edits/{inserted['edit_id']}/undo")
+            assert undone.status_code == 200, undone.text
+            record = http.get(f"runs/{run['run_id']}", headers={"Accept": "text/markdown"}).text
+    finally:
+        server.kill()
+    assert "**Notebook edits** (2, 1 undone)" in record
+    assert f"- Inserted cell 2 (`{inserted['cell_id']}`) → undone" in record
+    assert "- Edited cell 1 (`c-1`) → applied" in record
+
+
+def follow_up(number, answer, *, prompt=None, **changes):
+    """The ``number``-th follow-up of ``run_abc``: ``prompt`` sent from its reply box, ``answer`` its answer."""
+    run = answered(answer)
+    run.update(
+        run_id=f"run_f{number:02}",
+        created_at=f"2026-11-30T10:{number:02}:00.000Z",
+        metadata={"follow_up_of": "run_abc"},
+        input={"prompt": f"question {number}" if prompt is None else prompt},
+        **changes,
+    )
+    return run
+
+
+def test_a_thread_shows_each_follow_up_as_the_persons_message_then_the_answer_in_order():
+    # Given in any order, shown in the order they were sent.
+    record = run_markdown(
+        run_object(), [follow_up(2, "answer **two**"), follow_up(1, "answer *one*")]
+    )
+    order = [
+        "| Shanghai | 21 |",  # the first run's answer
+        "*run `run_abc`",
+        "**Follow-ups** (2)",
+        "**You** · follow-up 1",
+        "> question 1",
+        "answer *one*",
+        "*run `run_f01`",
+        "**You** · follow-up 2",
+        "> question 2",
+        "answer **two**",
+        "*run `run_f02`",
+    ]
+    places = [record.index(piece) for piece in order]
+    assert places == sorted(places)
+    assert record.count("question 1") == 1  # a follow-up's headline does not repeat its prompt
+    shown = text_of(markdown2html(record))
+    assert "question 1" in shown and "answer one" in shown and "answer two" in shown
+
+
+def test_a_run_with_no_follow_ups_has_the_record_it_always_had():
+    assert run_markdown(run_object(), []) == run_markdown(run_object())
+    assert "Follow-ups" not in run_markdown(run_object())
+
+
+def test_a_follow_up_that_failed_or_is_still_going_says_so_in_the_thread():
+    failed = follow_up(1, "", status="failed", error={"type": "agent_error", "message": "boom"})
+    live = follow_up(2, "partial", status="running", finished_at=None)
+    record = run_markdown(run_object(), [failed, live])
+    assert "> **Failed** (agent_error): boom" in record
+    assert "Still running when this was saved" in record
+
+
+def test_a_long_thread_is_bounded_and_says_how_many_follow_ups_are_not_shown():
+    follow_ups = [
+        follow_up(number, "word " * 100_000, prompt="ask " * 10_000) for number in range(1, 31)
+    ]
+    record = run_markdown(run_object(), follow_ups)
+    assert record.count("**You** · follow-up") == FOLLOW_UPS_SHOWN
+    assert "… and 10 more follow-ups" in record and "`run_abc`" in record
+    prompts = PROMPT_LIMIT * FOLLOW_UPS_SHOWN
+    assert len(record) < ANSWER_LIMIT + THREAD_ANSWERS_LIMIT + prompts + 20_000
+    # Once the thread's answers had their share, a follow-up names the run its answer is in.
+    assert "*The answer is in the run `run_f20` on the Jupyter server.*" in record
+    assert "ask " * 10 in record and "ask " * 600 not in record
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_a_hostile_follow_up_prompt_or_answer_renders_as_text_never_as_markup(text):
+    follow_ups = [
+        follow_up(1, text, prompt=text),
+        {**hostile_run(text), "metadata": {"follow_up_of": "run_abc"}},
+        follow_up(3, "after", prompt=f"{text}\n\n```\nunclosed"),
+    ]
+    record = run_markdown(run_object(), follow_ups)
+    html = markdown2html(record)
+    assert unsafe(html) == [], html
+    # Nothing a prompt holds takes in what follows it.
+    assert "<p>after</p>" in html
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join))
+def test_no_follow_up_prompt_becomes_markup_in_nbconvert(text):
+    html = markdown2html(run_markdown(run_object(), [follow_up(1, "answer", prompt=text)]))
+    assert unsafe(html) == [], html
+
+
+async def test_the_server_record_of_a_run_holds_its_follow_ups_in_order(api):
+    session = "notes/thread.ipynb"
+    first = await submit(api, input=demo_input(prompt="first question"), session=session)
+    root = await wait_run(api, first.json()["run_id"])
+    follow_ups = []
+    for prompt in ("second question", "third question"):
+        sent = await submit(
+            api,
+            input=demo_input(prompt=prompt),
+            session=session,
+            metadata={"follow_up_of": root["run_id"]},
+        )
+        follow_ups.append(await wait_run(api, sent.json()["run_id"]))
+    # Not of this thread: another run of the session, a follow-up of another run.
+    await wait_run(
+        api, (await submit(api, input=demo_input(prompt="aside"), session=session)).json()["run_id"]
+    )
+    await wait_run(
+        api,
+        (
+            await submit(
+                api,
+                input=demo_input(prompt="elsewhere"),
+                session=session,
+                metadata={"follow_up_of": "run_other"},
+            )
+        ).json()["run_id"],
+    )
+    answers = [
+        await api.get(f"runs/{root['run_id']}", headers={"Accept": "text/markdown"})
+        for _ in range(2)
+    ]
+    assert answers[0].text == answers[1].text == run_markdown(root, follow_ups)
+    record = answers[0].text
+    assert record.index("first question") < record.index("second question")
+    assert record.index("second question") < record.index("third question")
+    assert "aside" not in record and "elsewhere" not in record
+    # A follow-up's own record is its run alone.
+    alone = await api.get(f"runs/{follow_ups[0]['run_id']}", headers={"Accept": "text/markdown"})
+    assert alone.text == run_markdown(follow_ups[0])

@@ -100,28 +100,45 @@ def test_a_killed_servers_run_is_taken_over_and_ends_as_if_never_interrupted(ser
         assert resumed["data"]["from_seq"] == resumed["seq"] - 1 >= len(before)
 
 
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("stop", ["SIGTERM", "SIGINT", "api/shutdown"])
-def test_a_clean_stop_hands_a_resumable_run_to_the_next_server_at_once(servers, stop):
-    """Every way a hub stops a server is a stop, not a crash: SIGINT is its spawners' way."""
-    first = servers("a", lease_seconds=30)  # a lease long enough to show it is not waited for
-    with first.client() as client:
-        run = client.post("runs", json={"agent": "demo", "input": SLOW}).json()
-        wait_seq(client, run["run_id"], 30)
-    if stop == "api/shutdown":
-        shutdown = httpx.post(f"{first.url}api/shutdown", headers=first.client().headers)
-        assert shutdown.status_code == 200
-        assert first.process.wait(30) == 0
-    else:
-        assert first.terminate(timeout=30, sig=getattr(signal, stop)) == 0
+@pytest.mark.timeout(180)
+def test_a_clean_stop_hands_a_resumable_run_to_the_next_server_at_once(servers):
+    """Every way a hub stops a server is a stop, not a crash: SIGINT is its spawners' way.
 
-    second = servers("b", lease_seconds=30)
-    with second.client() as client:
+    One run, handed on by each way in turn: each next server takes it over at
+    once, long before the lease of the one stopped would expire.
+    """
+    server = servers("a", lease_seconds=30)  # a lease long enough to show it is not waited for
+    with server.client() as client:
+        run = client.post("runs", json={"agent": "demo", "input": SLOW}).json()
+    for attempt, stop in enumerate(["SIGTERM", "SIGINT", "api/shutdown"], start=2):
+        with server.client() as client:
+            wait_seq(
+                client, run["run_id"], client.get(f"runs/{run['run_id']}").json()["last_seq"] + 30
+            )
+        if stop == "api/shutdown":
+            shutdown = httpx.post(f"{server.url}api/shutdown", headers=server.client().headers)
+            assert shutdown.status_code == 200
+            assert server.process.wait(30) == 0
+        else:
+            assert server.terminate(timeout=30, sig=getattr(signal, stop)) == 0, stop
+        server = servers(f"after-{attempt}", lease_seconds=30)
+        with server.client() as client:
+            deadline = time.monotonic() + 20
+            while (taken := client.get(f"runs/{run['run_id']}").json())["attempt"] < attempt:
+                assert time.monotonic() < deadline, f"the run was not taken over after {stop}"
+                time.sleep(0.05)
+            assert taken["status"] == "running", (stop, taken["status"])
+
+    with server.client() as client:
         ended = wait_status(client, run["run_id"], TERMINAL, timeout=25)
-        assert ended["status"] == "succeeded"
+        assert ended["status"] == "succeeded" and ended["attempt"] == 4
         events = check_reads_as_one_run(client, ended)
-        [resumed] = [e for e in events if e["type"] == "run.resumed"]
-        assert resumed["data"]["reason"] == "server_shutdown"
+        resumed = [e["data"] for e in events if e["type"] == "run.resumed"]
+        assert [(r["attempt"], r["reason"]) for r in resumed] == [
+            (2, "server_shutdown"),
+            (3, "server_shutdown"),
+            (4, "server_shutdown"),
+        ]
         assert "run.interrupted" not in [e["type"] for e in events]
 
 
@@ -179,11 +196,11 @@ def test_after_max_resume_attempts_takeovers_the_run_ends_interrupted(servers):
 @pytest.mark.timeout(400)
 def test_a_run_killed_again_and_again_still_ends_with_the_uninterrupted_answer(servers):
     """Killed at a different point each time, restarted each time: one run, one answer."""
-    kills = 10
+    kills = 6
     config = {"max_resume_attempts": kills + 1, "lease_seconds": 1}
     server = servers("s0", **config)
     # Still going at the last kill, however long each restart takes: it streams only
-    # while a server runs it, and the kills come after 7 * 45 + 30 = 345 of its chunks
+    # while a server runs it, and the kills come after 7 * 15 + 18 = 123 of its chunks
     # and those that stream while each kill is on its way (at most tens each).
     long = {**SLOW, "chunks": 1200}
     with server.client() as client:

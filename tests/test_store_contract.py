@@ -13,7 +13,15 @@ import time
 import pytest
 
 from jupyter_agentruns import reducer
-from jupyter_agentruns.domain import ActiveRun, KeyRow, ListedRun, RunHead, RunRow, Tombstone
+from jupyter_agentruns.domain import (
+    ActiveRun,
+    KeyRow,
+    ListedConversation,
+    ListedRun,
+    RunHead,
+    RunRow,
+    Tombstone,
+)
 from jupyter_agentruns.store import SeqTaken, StoreUnavailable, sql
 
 # These tests use make_store, so run on both stores.
@@ -610,3 +618,317 @@ def test_both_stores_hold_the_same_tables_and_columns(store_kind, tmp_path, requ
     conn.close()
     assert set(lite_tables) == set(postgres_tables) == set(sql.TABLES)
     assert lite_tables == postgres_tables
+
+
+def said(run_id, session, created_at, agent="demo", owner="me", **fields):
+    """A finished run of a conversation: ``session`` and ``agent``, at ``created_at`` (seconds)."""
+    return run_row(
+        run_id,
+        owner=owner,
+        session=session,
+        agent=agent,
+        status="succeeded",
+        executor_id=None,
+        created_at=f"2026-01-01T00:00:{created_at:02d}.000Z",
+        **fields,
+    )
+
+
+def conversations(conn, owner="me", *, agent=None, notebook=None, limit=50, before=None):
+    return conn.list_conversations(
+        owner, agent=agent, notebook=notebook, limit=limit, before=before
+    )
+
+
+def test_a_conversation_is_an_owners_runs_of_one_session_and_agent_newest_first(conn):
+    with conn.transaction():
+        conn.insert_run(said("run_a1", "chat", 1, input={"prompt": "Plan the trip\nin June"}))
+        conn.insert_run(said("run_a2", "chat", 5, input={"prompt": "and the hotel?"}))
+        conn.insert_run(said("run_b1", "chat", 3, agent="other", metadata={"title": "Other's"}))
+        conn.insert_run(said("run_c1", "notes.ipynb", 4))
+        conn.insert_run(said("run_none", None, 9))  # no session: a run, not a conversation
+        conn.insert_run(said("run_you", "chat", 8, owner="you"))
+    listed = conversations(conn)
+    assert [(c["session"], c["agent"]) for c in listed] == [
+        ("chat", "demo"),
+        ("notes.ipynb", "demo"),
+        ("chat", "other"),
+    ]
+    chat = listed[0]
+    assert set(chat) == set(ListedConversation.__annotations__)
+    assert chat["runs"] == 2 and chat["last_run_id"] == "run_a2"
+    assert chat["updated_at"] == "2026-01-01T00:00:05.000Z"
+    assert chat["first_input"] == {"prompt": "Plan the trip\nin June"}
+    assert listed[2]["first_metadata"] == {"title": "Other's"}
+    assert [c["last_run_id"] for c in conversations(conn, agent="other")] == ["run_b1"]
+    assert [c["last_run_id"] for c in conversations(conn, "you")] == ["run_you"]
+    assert conversations(conn, "nobody") == []
+
+
+def test_conversations_page_by_their_newest_run_even_at_equal_times(conn):
+    with conn.transaction():
+        for index in range(7):
+            conn.insert_run(said(f"run_{index}_old", f"s{index}", 1))
+            conn.insert_run(said(f"run_{index}_new", f"s{index}", 2))
+    seen, before = [], None
+    while True:
+        page = conversations(conn, limit=3, before=before)
+        seen += [c["session"] for c in page]
+        if len(page) < 3:
+            break
+        before = (page[-1]["updated_at"], page[-1]["last_run_id"])
+    # One time for all: the run ids decide, byte for byte, and every conversation comes once.
+    assert seen == [f"s{index}" for index in range(6, -1, -1)]
+    assert {c["runs"] for c in conversations(conn)} == {2}
+
+
+def test_a_conversation_longer_than_a_read_of_runs_is_listed_once_and_so_is_the_one_after(conn):
+    long = sql.CONVERSATION_SCAN_MAX + 50
+    with conn.transaction():
+        conn.insert_run(said("run_old_1", "older", 0, agent="other"))
+        conn.insert_run(said("run_old_2", "older", 0, agent="other"))
+        for index in range(long):
+            conn.insert_run(said(f"run_long_{index:05d}", "long", 1))
+    listed = conversations(conn, limit=500)
+    assert [(c["session"], c["runs"]) for c in listed] == [("long", long), ("older", 2)]
+    assert listed[0]["last_run_id"] == f"run_long_{long - 1:05d}"
+    page = conversations(conn, limit=1)
+    rest = conversations(conn, limit=1, before=(page[0]["updated_at"], page[0]["last_run_id"]))
+    assert [c["last_run_id"] for c in page + rest] == [f"run_long_{long - 1:05d}", "run_old_2"]
+    assert conversations(conn, agent="other") == rest
+
+
+def test_a_notebooks_conversations_are_its_sessions_and_those_whose_runs_name_it(conn):
+    path = "work/50%_done.ipynb"  # LIKE's wildcards are text
+    forms = (path, "/home/me/" + path)
+    with conn.transaction():
+        conn.insert_run(said("run_session", path, 1))
+        conn.insert_run(said("run_absolute", forms[1], 2))
+        conn.insert_run(said("run_chat_1", "chat", 3))
+        conn.insert_run(said("run_chat_2", "chat", 4, metadata={"notebook": path}))
+        conn.insert_run(said("run_case", "case", 5, metadata={"notebook": path.upper()}))
+        conn.insert_run(said("run_deep", "deep", 6, metadata={"x": {"notebook": path}}))
+        conn.insert_run(said("run_like", "like", 7, metadata={"notebook": "work/50xydone.ipynb"}))
+        conn.insert_run(said("run_other", "other.ipynb", 8))
+    listed = conversations(conn, notebook=forms)
+    assert [c["last_run_id"] for c in listed] == ["run_chat_2", "run_absolute", "run_session"]
+    assert listed[0]["runs"] == 2
+    # A page of one at a time skips the near misses between two of the notebook's.
+    page = conversations(conn, notebook=forms, limit=1)
+    assert [c["last_run_id"] for c in page] == ["run_chat_2"]
+    rest = conversations(
+        conn, notebook=forms, limit=1, before=("2026-01-01T00:00:04.000Z", "run_chat_2")
+    )
+    assert [c["last_run_id"] for c in rest] == ["run_absolute"]
+
+
+def test_a_conversations_title_is_the_newest_its_agent_gave_it(conn):
+    with conn.transaction():
+        conn.insert_run(said("run_1", "chat", 1, input={"prompt": "Plan the trip"}))
+        conn.insert_run(said("run_2", "chat", 2, conversation_title="Older"))
+        conn.insert_run(said("run_3", "chat", 3, conversation_title="Trip to Lisbon"))
+        conn.insert_run(said("run_4", "chat", 4))  # a turn that gave none
+        conn.insert_run(said("run_other", "other.ipynb", 5))
+        conn.insert_run(said("run_you", "chat", 6, owner="you", conversation_title="Yours"))
+        conn.insert_run(said("run_b", "chat", 7, agent="b", conversation_title="B's"))
+    titles = {(c["session"], c["agent"]): c["title"] for c in conversations(conn)}
+    assert titles == {
+        ("chat", "b"): "B's",
+        ("other.ipynb", "demo"): None,  # none given: the first run's title is the API's
+        ("chat", "demo"): "Trip to Lisbon",
+    }
+    with conn.transaction():
+        conn.update_run("run_4", {"conversation_title": "Lisbon, then Porto"})
+    [chat] = conversations(conn, agent="demo", notebook=("chat",))
+    assert chat["title"] == "Lisbon, then Porto"
+    assert chat["first_input"] == {"prompt": "Plan the trip"}  # the API's title when there is none
+
+
+def test_a_runs_trace_context_is_kept_with_it(conn):
+    """What links a run's attempt after a takeover to the span of the one before (``tracing``)."""
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with conn.transaction():
+        conn.insert_run(run_row("run_a"))
+    assert conn.get_run("run_a")["trace_context"] is None
+    with conn.transaction():
+        conn.update_run("run_a", {"trace_context": traceparent})
+    assert conn.get_run("run_a")["trace_context"] == traceparent
+
+
+def test_conversations_are_found_through_their_own_index(conn, store_kind):
+    """A schema step of both stores: the newest run of each conversation is one probe of it."""
+    if store_kind == "sqlite":
+        names = {
+            name
+            for (name,) in conn.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+        }
+    else:
+        names = {
+            row[0]
+            for row in conn._execute(
+                "SELECT indexname FROM pg_indexes WHERE tablename = 'runs' AND schemaname = current_schema()"
+            ).fetchall()
+        }
+    assert {"runs_conversation", "runs_conversation_title"} <= names
+
+
+def add_hooks(conn):
+    with conn.transaction():
+        conn.insert_run(run_row("run_me"))
+        conn.insert_run(run_row("run_other", owner="other"))
+        conn.insert_hook({
+            "hook_id": "hook_mine", "owner": "me", "url": "https://example.org/", "format": "standard",
+            "events": ["input.requested", "run.succeeded"], "secret": "whsec_x", "created_at": "t",
+        })  # fmt: skip
+        conn.set_server_hooks([{
+            "hook_id": "server_all", "url": "https://example.org/ops", "format": "slack",
+            "events": ["run.failed", "run.succeeded"], "secret_env": None, "created_at": "t",
+        }])  # fmt: skip
+
+
+def test_an_event_a_hook_wants_puts_a_delivery_in_the_outbox_in_its_transaction(conn):
+    add_hooks(conn)
+    with conn.transaction():
+        conn.append_events([
+            ("run_me", 1, "run.started", "t", "{}"),
+            ("run_me", 2, "input.requested", "t", "{}"),
+            ("run_me", 3, "run.succeeded", "t", "{}"),
+            ("run_other", 1, "run.succeeded", "t", "{}"),
+        ])  # fmt: skip
+    with pytest.raises(SeqTaken), conn.transaction():
+        conn.append_events(
+            [("run_other", 2, "run.failed", "t", "{}"), ("run_other", 1, "x", "t", "{}")]
+        )
+    mine = conn.list_deliveries("hook_mine", 10)
+    assert sorted((d["run_id"], d["seq"], d["type"]) for d in mine) == [
+        ("run_me", 2, "input.requested"), ("run_me", 3, "run.succeeded"),
+    ]  # fmt: skip
+    # The server's hook sees every owner's runs; the refused event left nothing.
+    server = conn.list_deliveries("server_all", 10)
+    assert sorted((d["run_id"], d["seq"]) for d in server) == [("run_me", 3), ("run_other", 1)]
+    assert {d["status"] for d in mine + server} == {"pending"}
+    assert [h["hook_id"] for h in conn.list_hooks("me")] == ["hook_mine"]
+    assert conn.get_hook("server_all")["owner"] is None
+
+
+def test_a_delivery_is_claimed_once_and_a_runs_later_one_waits_for_its_earlier(store):
+    first, second = store.connect(), store.connect()
+    try:
+        add_hooks(first)
+        with first.transaction():
+            first.append_events([
+                ("run_me", 1, "input.requested", "t", "{}"),
+                ("run_me", 2, "run.succeeded", "t", "{}"),
+            ])  # fmt: skip
+        now = time.time()
+        with first.transaction():
+            claimed = first.claim_deliveries(now, now + 30, 10)
+        # The earliest of each hook and run: the run's end waits behind its question.
+        assert sorted((c["hook_id"], c["seq"]) for c in claimed) == [
+            ("hook_mine", 1), ("server_all", 2),
+        ]  # fmt: skip
+        assert claimed[0]["owner"] == "me"
+        with second.transaction():
+            assert second.claim_deliveries(now, now + 30, 10) == []
+        [asked] = [c for c in claimed if c["seq"] == 1]
+        with first.transaction():
+            first.finish_delivery(asked["delivery_id"], now, "HTTP 500", now)
+        with second.transaction():
+            [again] = second.claim_deliveries(now + 1, now + 30, 10)
+        assert again["delivery_id"] == asked["delivery_id"] and again["attempts"] == 1
+        with second.transaction():
+            second.finish_delivery(again["delivery_id"], now + 1, None, None)
+        with first.transaction():
+            [end] = first.claim_deliveries(now + 1, now + 30, 10)
+        assert (end["hook_id"], end["seq"]) == ("hook_mine", 2)
+        assert not first.due_deliveries(now + 1)
+        statuses = {
+            d["seq"]: (d["status"], d["attempts"]) for d in first.list_deliveries("hook_mine", 10)
+        }
+        assert statuses == {1: ("delivered", 2), 2: ("pending", 0)}
+        with first.transaction():
+            assert first.delete_hook("me", "hook_mine")
+            assert not first.delete_hook("me", "server_all")
+        assert first.list_deliveries("hook_mine", 10) == []
+    finally:
+        first.close()
+        second.close()
+
+
+def schedule_row(schedule_id, owner="me", **fields):
+    return {
+        "schedule_id": schedule_id,
+        "owner": owner,
+        "agent": "demo",
+        "input": {"prompt": "p"},
+        "cron": "* * * * *",
+        "timezone": "UTC",
+        "session": None,
+        "created_at": f"2026-01-01T00:00:{len(schedule_id):02d}Z",
+        "last_slot": "2026-01-01T00:00:00Z",
+        **fields,
+    }
+
+
+def test_a_schedule_slot_is_advanced_once_and_its_runs_found_by_their_keys(conn):
+    with conn.transaction():
+        conn.insert_schedule(schedule_row("sch_a"))
+        conn.insert_schedule(schedule_row("sch_bb", owner="other"))
+        conn.insert_schedule(schedule_row("sch_ccc", paused=True))
+    assert [s["schedule_id"] for s in conn.list_schedules("me")] == ["sch_a", "sch_ccc"]
+    # Every owner's, but not the paused.
+    assert [s["schedule_id"] for s in conn.list_schedules(None)] == ["sch_a", "sch_bb"]
+    schedule = conn.get_schedule("sch_a")
+    assert schedule["input"] == {"prompt": "p"} and schedule["paused"] is False
+    assert schedule["skipped"] == 0 and schedule["skips"] == []
+
+    # Two servers handle the same slot: the first one's advance counts, the other's changes nothing.
+    skip = {"first": "2026-01-01T00:01:00Z", "last": "2026-01-01T00:02:00Z", "count": 2}
+    with conn.transaction():
+        assert conn.advance_schedule(
+            "sch_a", "2026-01-01T00:00:00Z", "2026-01-01T00:03:00Z", 2, [skip], None
+        )
+        assert not conn.advance_schedule(
+            "sch_a", "2026-01-01T00:00:00Z", "2026-01-01T00:03:00Z", 2, [skip], None
+        )
+        # A paused schedule is not advanced.
+        assert not conn.advance_schedule(
+            "sch_ccc", "2026-01-01T00:00:00Z", "2026-01-01T00:03:00Z", 0, None, None
+        )
+    schedule = conn.get_schedule("sch_a")
+    assert schedule["last_slot"] == "2026-01-01T00:03:00Z"
+    assert schedule["skipped"] == 2 and schedule["skips"] == [skip]
+    with conn.transaction():
+        assert conn.advance_schedule(
+            "sch_a", "2026-01-01T00:03:00Z", "2026-01-01T00:04:00Z", 0, None, "a limit"
+        )
+    schedule = conn.get_schedule("sch_a")
+    assert schedule["skips"] == [skip] and schedule["last_error"] == "a limit"
+
+    with conn.transaction():
+        conn.set_schedule_paused("sch_a", True, None)
+    assert conn.get_schedule("sch_a")["paused"] is True
+    with conn.transaction():
+        conn.set_schedule_paused("sch_a", False, "2026-01-02T00:00:00Z")
+    assert conn.get_schedule("sch_a")["last_slot"] == "2026-01-02T00:00:00Z"
+
+    # Its runs, newest slot first, found by the keys' prefix (not another schedule's).
+    with conn.transaction():
+        for index, key in enumerate(
+            [
+                "schedule:sch_a:2026-01-01T00:03:00Z",
+                "schedule:sch_a:2026-01-01T00:04:00Z",
+                "schedule:sch_aa:2026-01-01T00:05:00Z",
+                "schedule:sch_a;",
+            ]
+        ):
+            conn.insert_run(run_row(f"run_{index}"))
+            conn.insert_key("me", key, "fp", f"run_{index}", time.time(), True)
+    assert [row["run_id"] for row in conn.schedule_runs("me", "sch_a", 5)] == ["run_1", "run_0"]
+    assert [row["run_id"] for row in conn.schedule_runs("me", "sch_a", 1)] == ["run_1"]
+    assert conn.schedule_runs("other", "sch_a", 5) == []
+
+    with conn.transaction():
+        assert conn.delete_schedule("sch_a")
+        assert not conn.delete_schedule("sch_a")
+    assert conn.get_schedule("sch_a") is None

@@ -1,4 +1,4 @@
-// What a person can do to a run from the page: Cancel, Run again, Answer, Undo an edit.
+// What a person can do to a run from the page: Cancel, Run again, Answer, Undo an edit, New run.
 //
 // The run view (in a notebook and on a run's own page), the runs panel and
 // table, and the question toasts all act through RunActions, with one rule:
@@ -71,6 +71,21 @@ export class RunActions {
     return this._act(`again ${run.run_id}`, (key) => ({
       url: runsUrl(this.baseUrl),
       init: { method: "POST", headers: { "Idempotency-Key": key }, body: { agent, input, session, metadata, retry_of: run.run_id } },
+    }));
+  }
+
+  /**
+   * Start a run that no earlier one leads to (New run): `form` names the
+   * form it comes from, so a double click or a retry after a network error
+   * is the same run.
+   * @param {string} form
+   * @param {{agent: string, input: object, session?: string, metadata?: object}} body
+   * @returns {Promise<Outcome>}
+   */
+  start(form, body) {
+    return this._act(`start ${form}`, (key) => ({
+      url: runsUrl(this.baseUrl),
+      init: { method: "POST", headers: { "Idempotency-Key": key }, body },
     }));
   }
 

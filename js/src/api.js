@@ -17,12 +17,23 @@ export function pageOption(name) {
   if (typeof document === "undefined") return null;
   const config = document.getElementById("jupyter-config-data");
   if (!config) return null;
-  try {
-    return JSON.parse(config.textContent || "")[name] || null;
-  } catch {
-    return null;
+  // Read once per text: every view and request asks, and the page's options are long.
+  const text = config.textContent || "";
+  if (text !== pageOptions.text) {
+    let parsed = null;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      parsed = null;
+    }
+    pageOptions.text = text;
+    pageOptions.values = parsed !== null && typeof parsed === "object" ? parsed : {};
   }
+  return pageOptions.values[name] || null;
 }
+
+/** @type {{text: string | null, values: Record<string, any>}} */
+const pageOptions = { text: null, values: {} };
 
 function pageBaseUrl() {
   return pageOption("baseUrl");

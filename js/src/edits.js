@@ -112,6 +112,41 @@ function outputText(output) {
   return line(`[${kinds.length > 0 ? kinds.join(", ") : String(output.output_type || "output")}]`);
 }
 
+/** How many lines of an outputs edit's text its card shows, and how long each may be. */
+const OUTPUT_LINES = 3;
+const OUTPUT_LINE_CHARS = 120;
+
+/**
+ * Whether an nbformat output shows an image.
+ * @param {unknown} output
+ * @returns {boolean}
+ */
+function isImage(output) {
+  return isPlainObject(output) && isPlainObject(output.data) && Object.keys(output.data).some((mime) => mime.startsWith("image/"));
+}
+
+/**
+ * What an outputs edit (execute_cell) put into its cell, in words: "3 outputs · 1 image",
+ * and the first lines of their text (an image counted, not shown).
+ * @param {Edit} edit
+ * @returns {{count: string, lines: string[]}}
+ */
+export function outputsSummary(edit) {
+  const outputs = Array.isArray(edit.after) ? edit.after : [];
+  const images = outputs.filter(isImage).length;
+  let count = outputs.length === 0 ? "no output" : `${outputs.length} output${outputs.length === 1 ? "" : "s"}`;
+  if (images > 0) count += ` · ${images} image${images === 1 ? "" : "s"}`;
+  const all = outputs
+    .filter((output) => !isImage(output))
+    .map(outputText)
+    .join("")
+    .split("\n")
+    .filter((line) => line.trim() !== "");
+  const lines = all.slice(0, OUTPUT_LINES).map((line) => (line.length > OUTPUT_LINE_CHARS ? `${line.slice(0, OUTPUT_LINE_CHARS)}…` : line));
+  if (all.length > OUTPUT_LINES) lines.push(`… ${all.length - OUTPUT_LINES} more line${all.length - OUTPUT_LINES === 1 ? "" : "s"}`);
+  return { count, lines };
+}
+
 /**
  * The edits Undo all undoes, in its order: the applied ones, newest first.
  * @param {Edit[]} edits
@@ -172,13 +207,21 @@ export function editCard(edit, undo) {
   head.append(words, status, element("span", "agentruns-spacer"));
   if (edit.status === "applied") {
     const node = button("Undo", "agentruns-undo");
-    node.title = "Put the cell back as it was before this edit";
+    node.title = edit.op === "outputs" ? "Put back the outputs the cell had before the agent ran it" : "Put the cell back as it was before this edit";
     // Each card has its Undo: a screen reader names which edit it takes back.
     node.setAttribute("aria-label", `Undo: ${editWords(edit)}`);
     node.addEventListener("click", () => undo(edit, node));
     head.appendChild(node);
   }
   card.appendChild(head);
+  if (edit.op === "outputs") {
+    // What running the cell showed, at a glance; the diff below has the rest.
+    const { count, lines } = outputsSummary(edit);
+    const shown = element("div", "agentruns-edit-outputs");
+    shown.append(element("span", "agentruns-edit-outputs-count", `Ran the cell: ${count}`));
+    if (lines.length > 0) shown.append(element("pre", "agentruns-edit-outputs-text", lines.join("\n")));
+    card.appendChild(shown);
+  }
   const notebook = typeof edit.notebook === "string" && edit.notebook ? edit.notebook : "notebook";
   card.appendChild(diffBlock(notebook, sideText(edit.op, edit.before), sideText(edit.op, edit.after)));
   return card;

@@ -1,20 +1,29 @@
 // The labextension's plugins: notebooks get back the run outputs a refresh
 // lost, and the left sidebar gets the runs panel, with toasts, a status-bar
-// item and a badge on its tab when a run needs the person.
+// item and a badge on its tab when a run needs the person; the cells agents
+// wrote are marked (cellmarks.js); an agent's edit of a notebook open in the
+// page is made on the page's model; a cell's context menu asks an agent about it;
+// a %%agent cell's prompt is shown as Markdown (agentcells.js).
 
-import { Notification } from "@jupyterlab/apputils";
+import { Dialog, ICommandPalette, Notification } from "@jupyterlab/apputils";
+import { IEditorLanguageRegistry } from "@jupyterlab/codemirror";
 import { INotebookTracker } from "@jupyterlab/notebook";
 import { ISettingRegistry } from "@jupyterlab/settingregistry";
 import { IStatusBar } from "@jupyterlab/statusbar";
 import { Widget } from "@lumino/widgets";
 
+import { watchAgentCells } from "./agentcells.js";
 import { apiBase, apiFetch, pageOption } from "./api.js";
+import { AskCellForm } from "./askcell.js";
 import { RunWatch } from "./attention.js";
+import { cellMarksPlugin } from "./cellmarks.js";
 import { runsIcon } from "./icons.js";
 import { Attention } from "./notify.js";
+import { PageLink, linkUrl, makeChange } from "./pages.js";
 import { RunsPanel, contentsPath } from "./panel.js";
 import { restoreOutputs, shownRunIds } from "./restore.js";
-import { GO_TO_CELL, OPEN_RUN, OPEN_TABLE, runPagesPlugin } from "./runpages.js";
+import { GO_TO_CELL, OPEN_CONVERSATION, OPEN_RUN, OPEN_TABLE, runPagesPlugin } from "./runpages.js";
+import { markShared } from "./shared.js";
 
 /**
  * @typedef {import("@jupyterlab/application").JupyterFrontEnd} JupyterFrontEnd
@@ -24,6 +33,7 @@ import { GO_TO_CELL, OPEN_RUN, OPEN_TABLE, runPagesPlugin } from "./runpages.js"
  */
 
 const SHOW_RUNS = "jupyter-agentruns:show-runs";
+const ASK_ABOUT_CELL = "agentruns:ask-about-cell";
 
 /**
  * Add the outputs of runs that cells of `panel` started after it was last
@@ -35,6 +45,12 @@ async function restorePanel(app, panel) {
   const context = panel.context;
   const notebook = panel.content.model;
   if (notebook === null) return;
+  // A shared document (jupyter-collaboration) keeps the outputs itself, past a
+  // refresh; and each page holding it would add the same run's output once more.
+  if (notebook.collaborative) {
+    markShared(panel.node);
+    return;
+  }
   /** @type {Map<string, ICodeCellModel>} */
   const byId = new Map();
   const cells = [];
@@ -111,6 +127,80 @@ const restorePlugin = {
   },
 };
 
+/** @type {Plugin} */
+const pagesPlugin = {
+  id: "jupyter-agentruns:open-pages",
+  description: "Makes an agent's edit of a notebook open in this page on the page's notebook, then saves it.",
+  autoStart: true,
+  requires: [INotebookTracker],
+  /**
+   * @param {JupyterFrontEnd} app
+   * @param {import("@jupyterlab/notebook").INotebookTracker} tracker
+   */
+  activate(app, tracker) {
+    /** @param {NotebookPanel} panel */
+    const usable = (panel) => !panel.isDisposed && panel.context.isReady && panel.content.model !== null;
+    /** @param {string} path */
+    const panelOf = (path) => tracker.find((panel) => usable(panel) && panel.context.path === path) ?? null;
+    const link = new PageLink({
+      url: linkUrl(apiBase(), window.location.href),
+      notebooks: {
+        paths() {
+          /** @type {Set<string>} */
+          const paths = new Set();
+          tracker.forEach((panel) => {
+            if (usable(panel)) paths.add(panel.context.path);
+          });
+          return [...paths];
+        },
+        read: (path) => /** @type {object | null} */ (panelOf(path)?.content.model?.toJSON() ?? null),
+        make(path, change) {
+          const model = panelOf(path)?.content.model;
+          return model ? makeChange(model.sharedModel, change) : "the notebook is not open in this page";
+        },
+        async save(path) {
+          const panel = panelOf(path);
+          if (panel === null) throw new Error("the notebook was closed");
+          await panel.context.save();
+        },
+      },
+    });
+    // Told after the tracker has taken the change in (its own handlers run first or last).
+    const tell = () => void Promise.resolve().then(() => link.tell());
+    tracker.widgetAdded.connect((_, panel) => {
+      panel.context.ready.then(tell, () => undefined);
+      panel.context.pathChanged.connect(tell);
+      panel.disposed.connect(tell);
+    });
+    link.start();
+  },
+};
+
+/** @type {Plugin} */
+const agentCellsPlugin = {
+  id: "jupyter-agentruns:agent-cells",
+  description: "Shows the prompt of a %%agent cell as Markdown, not Python.",
+  autoStart: true,
+  requires: [INotebookTracker, IEditorLanguageRegistry],
+  /**
+   * @param {JupyterFrontEnd} app
+   * @param {import("@jupyterlab/notebook").INotebookTracker} tracker
+   * @param {import("@jupyterlab/codemirror").IEditorLanguageRegistry} languages
+   */
+  activate(app, tracker, languages) {
+    /** @param {string} mimetype */
+    const loaded = (mimetype) => languages.getLanguage(mimetype);
+    tracker.widgetAdded.connect((_, panel) => {
+      panel.context.ready
+        .then(() => {
+          const model = panel.content.model;
+          if (model !== null) return watchAgentCells(panel.content, /** @type {any} */ (model.cells), loaded);
+        })
+        .catch((error) => console.warn("agentruns: agent cells keep the notebook's language", error));
+    });
+  },
+};
+
 /** The panel as a Lumino widget: polling only while it is on screen. */
 class RunsPanelWidget extends Widget {
   /** @param {RunsPanel} panel */
@@ -170,8 +260,13 @@ const panelPlugin = {
       serverRoot,
       openPath: (path) => void app.commands.execute("docmanager:open", { path }),
       // Where run pages exist (JupyterLab, not Notebook 7).
-      openRun: (runId) => void (app.commands.hasCommand(OPEN_RUN) && app.commands.execute(OPEN_RUN, { run_id: runId })),
+      openRun: (runId, edit = null) =>
+        void (app.commands.hasCommand(OPEN_RUN) && app.commands.execute(OPEN_RUN, edit === null ? { run_id: runId } : { run_id: runId, edit })),
       openTable: () => void (app.commands.hasCommand(OPEN_TABLE) && app.commands.execute(OPEN_TABLE)),
+      schedules: true,
+      // The conversations as chats, where they open (JupyterLab's main area, not Notebook 7).
+      openConversation: (conversation) =>
+        void (app.commands.hasCommand(OPEN_CONVERSATION) && app.commands.execute(OPEN_CONVERSATION, { session: conversation.session, agent: conversation.agent })),
     });
     // Notebook 7 has a left area too (View > Left Sidebar); JupyterLab shows the tab.
     const tab = new RunsPanelWidget(panel);
@@ -240,4 +335,68 @@ const panelPlugin = {
   },
 };
 
-export default [restorePlugin, panelPlugin, runPagesPlugin];
+/** @type {Plugin} */
+const askCellPlugin = {
+  id: "jupyter-agentruns:ask-about-cell",
+  description: "Ask an agent about a notebook's cell, its source and outputs going with the question, in the notebook's conversation.",
+  autoStart: true,
+  requires: [INotebookTracker],
+  optional: [ICommandPalette],
+  /**
+   * @param {JupyterFrontEnd} app
+   * @param {import("@jupyterlab/notebook").INotebookTracker} tracker
+   * @param {import("@jupyterlab/apputils").ICommandPalette | null} palette
+   */
+  activate(app, tracker, palette) {
+    // The active cell: the one right-clicked (a right click makes it active), or the one a key moved to.
+    const asked = () => {
+      const panel = tracker.currentWidget;
+      const cell = panel?.content.activeCell ?? null;
+      if (!panel || cell === null || !panel.context.isReady) return null;
+      const language = panel.content.model?.getMetadata("language_info")?.name;
+      return {
+        cell: /** @type {any} */ (cell.model.toJSON()),
+        index: panel.content.widgets.indexOf(cell),
+        notebook: panel.context.path,
+        language: typeof language === "string" ? language : "",
+        kernelId: panel.sessionContext.session?.kernel?.id ?? null,
+      };
+    };
+    /**
+     * The answer streams in the notebook's conversation, docked beside it; the runs panel where there is none.
+     * @param {string} session
+     * @param {string} agent
+     * @param {string} runId
+     */
+    const openConversation = (session, agent, runId) => {
+      if (app.commands.hasCommand(OPEN_CONVERSATION)) void app.commands.execute(OPEN_CONVERSATION, { session, agent, area: "right" });
+      else if (app.commands.hasCommand(SHOW_RUNS)) void app.commands.execute(SHOW_RUNS, { session, runIds: [runId] });
+    };
+    app.commands.addCommand(ASK_ABOUT_CELL, {
+      label: "Ask an Agent about This Cell",
+      caption: "A question to an agent with the cell's source and outputs, in the notebook's conversation",
+      isEnabled: () => asked() !== null,
+      execute() {
+        const about = asked();
+        if (about === null) return;
+        /** @type {Dialog<unknown> | null} */
+        let dialog = null;
+        const form = new AskCellForm({ baseUrl: apiBase(), asked: about, openConversation, closed: () => dialog?.reject() });
+        dialog = new Dialog({
+          title: "Ask an agent about this cell",
+          body: new Widget({ node: form.node }),
+          // The form's own Ask and Close: it says there why a run did not start, and stays.
+          buttons: [],
+          focusNodeSelector: "textarea",
+        });
+        dialog.addClass("agentruns-askcell-dialog");
+        void dialog.launch().catch(() => undefined);
+        void form.open();
+      },
+    });
+    app.contextMenu.addItem({ command: ASK_ABOUT_CELL, selector: ".jp-Notebook .jp-Cell", rank: 12 });
+    if (palette) palette.addItem({ command: ASK_ABOUT_CELL, category: "Agent runs" });
+  },
+};
+
+export default [restorePlugin, pagesPlugin, panelPlugin, runPagesPlugin, cellMarksPlugin, askCellPlugin, agentCellsPlugin];

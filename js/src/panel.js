@@ -6,17 +6,22 @@
 // finds runs started elsewhere (another tab, the command line, a kernel).
 
 import { RunActions } from "./actions.js";
+import { ConversationList } from "./conversations.js";
 import { apiFetch, errorMessage, runsUrl, withSlash } from "./api.js";
 import { editsSummary, runEdits } from "./edits.js";
+import { NewRunForm } from "./newrun.js";
 import { getStreamHub } from "./streamhub.js";
 import { openInputs } from "./reducer.js";
 import { RunState } from "./runstate.js";
 import { RUN_DELETED_EVENT, runPagesOpen } from "./links.js";
+import { ScheduleList } from "./schedules.js";
 import { STATUSES } from "./status.js";
 import { button, element, formatAgo, formatCost, formatTokens, inputCard, isCost, isTokenCount, parseTime } from "./dom.js";
 import { silenceWords } from "./silence.js";
 import { runTitle, timingWords } from "./words.js";
 
+/** What the panel says before there is any run. */
+export const NO_RUNS = "No runs yet. Start one with New run, or from a notebook's cell: %%agent demo, then the prompt.";
 /** Runs on one page of the panel; "More" adds another page. */
 export const PAGE_SIZE = 20;
 /** The most runs the panel lists at once (the API's own limit). */
@@ -36,9 +41,11 @@ export const SORTS = Object.freeze(["newest", "oldest", "status", "title"]);
  * @typedef {{
  *   baseUrl: string,
  *   openPath?: (path: string) => void,
- *   openRun?: (runId: string) => void,
+ *   openRun?: (runId: string, edit?: string | null) => void,
  *   openTable?: () => void,
+ *   openConversation?: (conversation: import("./conversations.js").Conversation) => void,
  *   layout?: "sidebar" | "table",
+ *   schedules?: boolean,
  *   serverRoot?: string | null,
  *   hub?: StreamHub,
  *   now?: () => number,
@@ -145,8 +152,34 @@ export class RunsPanel {
     this.node = element("div", `agentruns-panel agentruns-panel--${this.layout}`);
     const header = element("div", "agentruns-panel-header");
     header.append(element("span", "agentruns-panel-title", "Agent runs"));
+    // New run: a run not tied to a cell, opened on its page where there are run pages.
+    this.newRun = new NewRunForm({
+      baseUrl: this.baseUrl,
+      actions: this.actions,
+      openRun: (runId) => {
+        void this.refresh();
+        if (this.openRun !== null && runPagesOpen()) this.openRun(runId);
+      },
+    });
+    this.newRunButton = button("New run", "agentruns-panel-new");
+    this.newRunButton.title = "Start a run of an agent with a prompt (not from a cell)";
+    this.newRunButton.addEventListener("click", () => this.newRun.toggle());
     this.refreshButton = button("Refresh", "agentruns-panel-refresh");
-    this.refreshButton.addEventListener("click", () => void this.refresh());
+    this.refreshButton.addEventListener("click", () => void this._refreshShown());
+    // The conversations, as chats: beside the runs, where something opens them.
+    /** @type {ConversationList | null} */
+    this.conversations = null;
+    /** @type {HTMLButtonElement | null} */
+    this.conversationsButton = null;
+    this.showingConversations = false;
+    if (options.openConversation) {
+      this.conversations = new ConversationList({ baseUrl: this.baseUrl, open: options.openConversation, now: this.now });
+      this.conversations.node.hidden = true;
+      this.conversationsButton = button("Conversations", "agentruns-panel-conversations-toggle");
+      this.conversationsButton.title = "List the conversations (a notebook's runs of one agent) instead of the runs";
+      this.conversationsButton.setAttribute("aria-pressed", "false");
+      this.conversationsButton.addEventListener("click", () => this.showConversations(!this.showingConversations));
+    }
     header.append(element("span", "agentruns-spacer"), this.refreshButton);
     /** @type {HTMLButtonElement | null} */
     this.tableButton = null;
@@ -200,7 +233,7 @@ export class RunsPanel {
     this.message = element("div", "agentruns-panel-message");
     this.message.hidden = true;
     this.list = element("div", "agentruns-panel-list");
-    this.empty = element("div", "agentruns-panel-empty", "No runs yet. Start one from a notebook: submit(\"demo\", {...}).");
+    this.empty = element("div", "agentruns-panel-empty", NO_RUNS);
     this.empty.hidden = true;
     this.moreButton = button("More", "agentruns-panel-more");
     this.moreButton.hidden = true;
@@ -208,7 +241,46 @@ export class RunsPanel {
     // Column names, shown by the table layout only.
     const head = element("div", "agentruns-panel-table-head");
     for (const name of ["status", "agent", "title", "notebook", "created", "time", "tokens"]) head.append(element("span", "", name));
-    this.node.append(header, this.search, filters, this.message, this.empty, head, this.list, this.moreButton);
+    // The caller's schedules, each with its next time and last runs (hidden while there is none).
+    const openRun = this.openRun;
+    /** @type {ScheduleList | null} */
+    this.schedules = options.schedules
+      ? new ScheduleList({ baseUrl: this.baseUrl, openRun: openRun === null ? null : (runId) => void (runPagesOpen() && openRun(runId)), now: this.now })
+      : null;
+    const starting = element("div", "agentruns-panel-start");
+    starting.append(this.newRunButton);
+    if (this.conversationsButton !== null) starting.append(this.conversationsButton);
+    this.node.append(header, starting, this.newRun.node);
+    if (this.schedules !== null) this.node.append(this.schedules.node);
+    this.node.append(this.search, filters, this.message, this.empty, head, this.list, this.moreButton);
+    /** The parts of the runs' list, hidden while the conversations are shown. */
+    this.runsParts = [this.search, filters, head, this.list];
+    if (this.conversations !== null) this.node.append(this.conversations.node);
+  }
+
+  /**
+   * Show the conversations (true) or the runs (false) in the panel.
+   * @param {boolean} on
+   */
+  showConversations(on) {
+    if (this.conversations === null) return;
+    this.showingConversations = on;
+    for (const part of this.runsParts) part.classList.toggle("agentruns-panel-away", on);
+    for (const part of [this.message, this.empty, this.moreButton]) part.classList.toggle("agentruns-panel-away", on);
+    this.conversations.node.hidden = !on;
+    if (this.conversationsButton !== null) {
+      this.conversationsButton.setAttribute("aria-pressed", String(on));
+      this.conversationsButton.textContent = on ? "Runs" : "Conversations";
+      this.conversationsButton.title = on ? "List the runs again" : "List the conversations (a notebook's runs of one agent) instead of the runs";
+    }
+    void this._refreshShown();
+  }
+
+  /** Read again what the panel shows: the runs, or the conversations. */
+  _refreshShown() {
+    if (this.schedules !== null) void this.schedules.load();
+    if (this.showingConversations && this.conversations !== null) return this.conversations.load();
+    return this.refresh();
   }
 
   /** The panel is on screen: read the runs now, then keep them fresh. */
@@ -217,10 +289,12 @@ export class RunsPanel {
     this.visible = true;
     // Only where run pages (and the table) exist: JupyterLab, not Notebook 7.
     if (this.tableButton !== null) this.tableButton.hidden = !runPagesOpen();
+    if (this.conversationsButton !== null) this.conversationsButton.hidden = !runPagesOpen();
+    if (this.schedules !== null) void this.schedules.load();
     void this.refresh();
     // A browser tab in the background asks nothing: the next look after it comes back does.
     this.refreshTimer = this.setInterval(() => {
-      if (!document.hidden) void this.refresh();
+      if (!document.hidden) void this._refreshShown();
     }, REFRESH_MS);
     this.tickTimer = this.setInterval(() => this._tick(), TICK_MS);
   }
@@ -501,8 +575,12 @@ export class RunsPanel {
     const second = element("div", "agentruns-panel-line agentruns-panel-detail");
     const timing = element("span", "agentruns-panel-timing");
     const tokens = element("span", "agentruns-panel-tokens");
-    // How many notebook edits the run made (its view lists them, with Undo).
-    const edits = element("span", "agentruns-panel-edits");
+    // How many notebook edits the run made: a link to them, with their diffs and Undo, on the run's page.
+    const edits = element("a", "agentruns-panel-edits");
+    edits.addEventListener("click", (event) => {
+      event.preventDefault();
+      if (this.openRun && runPagesOpen() && edits.hasAttribute("href")) this.openRun(runId, "");
+    });
     const cancel = button("Cancel", "agentruns-cancel");
     const again = button("Run again", "agentruns-again");
     second.append(timing, tokens, edits, element("span", "agentruns-spacer"), cancel, again);
@@ -554,6 +632,13 @@ export class RunsPanel {
     else row.notebook.removeAttribute("href");
     row.tokens.textContent = describeTokens(state.snapshot.usage);
     row.edits.textContent = editsSummary(runEdits(state.snapshot));
+    if (pages && row.edits.textContent) {
+      row.edits.setAttribute("href", "#");
+      row.edits.title = "See these edits, with their diffs and Undo, on the run's page";
+    } else {
+      row.edits.removeAttribute("href");
+      row.edits.removeAttribute("title");
+    }
     this._renderTimes(row);
     row.cancel.hidden = state.terminal || state.status === "cancelling";
     row.again.hidden = !state.terminal;
@@ -600,7 +685,7 @@ export class RunsPanel {
     this.empty.hidden = this.order.length > 0 || this.loading;
     this.empty.textContent = this.statusFilter.value || this.sessionFilter.value || this.search.value.trim()
       ? "No runs match these filters."
-      : "No runs yet. Start one from a notebook: submit(\"demo\", {...}).";
+      : NO_RUNS;
     this.moreButton.hidden = this.next === null;
   }
 
@@ -634,6 +719,7 @@ export class RunsPanel {
   }
 
   _tick() {
+    if (this.showingConversations && this.conversations !== null) this.conversations.render();
     for (const row of this.rows.values()) this._renderTimes(row);
   }
 

@@ -4,13 +4,14 @@
 // from the server, whether or not a kernel and its widget model exist. When
 // the widget model of the run is in this page, the renderer keeps it in sync
 // as the widget's own view would. It also keeps the notebook's record of the
-// run current once the run has ended.
+// run current once the run has ended, and as the follow-ups under it end.
 
 import { Widget } from "@lumino/widgets";
 
 import { apiBase, apiFetch, runsUrl } from "./api.js";
 import { findModel, watchModels } from "./models.js";
 import { MIME_TYPE, fetchRecord, runData, switchedBundle, updatedBundle } from "./record.js";
+import { inSharedNotebook } from "./shared.js";
 import { RunView, followNewRun, syncFor } from "./view.js";
 
 /**
@@ -41,8 +42,12 @@ export class RunRenderer extends Widget {
     this.callbacks = new Set();
     /** @type {() => void} */
     this.unwatch = () => {};
-    /** @type {string | null} the run whose record was checked (or is being checked) */
+    /** @type {string | null} the run and ended follow-ups whose record was checked (or is being checked) */
     this.recordChecked = null;
+    /** @type {RunState | null} the run as last shown */
+    this.shownState = null;
+    /** @type {string[]} the follow-ups under it that have ended, as last shown */
+    this.threadEnded = [];
     this.view = new RunView(this._host(), this.node);
   }
 
@@ -59,6 +64,8 @@ export class RunRenderer extends Widget {
     if (runId === this.outputRunId) return;
     this.outputRunId = runId;
     this.recordChecked = null;
+    this.shownState = null;
+    this.threadEnded = [];
     this.unwatch();
     this.unwatch = watchModels(runId, () => this._notify());
     this.view.attach(runId);
@@ -99,7 +106,14 @@ export class RunRenderer extends Widget {
         if (found) syncFor(found).save(runId, lastSeq, status, now);
       },
       ranAgain: (run, previous) => this._ranAgain(run, previous),
-      shown: (state) => this._shown(state),
+      shown: (state) => {
+        this.shownState = state;
+        void this._checkRecord();
+      },
+      threadEnded: (runIds) => {
+        this.threadEnded = runIds;
+        void this._checkRecord();
+      },
     };
   }
 
@@ -121,15 +135,23 @@ export class RunRenderer extends Widget {
   }
 
   /**
-   * Once the run has ended, bring the output's record up to date: once per run, and only if it changed.
-   * @param {RunState} state
+   * Once the run has ended, bring the output's record up to date: again each
+   * time another follow-up under it ends (the server's record holds the
+   * thread), and only if it changed. The record is the server's whole text
+   * each time, never added to: a refresh cannot repeat a follow-up in it.
    */
-  async _shown(state) {
-    if (!state.terminal || state.run === null || this.recordChecked === state.runId) return;
-    this.recordChecked = state.runId;
+  async _checkRecord() {
+    const state = this.shownState;
+    if (state === null || !state.terminal || state.run === null) return;
+    const key = [state.runId, ...this.threadEnded].join(" ");
+    if (this.recordChecked === key) return;
+    this.recordChecked = key;
     const record = await fetchRecord(apiFetch, runsUrl(apiBase(), state.runId));
     const mimeModel = this.mimeModel;
-    if (mimeModel === null || this.isDisposed || this.outputRunId !== state.runId) return;
+    // A newer check (another follow-up ended meanwhile) has the newer record.
+    if (mimeModel === null || this.isDisposed || this.outputRunId !== state.runId || this.recordChecked !== key) return;
+    // In a shared document every page holding it would make this change, each its own copy of the output.
+    if (inSharedNotebook(this.node)) return;
     const fields = { run_id: state.runId, status: state.status, last_seq: state.lastSeq, agent: state.run.agent };
     const next = updatedBundle(/** @type {Record<string, any>} */ (mimeModel.data), fields, record);
     if (next !== null) mimeModel.setData({ data: next });

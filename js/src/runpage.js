@@ -1,3 +1,4 @@
+
 // A run's own page: what it was asked, its live view (the notebook edits it
 // made among it), its timeline, its attempts, and what can be done with it
 // (go to its cell, delete it).
@@ -11,6 +12,7 @@
 import { apiFetch, errorMessage, runsUrl, withSlash } from "./api.js";
 import { TITLE_CHARS, button, cutText, element, formatCost, formatTokens, isCost, parseTime } from "./dom.js";
 import { editWords } from "./edits.js";
+import { pageHost } from "./hosts.js";
 import { isPlainObject } from "./json.js";
 import { RUN_DELETED_EVENT } from "./links.js";
 import { isTerminalType } from "./status.js";
@@ -214,6 +216,8 @@ export class RunPage {
     /** @type {Promise<void> | null} */
     this.reading = null;
     this.disposed = false;
+    /** @type {string | null} the edit to bring into view once drawn ("" for the edits' section) */
+    this.wantedEdit = null;
 
     this.node = element("div", "agentruns-runpage");
     this.node.dataset.runId = this.runId;
@@ -267,20 +271,13 @@ export class RunPage {
     );
 
     this.view = new RunView(
-      {
-        runId: () => this.runId,
-        baseUrl: () => this.baseUrl,
-        reattached: () => false,
-        followed: () => "",
-        savedRecord: () => null,
-        subscribe: () => () => {},
-        save: () => {},
+      pageHost(() => this.runId, () => this.baseUrl, {
         ranAgain: (run) => {
           if (this.openRun && run && typeof run.run_id === "string") this.openRun(run.run_id);
           void this.readChain();
         },
         shown: (state) => this._shown(state),
-      },
+      }),
       this.viewNode,
     );
   }
@@ -370,10 +367,32 @@ export class RunPage {
    */
   _shown(state) {
     this.node.dataset.status = state.status;
+    if (this.wantedEdit !== null) this._revealEdit();
     if (this.complete && state.lastSeq > this.cursor) {
       this.complete = false;
       void this.readEvents();
     }
+  }
+
+  /**
+   * Bring the run's notebook edits into view, at the card of `editId` if it has one:
+   * now if they are drawn, else as soon as the run's view draws them.
+   * @param {string} editId an edit's id, or "" for the edits' section
+   */
+  showEdit(editId) {
+    this.wantedEdit = editId;
+    this._revealEdit();
+  }
+
+  _revealEdit() {
+    const section = this.view.edits.node;
+    if (this.wantedEdit === null || section.hidden || !section.isConnected) return;
+    const card = Array.from(section.querySelectorAll(".agentruns-edit")).find((node) => /** @type {HTMLElement} */ (node).dataset.editId === this.wantedEdit);
+    const target = /** @type {HTMLElement} */ (card ?? section);
+    for (const node of section.querySelectorAll(".agentruns-edit--shown")) node.classList.remove("agentruns-edit--shown");
+    if (card) card.classList.add("agentruns-edit--shown");
+    this.wantedEdit = null;
+    target.scrollIntoView?.({ block: "start" });
   }
 
   /**

@@ -1,13 +1,15 @@
 // JupyterLab's side of a run's own page and of the runs table: the commands
 // that open them in the main area, and the way to a run's cell.
 
-import { ILabShell } from "@jupyterlab/application";
+import { ILabShell, ILayoutRestorer, IRouter } from "@jupyterlab/application";
+import { WidgetTracker } from "@jupyterlab/apputils";
 import { Widget } from "@lumino/widgets";
 
 import { apiBase, pageOption } from "./api.js";
+import { CONVERSATION_REFRESH_MS, ConversationView, conversationKey, sessionName } from "./conversations.js";
 import { runsIcon } from "./icons.js";
 import { RunsPanel } from "./panel.js";
-import { OPEN_RUN_EVENT } from "./links.js";
+import { OPEN_RUN_EVENT, RUN_PAGE_PARAM, runInAddress } from "./links.js";
 import { RunPage } from "./runpage.js";
 import { runTitle } from "./words.js";
 
@@ -20,6 +22,68 @@ import { runTitle } from "./words.js";
 export const OPEN_RUN = "agentruns:open-run";
 export const OPEN_TABLE = "agentruns:open-runs-table";
 export const GO_TO_CELL = "agentruns:go-to-cell";
+export const OPEN_CONVERSATION = "agentruns:open-conversation";
+export const OPEN_RUN_LINK = "agentruns:open-run-link";
+
+/** A conversation's view as a tab: in the main area, or docked in the right sidebar. */
+class ConversationWidget extends Widget {
+  /**
+   * @param {ConversationView} view
+   * @param {string} area "main" or "right"
+   */
+  constructor(view, area) {
+    super({ node: view.node });
+    this.view = view;
+    this.area = area;
+    this.key = conversationKey(view.session, view.agent);
+    this.id = `jupyter-agentruns-conversation-${Array.from(this.key, (c) => c.charCodeAt(0).toString(16)).join("")}`;
+    this.addClass("agentruns-conversation-widget");
+    this.title.label = `${view.agent} · ${sessionName(view.session)}`;
+    this.title.icon = runsIcon;
+    this.title.caption = `Conversation with ${view.agent} in ${view.session}`;
+    this.title.closable = true;
+    /** @type {any} */
+    this.timer = null;
+  }
+
+  // Runs started elsewhere show while it is on screen; nothing is asked while it is hidden.
+  onAfterShow() {
+    this._follow();
+  }
+
+  onAfterAttach() {
+    if (this.isVisible) this._follow();
+  }
+
+  onBeforeHide() {
+    this._stop();
+  }
+
+  onBeforeDetach() {
+    this._stop();
+  }
+
+  _follow() {
+    if (this.timer === null) this.timer = setInterval(() => void this.view.refresh(), CONVERSATION_REFRESH_MS);
+  }
+
+  _stop() {
+    if (this.timer !== null) clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  /** @param {import("@lumino/messaging").Message} msg */
+  onCloseRequest(msg) {
+    super.onCloseRequest(msg);
+    this.dispose();
+  }
+
+  dispose() {
+    this._stop();
+    this.view.dispose();
+    super.dispose();
+  }
+}
 
 /** A run's page as a main-area tab. */
 class RunPageWidget extends Widget {
@@ -120,12 +184,14 @@ export const runPagesPlugin = {
   description: "A run's own page and the table of runs, in the main area.",
   autoStart: true,
   // JupyterLab's tabs: Notebook 7 shows one document a page, and no run pages.
-  optional: [ILabShell],
+  optional: [ILabShell, ILayoutRestorer, IRouter],
   /**
    * @param {JupyterFrontEnd} app
    * @param {import("@jupyterlab/application").ILabShell | null} labShell
+   * @param {import("@jupyterlab/application").ILayoutRestorer | null} restorer
+   * @param {import("@jupyterlab/application").IRouter | null} router
    */
-  activate(app, labShell) {
+  activate(app, labShell, restorer, router) {
     if (labShell === null) return;
     /** @type {Map<string, RunPageWidget>} */
     const pages = new Map();
@@ -133,8 +199,11 @@ export const runPagesPlugin = {
     let table = null;
     const serverRoot = pageOption("agentrunsServerRoot") || pageOption("serverRoot");
 
-    /** @param {string} runId */
-    const openRun = (runId) => void app.commands.execute(OPEN_RUN, { run_id: runId });
+    /**
+     * @param {string} runId
+     * @param {string | null} [edit] at its notebook edits: this one's card ("" for the section)
+     */
+    const openRun = (runId, edit = null) => void app.commands.execute(OPEN_RUN, edit === null ? { run_id: runId } : { run_id: runId, edit });
 
     app.commands.addCommand(GO_TO_CELL, {
       label: "Go to the Cell of an Agent Run",
@@ -150,7 +219,7 @@ export const runPagesPlugin = {
 
     app.commands.addCommand(OPEN_RUN, {
       label: "Open Agent Run",
-      caption: "Open a run's own page: its timeline, answer, attempts and cell",
+      caption: "Open a run's own page: its timeline, answer, notebook edits, attempts and cell",
       execute(args) {
         const runId = typeof args.run_id === "string" ? args.run_id : "";
         if (!runId) return;
@@ -172,6 +241,8 @@ export const runPagesPlugin = {
           app.shell.add(made, "main");
         }
         app.shell.activateById(widget.id);
+        // At its notebook edits: an edit's card (a cell's mark asks so), or the section (the panel's count).
+        if (typeof args.edit === "string") widget.page.showEdit(args.edit);
         return widget;
       },
     });
@@ -196,12 +267,81 @@ export const runPagesPlugin = {
       },
     });
 
+    /** @type {Map<string, ConversationWidget>} */
+    const conversations = new Map();
+    // A refresh opens the conversations that were open again, where they were.
+    /** @type {WidgetTracker<ConversationWidget>} */
+    const tracked = new WidgetTracker({ namespace: "agentruns-conversations" });
+    if (restorer) {
+      void restorer.restore(tracked, {
+        command: OPEN_CONVERSATION,
+        args: (widget) => ({ session: widget.view.session, agent: widget.view.agent, area: widget.area }),
+        name: (widget) => widget.key,
+      });
+    }
+
+    app.commands.addCommand(OPEN_CONVERSATION, {
+      label: "Open Agent Conversation",
+      caption: "A notebook's runs of one agent as a chat, with a box to reply",
+      execute(args) {
+        const session = typeof args.session === "string" ? args.session : "";
+        const agent = typeof args.agent === "string" ? args.agent : "";
+        if (!session || !agent) return;
+        const area = args.area === "right" ? "right" : "main";
+        const key = conversationKey(session, agent);
+        let widget = conversations.get(key);
+        if (widget !== undefined && !widget.isDisposed && widget.area !== area) {
+          // Moved: the open one closes, a new one opens where asked.
+          widget.dispose();
+          widget = undefined;
+        }
+        if (widget === undefined || widget.isDisposed) {
+          const view = new ConversationView({
+            baseUrl: apiBase(),
+            session,
+            agent,
+            openBeside: area === "main" ? () => void app.commands.execute(OPEN_CONVERSATION, { session, agent, area: "right" }) : undefined,
+          });
+          const made = new ConversationWidget(view, area);
+          widget = made;
+          conversations.set(key, made);
+          made.disposed.connect(() => {
+            if (conversations.get(key) === made) conversations.delete(key);
+          });
+          void view.load();
+          app.shell.add(made, area, area === "right" ? { rank: 900 } : undefined);
+          void tracked.add(made);
+        }
+        app.shell.activateById(widget.id);
+        return widget;
+      },
+    });
+
+    // A link to a run's page (`lab?agentruns-run=<id>`, what an MCP client's
+    // start_run answers as page_url) opens it once the layout is restored; the
+    // parameter leaves the address, so that a reload opens no page again.
+    if (router !== null) {
+      app.commands.addCommand(OPEN_RUN_LINK, {
+        label: "Open the Agent Run of a Link",
+        async execute(args) {
+          const { runId, rest } = runInAddress(typeof args.search === "string" ? args.search : "");
+          if (runId === null) return;
+          const { pathname, hash } = window.location;
+          window.history.replaceState(window.history.state, "", `${pathname}${rest}${hash}`);
+          await app.restored;
+          openRun(runId);
+        },
+      });
+      router.register({ command: OPEN_RUN_LINK, pattern: new RegExp(`[?&]${RUN_PAGE_PARAM}=[^&#]`) });
+    }
+
     // A run view (in a notebook, or on a run's page) asks for a run's page
     // with a DOM event: it knows nothing of JupyterLab.
     document.body.dataset.agentrunsRunPages = "true";
     document.addEventListener(OPEN_RUN_EVENT, (event) => {
-      const runId = /** @type {CustomEvent} */ (event).detail?.runId;
-      if (typeof runId === "string" && runId) openRun(runId);
+      const detail = /** @type {CustomEvent} */ (event).detail;
+      const runId = detail?.runId;
+      if (typeof runId === "string" && runId) openRun(runId, typeof detail.edit === "string" ? detail.edit : null);
     });
   },
 };

@@ -15,6 +15,8 @@ import { compactJson, hasOwn, isPlainObject } from "./json.js";
 import { runPagesOpen, requestRunPage } from "./links.js";
 import { MAX_MARKDOWN_CHARS, renderMarkdown } from "./markdown.js";
 import { RunState } from "./runstate.js";
+import { choiceWords } from "./pickers.js";
+import { ThreadSection } from "./thread.js";
 import { ACTIVE_STATUSES, isTerminal } from "./status.js";
 import { silenceWords } from "./silence.js";
 import { cancelledWords, clockTime, formatDuration, progressWords, runTitle, sameRunWords, timingWords } from "./words.js";
@@ -44,7 +46,9 @@ import { cancelledWords, clockTime, formatDuration, progressWords, runTitle, sam
  *   save(runId: string, lastSeq: number, status: string, now: boolean): void,
  *   ranAgain(run: Run, previous: string): void,
  *   shown?(state: RunState): void,
+ *   threadEnded?(runIds: string[]): void,
  * }} RunHost
+ * `threadEnded`: the follow-ups under the view that have ended (see ThreadHost's `ended`).
  */
 
 /** How often `last_seq` is written back to the kernel at most, in ms. */
@@ -164,6 +168,13 @@ export function modelHost(model) {
     save: (runId, lastSeq, status, now) => syncFor(model).save(runId, lastSeq, status, now),
     // The model's change:run_id re-attaches every view of it, this one included.
     ranAgain: (run) => followNewRun(model, run),
+    // Where this view shows (no renderer of the extension keeps the output), the kernel keeps the record.
+    threadEnded: (runIds) => {
+      const known = model.get("thread");
+      if (Array.isArray(known) && known.join(" ") === runIds.join(" ")) return;
+      model.set("thread", runIds);
+      model.save_changes();
+    },
   };
 }
 
@@ -214,8 +225,9 @@ export class RunView {
   /**
    * @param {RunHost} host
    * @param {HTMLElement} el
+   * @param {{thread?: boolean}} [options] `thread: false`: no follow-ups nor box (a follow-up's own view in a thread)
    */
-  constructor(host, el) {
+  constructor(host, el, options = {}) {
     this.host = host;
     this.root = element("div", "agentruns-run");
 
@@ -248,7 +260,9 @@ export class RunView {
     this.copyButton.title = "Copy the run id";
     this.copyButton.addEventListener("click", () => this._copyRunId());
     this.note = element("span", "agentruns-note");
-    this.meta.append(this.runIdText, this.copyButton, this.note);
+    // The mode, model and files the run's input chose, where it chose some.
+    this.choices = element("span", "agentruns-choices");
+    this.meta.append(this.runIdText, this.copyButton, this.choices, this.note);
     this.notice = element("div", "agentruns-notice");
 
     // The model's thinking, folded: not drawn until opened, then drawn as it grows.
@@ -280,6 +294,20 @@ export class RunView {
     this.unknown = element("div", "agentruns-events");
     this.body = element("div", "agentruns-body");
     this.root.append(this.header, this.detail, this.meta, this.notice, this.body);
+    // The conversation under it: follow-ups sent from its box, as a thread.
+    /** @type {ThreadSection | null} */
+    this.thread = null;
+    if (options.thread !== false) {
+      this.thread = new ThreadSection({
+        baseUrl: () => this.api,
+        actions: () => this.actions,
+        makeView: (threadHost, node) => new RunView(threadHost, node, { thread: false }),
+        ended: (runIds) => {
+          if (this.host.threadEnded) this.host.threadEnded(runIds);
+        },
+      });
+      this.root.append(this.thread.node);
+    }
     el.appendChild(this.root);
 
     this.attachment = 0;
@@ -336,6 +364,7 @@ export class RunView {
     this.attachment += 1;
     this._stopFollowing();
     this.unsubscribe();
+    if (this.thread !== null) this.thread.dispose();
     if (this.frame !== null) cancelFrame(this.frame);
     this.frame = null;
     this._stopClock();
@@ -618,6 +647,10 @@ export class RunView {
     this._renderUsage(rendered, state.snapshot.usage);
     this._renderOutput(state);
     this._renderUnknown(rendered, state.unknown);
+    if (this.thread !== null) {
+      this.thread.node.hidden = false;
+      this.thread.show(/** @type {Run} */ (state.run), status);
+    }
     if (this.host.shown) this.host.shown(state);
   }
 
@@ -681,6 +714,8 @@ export class RunView {
     const linked = runPagesOpen();
     this.runIdText.classList.toggle("agentruns-run-id--link", linked);
     this.runIdText.title = linked ? "Open this run's page" : "";
+    this.choices.textContent = choiceWords(state && state.run ? state.run.input : null);
+    this.choices.hidden = this.choices.textContent === "";
     const followed = this.host.followed();
     const created = parseTime(state && state.run ? state.run.created_at : null);
     let note = "";
@@ -739,6 +774,8 @@ export class RunView {
     }
     const saved = element("div", "agentruns-record");
     renderMarkdown(saved, record);
+    // The record holds the thread as it was saved: no box to continue a conversation the server lost.
+    if (this.thread !== null) this.thread.node.hidden = true;
     this.notice.textContent = `${this.problem ? this.problem.message : ""} Below is the record saved in the notebook.`;
     this.body.replaceChildren(saved);
     this.rendered = null;
@@ -1067,12 +1104,14 @@ function toolCard(tool) {
   head.appendChild(element("span", "agentruns-tool-status", tool.status));
   card.appendChild(head);
   const code = ranCode(tool);
+  // An execute_cell step's text says what the cell showed; its images are kept in its result.
+  const ranCell = tool.name === "execute_cell";
   if (code !== null) card.appendChild(codeBlock(code));
   if (tool.status === "failed") {
     const error = tool.error;
     const text = error && error.message ? `${error.type || "error"}: ${error.message}` : compactJson(error, 160);
     card.appendChild(element("div", "agentruns-tool-result", text));
-  } else if (tool.status === "completed" && tool.result !== null && tool.result !== undefined && code === null) {
+  } else if (tool.status === "completed" && tool.result !== null && tool.result !== undefined && code === null && !ranCell) {
     card.appendChild(element("div", "agentruns-tool-result", compactJson(tool.result, 160)));
   }
   const content = toolContent(tool.content);
@@ -1080,6 +1119,8 @@ function toolCard(tool) {
   if (code !== null) {
     for (const image of codeImages(tool)) card.appendChild(image);
     card.appendChild(insertButton(code));
+  } else if (ranCell && tool.status === "completed") {
+    for (const image of codeImages(tool)) card.appendChild(image);
   }
   return card;
 }
@@ -1097,7 +1138,7 @@ const IMAGE_TYPES = new Set(["image/png", "image/jpeg"]);
 const BASE64 = /^[A-Za-z0-9+/=\s]+$/;
 
 /**
- * The images a run_code step's code displayed (kept in its result), as inline images:
+ * The images a run_code or execute_cell step's code displayed (kept in its result), as inline images:
  * only PNG and JPEG, only base64 data, never a URL.
  * @param {Tool} tool
  * @returns {HTMLImageElement[]}

@@ -72,8 +72,14 @@ export function formatDuration(ms) {
  * @param {number} ms since the epoch
  */
 export function clockTime(ms) {
-  return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  // One formatter for the page: toLocaleTimeString makes one for each call, and a
+  // notebook of many runs shows a time in each.
+  clockFormat ??= new Intl.DateTimeFormat([], { hour: "2-digit", minute: "2-digit" });
+  return clockFormat.format(new Date(ms));
 }
+
+/** @type {Intl.DateTimeFormat | undefined} */
+let clockFormat;
 
 /**
  * @param {string | null | undefined} text

@@ -6,7 +6,7 @@ import { installPage, until } from "./dom.mjs";
 
 installPage();
 const { RunView } = await import("../src/view.js");
-const { editWords, sideText, undoAll, undoAllWords, undoOrder, runEdits } = await import("../src/edits.js");
+const { editCard, editWords, outputsSummary, sideText, undoAll, undoAllWords, undoOrder, runEdits } = await import("../src/edits.js");
 
 const RUN = "run_edits";
 const NOTEBOOK = "work/analysis.ipynb";
@@ -213,4 +213,30 @@ test("an edit's words and the text its diff compares", () => {
   ];
   assert.equal(sideText("outputs", outputs), "42\n[image/png]\nValueError: bad\n");
   assert.equal(sideText("edit", null), "");
+});
+
+test("an outputs edit says what running the cell showed: outputs counted, images counted, first lines", () => {
+  const after = [
+    { output_type: "stream", name: "stdout", text: ["rows: 3\n", "cols: 2\n"] },
+    { output_type: "display_data", data: { "image/png": "iVBOR", "text/plain": "<Figure size 640x480>" }, metadata: {} },
+    { output_type: "execute_result", data: { "text/plain": "42" }, metadata: {}, execution_count: 7 },
+    { output_type: "error", ename: "ValueError", evalue: "x".repeat(300), traceback: [] },
+  ];
+  const { count, lines } = outputsSummary(edit("o", { op: "outputs", before: [], after }));
+  assert.equal(count, "4 outputs · 1 image");
+  assert.deepEqual(lines, ["rows: 3", "cols: 2", "42", "… 1 more line"]);
+  assert.deepEqual(outputsSummary(edit("o", { op: "outputs", before: [], after: [] })), { count: "no output", lines: [] });
+  const one = outputsSummary(edit("o", { op: "outputs", after: [{ output_type: "error", ename: "E", evalue: "y".repeat(200) }] }));
+  assert.equal(one.count, "1 output");
+  assert.equal(one.lines[0], `E: ${"y".repeat(117)}…`);
+});
+
+test("an outputs edit's card shows them above its diff, with Undo", () => {
+  const after = [{ output_type: "stream", name: "stdout", text: "hello\n" }, { output_type: "display_data", data: { "image/png": "iVBOR" }, metadata: {} }];
+  const card = editCard(edit("o", { op: "outputs", index: 0, before: [{ output_type: "stream", name: "stdout", text: "old\n" }], after }), () => {});
+  assert.equal(card.querySelector(".agentruns-edit-words").textContent, "Ran cell 1");
+  assert.equal(card.querySelector(".agentruns-edit-outputs-count").textContent, "Ran the cell: 2 outputs · 1 image");
+  assert.equal(card.querySelector(".agentruns-edit-outputs-text").textContent, "hello");
+  assert.match(card.querySelector(".agentruns-undo").title, /outputs the cell had before/);
+  assert.ok(card.querySelector(".agentruns-edit-outputs").nextElementSibling.matches(".agentruns-diff"));
 });

@@ -143,7 +143,7 @@ test("an empty list says how to start a run, and filters that match nothing say 
   const { panel } = makePanel(fakeHub());
   await panel.refresh();
   assert.equal(panel.empty.hidden, false);
-  assert.match(panel.empty.textContent, /Start one from a notebook/);
+  assert.match(panel.empty.textContent, /Start one with New run, or from a notebook's cell: %%agent demo/);
   panel.statusFilter.value = "failed";
   await panel.reload();
   assert.equal(panel.empty.textContent, "No runs match these filters.");
@@ -540,4 +540,72 @@ test("a run's row says how many notebook edits it made, and how many were undone
   assert.equal(text(a, ".agentruns-panel-edits"), "1 edit");
   assert.equal(text(none, ".agentruns-panel-edits"), "", "a run that edited no notebook says nothing of edits");
   assert.equal(text(b, ".agentruns-panel-tokens"), "15 tokens");
+});
+
+test("a run's count of notebook edits opens its page at them, where run pages open", async () => {
+  const edit = { edit_id: "e1", notebook: "n.ipynb", op: "insert", cell_id: "c1", index: 0, before: null, after: "2", status: "applied" };
+  const snapshot = (edits) => ({ messages: [], tools: [], progress: null, usage: null, inputs: [], edits });
+  fakeServer([runObject("run_b", { status: "succeeded", snapshot: snapshot([edit]) }), runObject("run_a", { status: "succeeded", snapshot: snapshot([]) })]);
+  document.body.dataset.agentrunsRunPages = "true";
+  const opened = [];
+  const { panel } = makePanel(fakeHub(), { openRun: (runId, at) => opened.push([runId, at]) });
+  panel.show();
+  await until(() => rows(panel).length === 2);
+  const [b, a] = rows(panel).map((row) => row.querySelector(".agentruns-panel-edits"));
+  assert.equal(b.getAttribute("href"), "#");
+  assert.equal(b.title, "See these edits, with their diffs and Undo, on the run's page");
+  b.click();
+  assert.deepEqual(opened, [["run_b", ""]]);
+  assert.equal(a.hasAttribute("href"), false, "no edits: nothing to open");
+  a.click();
+  assert.equal(opened.length, 1);
+});
+
+test("without run pages (Notebook 7) the count of edits is text", async () => {
+  const edit = { edit_id: "e1", notebook: "n.ipynb", op: "insert", cell_id: "c1", index: 0, before: null, after: "2", status: "applied" };
+  fakeServer([runObject("run_b", { status: "succeeded", snapshot: { messages: [], tools: [], progress: null, usage: null, inputs: [], edits: [edit] } })]);
+  const opened = [];
+  const { panel } = makePanel(fakeHub(), { openRun: (runId, at) => opened.push([runId, at]) });
+  panel.show();
+  await until(() => rows(panel).length === 1);
+  const count = rows(panel)[0].querySelector(".agentruns-panel-edits");
+  assert.equal(count.textContent, "1 edit");
+  assert.equal(count.hasAttribute("href"), false);
+  count.click();
+  assert.deepEqual(opened, []);
+});
+
+test("Conversations lists the conversations instead of the runs, and a click opens one", async () => {
+  fakeServer([runObject("run_a")]);
+  const runsFetch = globalThis.fetch;
+  const conversation = { session: "work/analysis.ipynb", agent: "demo", title: "first question", runs: 2, last_run_id: "run_a", updated_at: TS };
+  globalThis.fetch = async (url, init) =>
+    new URL(url, "http://localhost").pathname === "/api/agentruns/conversations" ? Response.json({ conversations: [conversation], next: null }) : runsFetch(url, init);
+  document.body.dataset.agentrunsRunPages = "true";
+  const opened = [];
+  const { panel } = makePanel(fakeHub(), { openConversation: (c) => opened.push(c) });
+  panel.show();
+  await until(() => rows(panel).length === 1);
+  assert.equal(panel.conversationsButton.hidden, false);
+  panel.conversationsButton.click();
+  const row = await until(() => panel.node.querySelector(".agentruns-conversation"), { what: "the conversation's row" });
+  assert.equal(row.querySelector(".agentruns-conversation-title").textContent, "first question");
+  assert.equal(row.querySelector(".agentruns-conversation-runs").textContent, "2 runs");
+  assert.equal(row.querySelector(".agentruns-conversation-age").textContent, "1 min ago");
+  assert.ok(panel.list.classList.contains("agentruns-panel-away"), "the runs step aside");
+  assert.equal(panel.conversationsButton.textContent, "Runs");
+  row.click();
+  assert.deepEqual(opened, [conversation]);
+  panel.conversationsButton.click();
+  assert.ok(!panel.list.classList.contains("agentruns-panel-away"));
+  assert.equal(panel.conversations.node.hidden, true);
+  panel.dispose();
+});
+
+test("without a way to open conversations, the panel has no Conversations", () => {
+  fakeServer([]);
+  const { panel } = makePanel(fakeHub());
+  assert.equal(panel.conversationsButton, null);
+  assert.equal(panel.node.querySelector(".agentruns-conversations"), null);
+  panel.dispose();
 });

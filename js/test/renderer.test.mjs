@@ -36,10 +36,20 @@ function fakeServer(runs, { records = true } = {}) {
       runs[created.run_id] = created;
       return Response.json(created, { status: 201 });
     }
+    if (path === "/api/agentruns/runs") {
+      const session = new URL(url, "http://x").searchParams.get("session");
+      const listed = Object.values(runs).filter((run) => run.session === session);
+      listed.sort((a, b) => b.created_at.localeCompare(a.created_at));
+      return Response.json({ runs: listed, next: null });
+    }
     const run = runs[decodeURIComponent(path.split("/").pop())];
     if (!run) return Response.json({ error: "run_not_found", message: "no such run" }, { status: 404 });
     if (headers.Accept === "text/markdown" && records) {
-      return new Response(`**${run.agent}** ${run.status} (${run.run_id})\n\n${run.snapshot.messages.map((m) => m.text).join("")}`, {
+      // As the server's: a thread's first run's record goes on with its follow-ups.
+      const thread = Object.values(runs)
+        .filter((other) => other.metadata && other.metadata.follow_up_of === run.run_id)
+        .map((other) => `\n\n> ${other.input.prompt}\n\n${other.status}: ${other.snapshot.messages.map((m) => m.text).join("")}`);
+      return new Response(`**${run.agent}** ${run.status} (${run.run_id})\n\n${run.snapshot.messages.map((m) => m.text).join("")}${thread.join("")}`, {
         headers: { "Content-Type": "text/markdown; charset=UTF-8" },
       });
     }
@@ -97,6 +107,7 @@ let cleanups;
 beforeEach(() => {
   delete globalThis.__jupyterAgentrunsHub;
   delete globalThis.__jupyterAgentrunsModels;
+  delete globalThis.__jupyterAgentrunsThreads;
   cleanups = [];
   renderer = new RunRenderer();
   document.body.replaceChildren(renderer.node);
@@ -171,6 +182,8 @@ test("a run the server does not have shows the saved record with a note, not an 
   await until(() => renderer.node.querySelector(".agentruns-record h2"));
   assert.equal(renderer.node.querySelector(".agentruns-record h2").textContent, "Saved answer");
   assert.match(renderer.node.querySelector(".agentruns-notice").textContent, /record saved in the notebook/);
+  // The saved record holds the thread: no box to continue what the server no longer has.
+  assert.equal(renderer.node.querySelector(".agentruns-thread").hidden, true);
   assert.equal(model.setDataCalls, 0);
 });
 
@@ -201,4 +214,33 @@ test("Run again moves the kernel's model and the saved output to the new run", a
   assert.equal(model.data[MIME_TYPE].run_id, "run_again");
   assert.equal(model.data["text/markdown"], "**demo** queued (run_again)\n\nHello");
   assert.equal(renderer.node.querySelector(".agentruns-run").dataset.runId, "run_again");
+});
+
+test("a follow-up that ended brings the thread into the saved record, and a refresh adds nothing", async () => {
+  const followUp = runObject({
+    run_id: "run_f1", created_at: "2026-03-01T10:01:00Z", metadata: { follow_up_of: RUN }, input: { prompt: "and then?" },
+    snapshot: { messages: [{ id: "m1", role: "assistant", text: "Then this.", done: true }], tools: [], progress: null, usage: null },
+  });
+  const requests = fakeServer({ [RUN]: runObject(), run_f1: followUp });
+  const model = outputModel(savedData(), renderer);
+  await renderer.renderModel(model);
+  const whole = `**demo** succeeded (${RUN})\n\nHello\n\n> and then?\n\nsucceeded: Then this.`;
+  await until(() => model.data["text/markdown"] === whole, { what: "the record with its thread" });
+  await until(() => renderer.node.querySelector(".agentruns-thread-run .agentruns-run")?.dataset.status === "succeeded");
+  await sleep(60);
+  const records = requests.filter((r) => r.accept === "text/markdown").length;
+  assert.ok(records <= 2, "once for the run, once more when its thread showed the ended follow-up");
+
+  // The page refreshed: a new renderer of the saved output finds it up to date.
+  const saved = model.data;
+  renderer.dispose();
+  renderer = new RunRenderer();
+  document.body.replaceChildren(renderer.node);
+  const reopened = outputModel(saved, renderer);
+  await renderer.renderModel(reopened);
+  await until(() => renderer.node.querySelector(".agentruns-thread-run .agentruns-run")?.dataset.status === "succeeded");
+  await until(() => renderer.recordChecked === `${RUN} run_f1`, { what: "the thread's record to be checked" });
+  await sleep(60);
+  assert.equal(reopened.setDataCalls, 0);
+  assert.equal(reopened.data["text/markdown"].split("and then?").length, 2);
 });

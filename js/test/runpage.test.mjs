@@ -181,3 +181,36 @@ test("the page lists the run's notebook edits as its view does, and its timeline
   assert.deepEqual(steps, ["Edited cell 1 · pending", "Edited cell 1 · applied", "Edited cell 1 · undone", "succeeded"]);
   page.dispose();
 });
+
+test("a page asked for one of its run's edits brings that edit's card into view, once the view draws it", async () => {
+  const edit = (editId, index) => ({ edit_id: editId, notebook: "n.ipynb", op: "insert", cell_id: `c${index}`, index, before: null, after: "x\n", status: "applied" });
+  const edits = [edit("e1", 0), edit("e2", 1)];
+  globalThis.fetch = async (url) => {
+    const parsed = new URL(url, "http://localhost");
+    if (parsed.pathname.endsWith("/events")) return Response.json({ events: [], last_seq: 4, status: "succeeded", done: true });
+    if (parsed.pathname === "/api/agentruns/runs") return Response.json({ runs: [], next: null });
+    return Response.json({
+      run_id: "run_e", agent: "demo", status: "succeeded", session: "n.ipynb", metadata: {}, input: {}, retry_of: null,
+      created_at: at(0), started_at: at(0), finished_at: at(3), last_seq: 4, first_seq: 1,
+      snapshot: { messages: [], tools: [], progress: null, usage: null, inputs: [], edits },
+      output: null, error: null, cancel: null,
+    });
+  };
+  /** @type {string[]} */
+  const scrolled = [];
+  window.HTMLElement.prototype.scrollIntoView = function () {
+    scrolled.push(this.dataset.editId ?? this.className);
+  };
+  const page = new RunPage({ baseUrl: "/", runId: "run_e" });
+  document.body.append(page.node);
+  page.showEdit("e2");
+  await page.load();
+  await until(() => page.viewNode.querySelector(".agentruns-edit--shown"), { what: "the edit asked for, outlined" });
+  assert.equal(page.viewNode.querySelector(".agentruns-edit--shown").dataset.editId, "e2");
+  assert.deepEqual(scrolled, ["e2"]);
+  // Asked again, for the section (the runs panel's count): the section comes into view.
+  page.showEdit("");
+  assert.deepEqual(scrolled, ["e2", "agentruns-edits"]);
+  assert.equal(page.viewNode.querySelector(".agentruns-edit--shown"), null);
+  page.dispose();
+});

@@ -687,6 +687,17 @@ test("a widget model is a host: its run_id, reattached and followed drive the vi
   assert.equal(model.saved.length, 1);
 });
 
+test("a widget model hears which follow-ups under its run ended, once per change", () => {
+  const model = fakeModel({ run_id: RUN, base_url: "/", thread: [] });
+  const host = modelHost(model);
+  host.threadEnded([]);
+  assert.equal(model.saved.length, 0, "nothing new: the kernel is not asked to write the record again");
+  host.threadEnded(["run_f1"]);
+  host.threadEnded(["run_f1"]);
+  host.threadEnded(["run_f1", "run_f2"]);
+  assert.deepEqual(model.saved.map((s) => s.thread), [["run_f1"], ["run_f1", "run_f2"]]);
+});
+
 test("durations, ages and event summaries read well", () => {
   assert.equal(formatDuration(980), "1.0 s");
   assert.equal(formatDuration(12_400), "12 s");
@@ -721,6 +732,18 @@ test("a run_code step shows its code, its output and images, and inserts its cod
   insert.click();
   assert.deepEqual(asked, ["df.describe()"]);
   assert.equal(insert.textContent, "Inserted");
+});
+
+test("an execute_cell step shows its text and images, not its result's JSON", async () => {
+  const result = { status: "applied", edit_id: "ed_x", cell_id: "c-1", execution_count: 3, images: [{ mime: "image/png", data: "iVBORw0KGgo=" }] };
+  const tools = [{ call_id: "c1", name: "execute_cell", args: { cell_id: "c-1" }, status: "completed", kind: "execute",
+    title: "Run the cell c-1", result, content: [{ type: "text", text: "Ran the cell c-1 (execution count 3); its outputs are in the notebook.\nresult:\n42" }] }];
+  await shown(fakeHost(), runObject({ snapshot: snapshotWith({ tools }) }));
+  const card = el.querySelector(".agentruns-tool");
+  assert.match(card.querySelector(".agentruns-tool-text").textContent, /^Ran the cell c-1 .*\nresult:\n42$/);
+  assert.equal(card.querySelector(".agentruns-tool-result"), null);
+  assert.deepEqual([...card.querySelectorAll("img")].map((img) => img.getAttribute("src")), ["data:image/png;base64,iVBORw0KGgo="]);
+  assert.equal(card.querySelector(".agentruns-insert-cell"), null); // the code is in its cell already
 });
 
 test("an approval question about code shows the code as code", async () => {

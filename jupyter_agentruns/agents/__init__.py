@@ -21,6 +21,13 @@ server: another server (or the restarted one) takes its run over and calls
 it again, with ``run.attempt`` > 1, ``run.snapshot`` (everything the run did
 so far) and ``run.checkpoint``. It must then go on from there and never
 repeat a step whose completion is in the log.
+
+An agent with modes or models a run may choose gives them with a
+``choices()`` method (``{"modes": [{id, name, description?}], "models":
+[...], "current": {"mode", "model"}}``, None while it does not know):
+``GET agents`` lists them, and the front end's pickers put the chosen ones
+in the input as ``mode`` / ``model``. With ``choices_checked = True`` a
+submit naming another is refused (400 ``invalid_input``).
 """
 
 from __future__ import annotations
@@ -102,7 +109,12 @@ class Run(Protocol):
     ``.ok``, ``.text`` (what a model reads) and ``.images``; ``mcp_server()``: ``{"url",
     "headers"}`` of the server's MCP endpoint with a token good for this run only. A resumed
     run's ``await resume(step)`` answers a call an earlier attempt started (an edit settled by
-    the notebook's file), ``await settle()`` every edit step it left running."""
+    the notebook's file), ``await settle()`` every edit step it left running (``settles(step)``:
+    whether it is one of those). For agents that read and write notebooks as files (ACP's
+    ``fs/*``): ``await read_notebook_text(path)``, the notebook as the person has it, as its
+    file's text, recorded as read; ``await write_notebook(path, text)``, a notebook written
+    whole made as cell edits, one tool step each (``.ok``, ``.text``, ``.changes``,
+    ``.notes``, ``.error``); None from either when nothing holds a notebook at ``path``."""
 
     mcp_servers: dict[str, dict[str, Any]]
     """The configured MCP servers (``c.AgentRuns.mcp_servers``), by name: ``{"command": [...],
@@ -205,6 +217,12 @@ class Run(Protocol):
         earlier run saved where that conversation is (e.g. an ACP session id).
         """
 
+    async def set_conversation_title(self, title: str) -> None:
+        """Name the run's conversation (its owner's runs of its session and agent) in the agent's
+        own words: ``GET conversations`` shows the newest title given, in place of the first
+        prompt. At most 500 characters are kept; a run without a session has no conversation to name.
+        """
+
     async def ask(
         self,
         title: str,
@@ -261,15 +279,40 @@ class AgentSpec:
         return inspect.iscoroutinefunction(call)
 
     def describe(self) -> dict[str, Any]:
+        """The agent as ``GET agents`` lists it, with its modes and models where it says them."""
         return {
             "name": self.name,
             "description": self.description,
             "input_schema": self.input_schema,
             "resumable": self.resumable,
+            **(self.choices() or {}),
         }
 
+    def choices(self) -> dict[str, Any] | None:
+        """What a run may choose (``modes``, ``models``: ``[{id, name, description?}]``, and the
+        ``current`` ids), as the agent's optional ``choices()`` says them; None when it says none."""
+        offered = getattr(self.fn, "choices", None)
+        return offered() if callable(offered) else None
+
+    def choice_problem(self, value: Any) -> tuple[str, str] | None:
+        """An input's ``mode`` or ``model`` that the agent does not offer (for an agent whose
+        ``choices_checked`` is true, once it has said its choices), or None."""
+        if not getattr(self.fn, "choices_checked", False) or not isinstance(value, dict):
+            return None
+        offered = self.choices() or {}
+        for category in ("mode", "model"):
+            known = [choice["id"] for choice in offered.get(f"{category}s") or ()]
+            chosen = value.get(category)
+            if known and isinstance(chosen, str) and chosen not in known:
+                return f"input.{category}", (
+                    f"input.{category}: the agent {self.name!r} has no {category} {chosen!r} "
+                    f"(its {category}s: {', '.join(known)})"
+                )
+        return None
+
     def input_problem(self, value: Any) -> tuple[str, str] | None:
-        """Where ``value`` breaks the input schema and why, or None.
+        """Where ``value`` breaks the input schema (or names a mode or model the agent does
+        not offer: ``choice_problem``) and why, or None.
 
         Where is a path in the body as ``invalid_request`` names one
         (``input.delay``, ``input.tools[1]``; ``input`` for the object itself).
@@ -277,7 +320,7 @@ class AgentSpec:
         validator = jsonschema.Draft202012Validator(self.input_schema)
         error = jsonschema.exceptions.best_match(validator.iter_errors(value))
         if error is None:
-            return None
+            return self.choice_problem(value)
         where = "input" + "".join(
             f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path
         )

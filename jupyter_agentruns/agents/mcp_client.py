@@ -27,6 +27,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+from .. import tracing
 from .tools import TOOL_NAME, Tool
 
 SEPARATOR = "__"
@@ -151,7 +152,9 @@ async def _session(entry: dict[str, Any]) -> AsyncIterator[Any]:
 
             command = entry["command"]
             parameters = StdioServerParameters(
-                command=command[0], args=command[1:], env=dict(entry.get("env") or {})
+                command=command[0],
+                args=command[1:],
+                env={**(entry.get("env") or {}), **tracing.environment()},
             )
             streams = await stack.enter_async_context(stdio_client(parameters))
         else:
@@ -159,7 +162,9 @@ async def _session(entry: dict[str, Any]) -> AsyncIterator[Any]:
             from mcp.shared._httpx_utils import create_mcp_http_client
 
             client = await stack.enter_async_context(
-                create_mcp_http_client(headers=dict(entry.get("headers") or {}))
+                create_mcp_http_client(
+                    headers={**(entry.get("headers") or {}), **tracing.headers()}
+                )
             )
             streams = await stack.enter_async_context(
                 streamable_http_client(entry["url"], http_client=client)

@@ -161,8 +161,11 @@ async def tool_step(
 
 async def _make(run: Any, call_id: str, act: Callable[[], Awaitable[Any]]) -> Ended:
     """Make the call of the started step ``call_id`` and record how it ended."""
+    # With traces on, the call is made under the step's span (a fake run in a test has none).
+    traced = getattr(run, "_traced_step", None)
     try:
-        made = await act()
+        with traced(call_id) if traced is not None else contextlib.nullcontext():
+            made = await act()
         ended = made if isinstance(made, Ended) else completed(made)
     except asyncio.CancelledError:
         if not run.cancelled:

@@ -2,7 +2,9 @@
 
 Against a running server (found as a kernel finds it: ``--url``/``--token``,
 ``AGENTRUNS_URL``/``AGENTRUNS_TOKEN``, else the one running server):
-``list``, ``show``, ``tail``, ``cancel``, ``answer``, ``export``, ``usage``.
+``list``, ``conversations``, ``show``, ``tail``, ``cancel``, ``answer``, ``export``, ``usage``,
+``schedules``,
+and ``acp`` (an ACP agent on stdio for editors, forwarding to the server's runs).
 On the store itself, no server needed: ``gc``, ``doctor``, ``migrate``, and
 ``copy`` (a SQLite store into PostgreSQL). Output is for
 people; ``--json`` is for scripts. Exit statuses are in ``exits.py``.
@@ -59,13 +61,14 @@ def seconds(value: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     common = Parser(add_help=False)
     common.add_argument("--json", action="store_true", help="print JSON, for scripts")
-    server = Parser(add_help=False, parents=[common])
-    server.add_argument(
+    connection = Parser(add_help=False)
+    connection.add_argument(
         "--url", help="the Jupyter server's URL (default: AGENTRUNS_URL, else the running server)"
     )
-    server.add_argument(
+    connection.add_argument(
         "--token", help="its token (default: AGENTRUNS_TOKEN, else the running server's)"
     )
+    server = Parser(add_help=False, parents=[common, connection])
     store = Parser(add_help=False, parents=[common])
     where = store.add_mutually_exclusive_group()
     where.add_argument(
@@ -94,6 +97,19 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument(
         "--limit", type=positive, default=20, help="at most this many (default 20)"
     )
+
+    talks = commands.add_parser(
+        "conversations",
+        parents=[server],
+        help="your conversations (runs of one session and agent), the newest first",
+    )
+    talks.add_argument("--agent", help="conversations with this agent")
+    talks.add_argument(
+        "--notebook",
+        metavar="PATH",
+        help="conversations of this notebook (its path under the root)",
+    )
+    talks.add_argument("--limit", type=positive, default=20, help="at most this many (default 20)")
 
     show = commands.add_parser(
         "show", parents=[server], help="a run: state, timing, what it did, its questions"
@@ -153,6 +169,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     commands.add_parser("usage", parents=[server], help="your token usage of the last 24 hours")
+    commands.add_parser(
+        "schedules", parents=[server], help="your schedules, with their next time and last runs"
+    )
+
+    bridge = commands.add_parser(
+        "acp",
+        parents=[connection],  # its output is the protocol's: no --json
+        help="an ACP agent on stdio for your editor (Zed, JetBrains, Neovim): its turns are runs",
+        description=(
+            "Speak the Agent Client Protocol on standard input and output, as an editor's agent "
+            "server: each session is a conversation on the Jupyter server, each prompt a run "
+            "there, streamed back to the editor with its steps, diffs and questions. The runs "
+            "belong to the server: quitting the editor leaves a run going, and loading the "
+            "session again shows the whole conversation and follows it."
+        ),
+        epilog=(
+            "The editor starts it: give it --url and --token (or AGENTRUNS_URL and "
+            "AGENTRUNS_TOKEN) of the server. A wrong URL or token ends it at once with one "
+            "line on standard error. Needs the ACP extra: pip install 'jupyter_agentruns[acp]'."
+        ),
+    )
+    bridge.add_argument(
+        "--agent",
+        metavar="NAME",
+        help="the agent new sessions talk to (default: the server's default_agent); "
+        "the editor's mode picker lists the others",
+    )
 
     commands.add_parser(
         "gc", parents=[store], help="apply retention now: delete expired runs, compact old events"
@@ -239,6 +282,15 @@ def run_command(args: argparse.Namespace, out: TextIO) -> int:
         args.token,
         hint="Pass --url and --token, or set AGENTRUNS_URL and AGENTRUNS_TOKEN.",
     )
+    if args.command == "acp":
+        try:
+            from . import acp_bridge
+        except ImportError as error:
+            raise CliError(
+                f"the ACP bridge needs the ACP SDK ({error}): pip install 'jupyter_agentruns[acp]'",
+                exits.CONFIG,
+            ) from None
+        return acp_bridge.serve(Client(server), args.agent)
     return remote.COMMANDS[args.command](Client(server), args, out)
 
 

@@ -160,6 +160,47 @@ def runs_table(runs: list[Any], now: datetime | None = None) -> str:
     return table(headers, rows)
 
 
+def conversations_table(conversations: list[Any], now: datetime | None = None) -> str:
+    """What ``conversations`` prints: one line each, the newest first."""
+    headers = ("SESSION", "AGENT", "RUNS", "UPDATED", "LAST RUN", "TITLE")
+    rows = [
+        (
+            short(conversation.get("session"), 40),
+            short(conversation.get("agent"), 40),
+            one_line(conversation.get("runs")),
+            age(conversation.get("updated_at"), now),
+            one_line(conversation.get("last_run_id")),
+            short(conversation.get("title"), TITLE_COLUMN),
+        )
+        for conversation in map(mapping, conversations)
+    ]
+    return table(headers, rows)
+
+
+def schedules_table(schedules: list[Any]) -> str:
+    """What ``schedules`` prints: one line each, the oldest first; times in UTC."""
+    headers = ("SCHEDULE", "AGENT", "CRON", "TIMEZONE", "NEXT (UTC)", "LAST RUNS", "SKIPPED")
+    rows = []
+    for schedule in map(mapping, schedules):
+        runs = [mapping(run) for run in items(schedule.get("last_runs"))]
+        last = ", ".join(one_line(run.get("status")) for run in runs[:3]) or "-"
+        next_at = (
+            "paused" if schedule.get("paused") is True else one_line(schedule.get("next_at") or "-")
+        )
+        rows.append(
+            (
+                one_line(schedule.get("schedule_id")),
+                short(schedule.get("agent"), 40),
+                short(schedule.get("cron"), 40),
+                short(schedule.get("timezone"), 40),
+                next_at.replace("T", " ").removesuffix("Z"),
+                last,
+                count(schedule.get("skipped")),
+            )
+        )
+    return table(headers, rows)
+
+
 def _not_started(run: dict[str, Any]) -> str:
     return "never started" if words.ended(run.get("status")) else "-"
 

@@ -1,4 +1,5 @@
-"""The commands that ask a running Jupyter server: list, show, tail, cancel, answer, export, usage.
+"""The commands that ask a running Jupyter server: list, conversations, show, tail, cancel,
+answer, export, usage.
 
 They are clients of the REST API, through the notebook API's ``Client``:
 what they may do is exactly what a person with the server's token may do.
@@ -10,7 +11,7 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from ..kernel.client import AgentRunsError, Client, NotAgentRunsServer, ServerNotFound
 from ..lifecycle import TERMINAL_EVENTS, TERMINAL_STATUSES
@@ -84,6 +85,36 @@ def cmd_list(client: Client, args, out: TextIO) -> int:
     return exits.OK
 
 
+# conversations ---------------------------------------------------------------
+
+
+def cmd_conversations(client: Client, args, out: TextIO) -> int:
+    found: list[dict[str, Any]] = []
+    before = None
+    while len(found) < args.limit:
+        page = client.conversations(
+            agent=args.agent,
+            notebook=args.notebook,
+            limit=min(args.limit - len(found), LIST_PAGE_MAX),
+            before=before,
+        )
+        listed = page.get("conversations")
+        if not isinstance(listed, list):
+            raise CliError("the server's answer has no list of conversations", exits.UNAVAILABLE)
+        found += map(output.mapping, listed)
+        before = page.get("next")
+        if not before or not isinstance(before, str):
+            break
+    found = found[: args.limit]
+    if args.json:
+        print_json(found, out)
+    elif found:
+        out.write(output.conversations_table(found) + "\n")
+    else:
+        out.write("no conversations" + (" match" if args.agent or args.notebook else "") + "\n")
+    return exits.OK
+
+
 # show ------------------------------------------------------------------------
 
 
@@ -97,6 +128,16 @@ def cmd_show(client: Client, args, out: TextIO) -> int:
 
 
 # tail ------------------------------------------------------------------------
+
+
+class Printer(Protocol):
+    """Where ``follow`` hands what it receives: ``tail`` prints it, the ACP bridge sends it on."""
+
+    def event(self, event: dict[str, Any]) -> None: ...
+
+    def snapshot(self, seq: int, run: dict[str, Any]) -> None: ...
+
+    def end(self) -> None: ...
 
 
 class EventPrinter:
@@ -229,7 +270,7 @@ def follow(
     run_id: str,
     *,
     after: int,
-    printer: EventPrinter,
+    printer: Printer,
     reconnects: Reconnects,
     read_timeout: float,
 ) -> str:
@@ -415,12 +456,31 @@ def cmd_usage(client: Client, args, out: TextIO) -> int:
     return exits.OK
 
 
+# schedules -------------------------------------------------------------------
+
+
+def cmd_schedules(client: Client, args, out: TextIO) -> int:
+    answer = output.mapping(client.request("GET", "schedules")[2])
+    listed = answer.get("schedules")
+    if not isinstance(listed, list):
+        raise CliError("the server's answer has no list of schedules", exits.UNAVAILABLE)
+    if args.json:
+        print_json(listed, out)
+    elif listed:
+        out.write(output.schedules_table(listed) + "\n")
+    else:
+        out.write("no schedules\n")
+    return exits.OK
+
+
 COMMANDS = {
     "list": cmd_list,
+    "conversations": cmd_conversations,
     "show": cmd_show,
     "tail": cmd_tail,
     "cancel": cmd_cancel,
     "answer": cmd_answer,
     "export": cmd_export,
     "usage": cmd_usage,
+    "schedules": cmd_schedules,
 }

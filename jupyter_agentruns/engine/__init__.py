@@ -12,7 +12,9 @@ owns its state:
 - ``queues.Queues``: session queues;
 - ``upkeep.Upkeep``: leases, and runs whose executor is gone;
 - ``tokens.TokenBudgets``: token budgets per run and per owner's day;
-- ``counting.RunCounts``: the store's runs by status, for the metrics.
+- ``counting.RunCounts``: the store's runs by status, for the metrics;
+- ``webhooks.Webhooks``: the users' hooks, and the deliveries of the store's outbox.
+- ``schedules.Schedules``: schedules, and a run for each of their slots.
 
 Threads: everything runs on the event loop, but for the functions marked
 ``writer.in_transaction`` (the writer runs them in its transaction, on its
@@ -32,31 +34,35 @@ from typing import Any
 
 from traitlets.config import LoggingConfigurable
 
-from .. import lifecycle, metrics
+from .. import lifecycle, metrics, tracing
 from ..agents import AgentSpec
 from ..broadcaster import Broadcaster, Channel
 from ..compaction import Compactor
 from ..domain import RunHead, RunObject
 from ..errors import ErrorCode, Problem
-from ..events import EVENT, Append
+from ..events import EVENT, TYPE, Append
 from ..executor import Executor, FinishedRun, RunContext, RunProvisions
 from ..notebook_tools import NotebookAccess
 from ..reader import Reader
 from ..sessions import SessionPaths
 from ..settings import Settings
 from ..store import Store, StoreUnavailable
+from ..store.sql import HOOK_EVENTS
 from ..tuning import InterpreterTuning
 from ..writer import Writer
 from .controls import Controls
 from .counting import RunCounts
+from .periodic import Passes
 from .queues import Queues
 from .reads import Reads, SnapshotReplaced
+from .schedules import Schedules
 from .streams import Streams
 from .submissions import Submissions, SubmitRequest
 from .tally import count_runs_in_commit
 from .tokens import TokenBudgets
 from .undo import Undo
 from .upkeep import Upkeep
+from .webhooks import Webhooks
 
 __all__ = ["Engine", "Requests", "SnapshotReplaced", "SubmitRequest"]
 
@@ -80,6 +86,7 @@ class Engine(LoggingConfigurable):
         sessions: SessionPaths | None = None,
         notebook: NotebookAccess | None = None,
         agent_stderr: Callable[[str], list[str] | None] | None = None,
+        link_url: str = "",
     ):
         super().__init__(parent=parent)  # for its log: the server's
         # The notebook tools (None: a server without them, e.g. the command line's).
@@ -120,8 +127,13 @@ class Engine(LoggingConfigurable):
         self.submissions: Submissions | None = None
         self.controls: Controls | None = None
         self.undo: Undo | None = None
+        self.webhooks: Webhooks | None = None
+        # Where people open this server: run pages' links in webhooks' messages.
+        self._link_url = settings.webhooks_link_url or link_url
+        self.schedules: Schedules | None = None
         self._starting: asyncio.Future | None = None
         self._background: list[asyncio.Task] = []
+        self._settling: set[asyncio.Future] = set()
         self._stopping = False
         self._stop_requested = asyncio.Event()
         metrics.RUNS.track(self, lambda engine: engine.counts.for_scrape())
@@ -172,13 +184,17 @@ class Engine(LoggingConfigurable):
         if self.writer is None:
             self._wire(loop)
         assert self.upkeep is not None and self.queues is not None  # wired above, or before
+        assert self.webhooks is not None
+        await self.webhooks.install_server_hooks()
         await self.upkeep.sweep()
         await self.queues.dispatch()
         if self._stopping:
             return
         self._background = [
             loop.create_task(self._maintain()),
+            loop.create_task(self.webhooks.run(self._stop_requested)),
             loop.create_task(self._compact_periodically()),
+            loop.create_task(self._schedule_periodically()),
         ]
         self.counts.start(loop)
         self.tuning.apply()
@@ -199,6 +215,7 @@ class Engine(LoggingConfigurable):
             history=self.reads.history,
             conversation=self.reads.conversation,
             max_resume_attempts=settings.max_resume_attempts,
+            tracer=tracing.configure(self.log),
             provisions=RunProvisions(
                 notebook_tools=self.notebook.for_run if self.notebook is not None else None,
                 mcp_servers=settings.mcp_servers,
@@ -243,6 +260,22 @@ class Engine(LoggingConfigurable):
         self.undo = Undo(
             writer=self.writer, reads=self.reads, executor=self.executor, notebook=self.notebook
         )
+        self.webhooks = Webhooks(
+            settings=settings,
+            writer=self.writer,
+            reader=self.reader,
+            reads=self.reads,
+            link_url=self._link_url,
+            log=self.log,
+        )
+        self.schedules = Schedules(
+            writer=self.writer,
+            reader=self.reader,
+            submissions=self.submissions,
+            upkeep=self.upkeep,
+            agents=self.agents,
+            log=self.log,
+        )
 
     async def stop(self) -> None:
         """End live runs ``interrupted`` (``server_shutdown``), commit, close the store.
@@ -254,25 +287,30 @@ class Engine(LoggingConfigurable):
         if self.upkeep is not None and self.queues is not None:
             self.upkeep.stopping = self.queues.stopping = True
         self._stop_requested.set()
+        if self.webhooks is not None:
+            self.webhooks.wake()  # its loop sees the stop at once
         self.broadcaster.stop_waits()  # streams and long-polls end, their clients resume later
         # The upkeep and the dispatches finish what they are doing (a claim in
         # the writer's queue commits either way: its result must not be lost);
         # the retention pass is only cancelled.
-        for task in self._background[1:]:
+        for task in self._background[2:]:
             task.cancel()
-        finishing: list[asyncio.Future] = [*self._background[:1]]
+        finishing: list[asyncio.Future] = [*self._background[:2]]
         if self.queues is not None:
             finishing += self.queues.pending
         if self._starting is not None and not self._starting.done():
             finishing.append(self._starting)  # its first dispatch may be claiming runs
         if finishing:
             await asyncio.wait(finishing, timeout=30)
+        if self.webhooks is not None:
+            await self.webhooks.stop()
         await self.requests.finished(STOP_GRACE_SECONDS)
         loop = asyncio.get_running_loop()
         if self.writer is not None:
             assert self.executor is not None  # wired with the writer
             await self.executor.shutdown()
             await loop.run_in_executor(None, self.writer.close)
+            await loop.run_in_executor(None, tracing.flush)  # the spans still held are sent
         await loop.run_in_executor(None, self.reader.close)
         self.broadcaster.close_watch()
         self.counts.stop()
@@ -286,6 +324,10 @@ class Engine(LoggingConfigurable):
         limit = self.settings.max_retained_events
         for run_id, items in appended.items():
             count_runs_in_commit(items)
+            if self.webhooks is not None and any(
+                [item[EVENT][TYPE] in HOOK_EVENTS for item in items]
+            ):
+                self.webhooks.wake()
             channel = self.broadcaster.get(run_id)
             if channel is None:
                 continue
@@ -303,7 +345,12 @@ class Engine(LoggingConfigurable):
     def _run_finished(self, run: FinishedRun) -> None:
         self.reads.forget(run.run_id)
         if self.notebook is not None:
-            self.notebook.forget(run.run_id)
+            pending = self.notebook.forget(run.run_id)
+            if pending and self.undo is not None:
+                # Its edits that a call still going when it ended left pending.
+                settling = asyncio.ensure_future(self.undo.settle_ended(run.run_id, pending))
+                self._settling.add(settling)
+                settling.add_done_callback(self._settling.discard)
         self.budgets.run_finished(run)
         self._on_activity()
         if run.session is not None:
@@ -371,7 +418,22 @@ class Engine(LoggingConfigurable):
                         "agentruns: deleted %d run(s) past run_retention_seconds", counts["deleted"]
                     )
 
+    async def _schedule_periodically(self) -> None:
+        """Submit the runs of the schedules' slots: at once (the slots missed while no
+        server ran), then every ``schedule_tick_seconds``."""
+        assert self.schedules is not None  # started once wired
+        passes = Passes(self.log, "schedules")
+        while not self._stopping:
+            await passes.run(self.schedules.tick)
+            await asyncio.sleep(self.settings.schedule_tick_seconds)
+
     # What handlers ask -------------------------------------------------------
+
+    async def hooks(self) -> Webhooks:
+        """The users' hooks (``webhooks.Webhooks``), once the engine started."""
+        await self.start()
+        assert self.webhooks is not None  # None only if the server stopped first: a 503
+        return self.webhooks
 
     async def submit(
         self, owner: str, request: SubmitRequest, key: str | None, key_with_run: bool = False
@@ -412,6 +474,12 @@ class Engine(LoggingConfigurable):
         assert self.undo is not None  # None only if the server stopped first: a 503
         return await self.undo.undo(owner, run_id, edit_id)
 
+    async def scheduled(self) -> Schedules:
+        """The schedules part, once started (``POST/GET/PATCH/DELETE schedules``)."""
+        await self.start()
+        assert self.schedules is not None  # None only if the server stopped first: a 503
+        return self.schedules
+
     def run_for_token(self, token: str) -> tuple[asyncio.Event, RunContext] | None:
         """For the live run a notebook tools token was made for: its stop signal and a ``run`` on it.
 
@@ -429,6 +497,12 @@ class Engine(LoggingConfigurable):
     async def get_run(self, owner: str, run_id: str) -> RunObject:
         return await self.reads.get_run(owner, run_id)
 
+    async def text_after(
+        self, owner: str, run_id: str, after_seq: int, max_chars: int
+    ) -> tuple[str, int]:
+        """The run's text written after ``after_seq`` and the seq it reaches (``Reads.text_after``)."""
+        return await self.reads.text_after(owner, run_id, after_seq, max_chars)
+
     async def run_answer(
         self, owner: str, run_id: str, markdown: bool = False
     ) -> AsyncIterator[bytes]:
@@ -438,6 +512,10 @@ class Engine(LoggingConfigurable):
     async def list_runs(self, owner: str, **query: Any) -> bytes:
         """One page of the owner's runs as JSON (see ``Reads.list_runs``)."""
         return await self.reads.list_runs(owner, **query)
+
+    async def list_conversations(self, owner: str, **query: Any) -> dict[str, Any]:
+        """One page of the owner's conversations (see ``Reads.list_conversations``)."""
+        return await self.reads.list_conversations(owner, **query)
 
     async def agent_stderr(self, owner: str, run_id: str) -> dict[str, Any]:
         """The last lines the agent process of the caller's active run wrote to stderr.

@@ -13,22 +13,35 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Literal, overload
 
 from .. import budgets, jsonio, lifecycle, reducer, words
 from ..cursor import page_cursor, parse_page_cursor
-from ..domain import JSON, JSONObject, ListedRun, LoggedEvent, RunHead, RunObject, RunRow
+from ..domain import (
+    JSON,
+    Conversation,
+    JSONObject,
+    ListedRun,
+    LoggedEvent,
+    RunHead,
+    RunObject,
+    RunRow,
+)
 from ..errors import ErrorCode, Problem, run_not_found
 from ..reader import Reader
-from ..record import run_markdown
+from ..record import FOLLOW_UPS_SHOWN, run_markdown
 from ..sessions import SessionPaths
 from ..store import StoreConnection, reduce_stored
 
+# The metadata key of a follow-up sent from a run's reply box: the id of its thread's first run.
+FOLLOW_UP_OF = "follow_up_of"
 SNAPSHOT_CACHE_BYTES = 64 * 1024 * 1024
 # run.conversation() looks this far back in a session for an earlier run's checkpoint.
 CONVERSATION_RUNS = 1000
 LIST_PAGE_BYTES = 16 * 1024 * 1024
+# A run's record looks this far back in its session for the follow-ups of its thread.
+THREAD_RUNS_READ = 1000
 # Runs a search reads from the store at a time (the store's match is wider than
 # the search's: each is checked here).
 SEARCH_BATCH = 200
@@ -107,6 +120,57 @@ class Reads:
             )
         )
 
+    async def get_run_without_snapshot(self, owner: str, run_id: str) -> RunObject:
+        """The caller's run object with ``snapshot`` None: a few columns, whatever the run's size."""
+        return await self.reader.run(
+            lambda conn: self.run_object(
+                conn, self.owned(conn, owner, run_id, full=True, snapshot=False), snapshot=False
+            )
+        )
+
+    async def text_after(
+        self, owner: str, run_id: str, after_seq: int, max_chars: int
+    ) -> tuple[str, int]:
+        """The caller's run's text written after ``after_seq``: about ``max_chars`` of it at
+        most (whole events), and the seq it reaches, to continue from.
+
+        A cursor beyond the run's last event is ``cursor_ahead``; one before
+        the events compaction kept is ``invalid_cursor`` (the text is then
+        read whole from the run).
+        """
+
+        def read(conn: StoreConnection) -> tuple[str, int]:
+            head = self.owned(conn, owner, run_id, full=False)
+            if after_seq > head["last_seq"]:
+                raise Problem(
+                    ErrorCode.CURSOR_AHEAD,
+                    f"after_seq {after_seq} is beyond the run's last event ({head['last_seq']}).",
+                    last_seq=head["last_seq"],
+                )
+            if after_seq < head["first_seq"] - 1:
+                raise Problem(
+                    ErrorCode.INVALID_CURSOR,
+                    f"The run's events up to seq {head['first_seq'] - 1} are no longer kept one "
+                    "by one: read its whole text without after_seq.",
+                )
+            parts: list[str] = []
+            chars, reached = 0, after_seq
+            while reached < head["last_seq"]:
+                rows = conn.read_events(run_id, reached, 1000, upto=head["last_seq"])
+                if not rows:
+                    break
+                for seq, kind, _, data in rows:
+                    if kind == "text.delta":
+                        delta = json.loads(data).get("delta") or ""
+                        if parts and chars + len(delta) > max_chars:
+                            return "".join(parts), reached
+                        parts.append(delta)
+                        chars += len(delta)
+                    reached = seq
+            return "".join(parts), reached
+
+        return await self.reader.run(in_one_read(read))
+
     async def run_answer(
         self, owner: str, run_id: str, markdown: bool = False
     ) -> AsyncIterator[bytes]:
@@ -142,7 +206,10 @@ class Reads:
 
         def whole(conn: StoreConnection) -> bytes:
             run = self.run_object(conn, self.owned(conn, owner, run_id, full=True))
-            return (run_markdown(run) if markdown else jsonio.dumps(run)).encode("utf-8")
+            if not markdown:
+                return jsonio.dumps(run).encode("utf-8")
+            # The record a notebook keeps of a cell's output holds its thread.
+            return run_markdown(run, self._follow_ups(conn, owner, run)).encode("utf-8")
 
         return _pieces(await self.reader.run(in_one_read(whole)))
 
@@ -236,6 +303,88 @@ class Reads:
 
         return await self.reader.run(in_one_read(page))
 
+    async def list_conversations(
+        self,
+        owner: str,
+        *,
+        agent: str | None,
+        notebook: str | None,
+        limit: int,
+        before: str | None,
+    ) -> dict[str, Any]:
+        """One page of the owner's conversations, the one with the newest run first, and ``next``.
+
+        ``notebook`` (a path under the server's root): the conversations whose
+        session is that notebook, or with a run that names it in ``metadata.notebook``.
+        A conversation's place is its newest run, so the cursor is that run's.
+        """
+        after = parse_page_cursor(before) if before else None
+        forms = None if notebook is None else self.sessions.forms(notebook)
+
+        def page(conn: StoreConnection) -> dict[str, Any]:
+            rows = conn.list_conversations(
+                owner, agent=agent, notebook=forms, limit=limit + 1, before=after
+            )
+            conversations: list[Conversation] = [
+                {
+                    "session": self.sessions.relative(row["session"]) or row["session"],
+                    "agent": row["agent"],
+                    # The agent's own title of it where it gave one, else its first run's.
+                    "title": row["title"]
+                    or words.run_title(row["first_metadata"], row["first_input"], row["agent"]),
+                    "runs": row["runs"],
+                    "last_run_id": row["last_run_id"],
+                    "updated_at": row["updated_at"],
+                }
+                for row in rows[:limit]
+            ]
+            last = rows[limit - 1] if len(rows) > limit else None
+            next_page = (
+                None if last is None else page_cursor(last["updated_at"], last["last_run_id"])
+            )
+            return {"conversations": conversations, "next": next_page}
+
+        return await self.reader.run(in_one_read(page))
+
+    def _follow_ups(
+        self, conn: StoreConnection, owner: str, run: RunObject
+    ) -> list[Mapping[str, Any]]:
+        """The runs sent as follow-ups of ``run`` (``metadata.follow_up_of``), oldest first (reader thread).
+
+        They are in its session and newer than it: the session's runs are
+        read from the newest down to it, at most ``THREAD_RUNS_READ``; of
+        those found, the record's first ``FOLLOW_UPS_SHOWN`` are read whole,
+        the others only counted.
+        """
+        session = run["session"]
+        if not session or run["metadata"].get(FOLLOW_UP_OF):
+            return []
+        since = (run["created_at"], run["run_id"])
+        found: list[ListedRun] = []
+        before: tuple[str, str] | None = None
+        read = 0
+        while read < THREAD_RUNS_READ:
+            rows = conn.list_runs(
+                owner, status=None, session=self.sessions.forms(session), limit=100, before=before
+            )
+            newer = [row for row in rows if (row["created_at"], row["run_id"]) > since]
+            found += [row for row in newer if _follows_up(row, run["run_id"])]
+            read += len(rows)
+            if len(rows) < 100 or len(newer) < len(rows):
+                break
+            before = (rows[-1]["created_at"], rows[-1]["run_id"])
+        found.reverse()
+        follow_ups: list[Mapping[str, Any]] = []
+        for index, row in enumerate(found):
+            if index >= FOLLOW_UPS_SHOWN:
+                # Counted, not shown: the record says how many more there are.
+                follow_ups.append({"run_id": row["run_id"], "created_at": row["created_at"]})
+                continue
+            full = conn.get_run(row["run_id"])
+            if full is not None:
+                follow_ups.append(self.run_object(conn, full))
+        return follow_ups
+
     def _found(self, row: ListedRun, search: str) -> bool:
         """Whether a run's title, agent or notebook hold ``search``, in any case."""
         metadata = row.get("metadata")
@@ -304,11 +453,14 @@ class Reads:
             if cached is not None:
                 self._snapshot_bytes -= cached[2]
 
-    def run_object(self, conn: StoreConnection, row: RunRow) -> RunObject:
-        """The public run object: ``snapshot`` is exactly the events up to ``last_seq`` (reader thread)."""
+    def run_object(self, conn: StoreConnection, row: RunRow, *, snapshot: bool = True) -> RunObject:
+        """The public run object: ``snapshot`` is exactly the events up to ``last_seq`` (reader thread).
+
+        Without ``snapshot`` (a row read without it), its ``snapshot`` is None.
+        """
         # A run recorded with its notebook's absolute path shows the relative one, as runs now record it.
         metadata: JSONObject = self.sessions.metadata(row["metadata"]) or {}
-        snapshot = self._snapshot_at(conn, row)
+        state = self._snapshot_at(conn, row) if snapshot else None
         # Waiting in its session's queue (enqueue, interrupt): behind which run.
         waits = (
             row["status"] == lifecycle.RunStatus.QUEUED.value
@@ -336,7 +488,7 @@ class Reads:
             "first_seq": row["first_seq"],
             "attempt": row["attempt"],
             "title": words.run_title(metadata, row["input"], row["agent"]),
-            "snapshot": snapshot,
+            "snapshot": state,
             "output": row["output"],
             "error": row["error"],
             "cancel": row["cancel"],
@@ -407,6 +559,11 @@ def detached(snapshot: dict[str, Any]) -> dict[str, Any]:
 def approximate_size(snapshot: dict) -> int:
     """Roughly the bytes a snapshot holds: its text, plus a little per tool call."""
     return sum(len(m["text"]) for m in snapshot["messages"]) + 512 * (len(snapshot["tools"]) + 1)
+
+
+def _follows_up(row: ListedRun, run_id: str) -> bool:
+    metadata = row.get("metadata")
+    return isinstance(metadata, dict) and metadata.get(FOLLOW_UP_OF) == run_id
 
 
 async def _pieces(*pieces: bytes) -> AsyncIterator[bytes]:

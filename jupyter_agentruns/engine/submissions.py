@@ -91,12 +91,21 @@ class Submissions:
         return Problem(ErrorCode.UNKNOWN_AGENT, f"No agent named {name!r}; GET agents lists them.")
 
     async def submit(
-        self, owner: str, request: SubmitRequest, key: str | None, key_with_run: bool = False
+        self,
+        owner: str,
+        request: SubmitRequest,
+        key: str | None,
+        key_with_run: bool = False,
+        within: Callable[[StoreConnection], None] | None = None,
     ) -> tuple[RunObject, bool]:
         """Create a run, or find the one this key made; returns ``(run, replayed)``.
 
         ``key_with_run``: the key is remembered as long as the run exists, not
         ``idempotency_ttl_seconds`` (what a notebook cell's key wants).
+        ``within(conn)``: called in the transaction that creates a new run (not
+        for a replay), before the owner's limits are checked; what it writes
+        commits with the run, and what it raises makes nothing (a schedule
+        records its slot handled, or finds it taken).
         """
         spec = self._agents.get(request.agent)
         if spec is None:
@@ -147,6 +156,8 @@ class Submissions:
             if problem is not None:
                 raise problem
             assert spec is not None  # else a problem was raised
+            if within is not None:
+                within(conn)
             if request.retry_of is not None:
                 original = conn.get_run_head(request.retry_of)
                 if original is None or original["owner"] != owner:

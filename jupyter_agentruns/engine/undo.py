@@ -8,7 +8,11 @@ An ended run's log is closed (its terminal event is always its last): the
 undo is kept in its persisted snapshot instead, the edit's ``status``
 ``undone``, so every server and every later read see it. A run another
 server executes is answered 409 ``run_active``: its executor alone writes
-its events.
+its events. An undo asked again after its server died between the notebook
+change and its record finds the notebook reverted already, and records it.
+
+The same snapshot keeps the end of an edit whose run ended while it was being
+made (a call over MCP outlives its run): ``settle_ended``.
 """
 
 from __future__ import annotations
@@ -85,12 +89,30 @@ class Undo:
                 except RunClosed:
                     pass  # it ended meanwhile: its snapshot keeps the undo
             if not recorded:
-                await self._writer.run(_keep_undone(run_id, undone))
+                await self._writer.run(_keep_edit(run_id, undone))
                 self._reads.forget(run_id)
             return await self._reads.get_run(owner, run_id)
 
+    async def settle_ended(self, run_id: str, edits: list[dict[str, Any]]) -> None:
+        """Record how the ``pending`` ``edits`` of a run that ended here ended: in its snapshot.
 
-def _keep_undone(run_id: str, undone: dict[str, Any]) -> Any:
+        A call made over MCP may still be making its edit when its run ends,
+        too late to record it: ``applied`` if the notebook has it, else
+        ``rejected``. A run handed over (not ended) is left to its next attempt.
+        """
+        access = self._notebook
+        if access is None:
+            return
+        for edit in edits:
+            settled = await access.tools.edits.stopped(edit)
+            async with self._lock:
+                await self._writer.run(_keep_edit(run_id, settled, only_if="pending"))
+        self._reads.forget(run_id)
+
+
+def _keep_edit(run_id: str, kept: dict[str, Any], only_if: str | None = None) -> Any:
+    """Put ``kept`` in place of its edit in an ended run's snapshot (``only_if``: when it has that status)."""
+
     @in_transaction
     def keep(conn: StoreConnection) -> None:
         conn.lock_run(run_id)
@@ -104,11 +126,11 @@ def _keep_undone(run_id: str, undone: dict[str, Any]) -> Any:
             row["snapshot_seq"],
             row["last_seq"],
         ).to_dict()
-        edit = reducer.find_edit(snapshot, undone["edit_id"])
-        if edit is None:
+        edit = reducer.find_edit(snapshot, kept["edit_id"])
+        if edit is None or (only_if is not None and edit.get("status") != only_if):
             return
         edit.clear()
-        edit.update(undone)
+        edit.update(kept)
         conn.update_run(run_id, {"snapshot": snapshot, "snapshot_seq": row["last_seq"]})
 
     return keep

@@ -10,6 +10,7 @@ that is a plain function in a thread of its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import math
 import re
@@ -40,6 +41,8 @@ EDIT_STATUSES = ("pending", "applied", "undone", "rejected", "conflict")
 CUSTOM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 # A question to a person offers at most this many choices (the view shows a button each).
 MAX_CHOICES = 20
+# A conversation's title is kept up to this many characters (a list shows one line of it).
+CONVERSATION_TITLE_CHARS = 500
 
 
 class ToolCall:
@@ -192,6 +195,12 @@ class RunContext:
         await self._execution.emit("tool.started", data)
         return call_id
 
+    def _traced_step(self, call_id: str) -> contextlib.AbstractContextManager[None]:
+        """``with run._traced_step(call_id):`` around the call a started step makes: with
+        traces on, the step's span is the current one meanwhile (what an MCP call carries)."""
+        trace = self._execution.trace
+        return trace.step(call_id) if trace is not None else contextlib.nullcontext()
+
     async def tool_completed(
         self,
         call_id: str,
@@ -273,6 +282,14 @@ class RunContext:
         read = self._execution.conversation
         return None if read is None or self.session is None else await read()
 
+    async def set_conversation_title(self, title: str) -> None:
+        """Name the run's conversation; see ``agents.Run.set_conversation_title``."""
+        if not isinstance(title, str):
+            raise ValueError("set_conversation_title() takes a string")
+        title = " ".join(title.split())[:CONVERSATION_TITLE_CHARS]
+        if title and self.session is not None:
+            await self._execution.set_conversation_title(title)
+
     async def answer_to(self, request_id: str) -> str:
         """Wait for the answer to a question an earlier attempt asked."""
         return await self._execution.questions.await_answer(request_id)
@@ -285,6 +302,7 @@ class SyncRun:
         "emit", "custom", "message_started", "text", "message_completed",
         "tool_started", "tool_completed", "progress", "usage", "durable", "ask",
         "history", "save_checkpoint", "answer_to", "reasoning", "plan", "conversation",
+        "set_conversation_title",
     }  # fmt: skip
 
     def __init__(self, run: RunContext, execution: Execution, loop: asyncio.AbstractEventLoop):

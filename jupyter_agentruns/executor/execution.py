@@ -24,6 +24,7 @@ from ..events import envelope
 from ..lifecycle import Transition
 from ..store import StoreConnection
 from ..timeutil import now_iso
+from ..tracing import RunTrace
 from ..writer import Writer, in_transaction
 from .asking import Questions
 
@@ -109,6 +110,8 @@ class Execution:
         # Tool calls numbered so far (c1, c2, ...): shared by every RunContext of
         # the run (its agent's, and the notebook tools' calls made over MCP).
         self._calls = 0
+        # Its attempt as spans, when OpenTelemetry traces runs (see ``tracing``).
+        self.trace: RunTrace | None = None
 
     def resume(self, snapshot: reducer.Snapshot) -> None:
         """Go on from ``snapshot``: the run's as an earlier attempt left it, with its ``run.resumed``."""
@@ -246,6 +249,8 @@ class Execution:
             self.last_type = type
         if type in WAITING_CHANGES:
             self.questions.track_waiting()
+        if self.trace is not None:
+            self.trace.event(type, data)
         if type == "usage" and self._check_usage is not None:
             # The usage event that crosses a budget is kept; the run fails at it.
             problem = self._check_usage(self.owner, self.tokens)
@@ -291,6 +296,26 @@ class Execution:
         @in_transaction
         def save(conn: StoreConnection) -> None:
             conn.update_run(self.run_id, {"checkpoint": stored})
+
+        await self._writer.run(save)
+
+    async def save_trace_context(self, traceparent: str) -> None:
+        """Keep this attempt's span context in the run's row: an attempt after a takeover links to it."""
+
+        @in_transaction
+        def save(conn: StoreConnection) -> None:
+            conn.update_run(self.run_id, {"trace_context": traceparent})
+
+        await self._writer.run(save)
+
+    async def set_conversation_title(self, title: str) -> None:
+        """Store the title the agent gave the run's conversation, after the events before it."""
+        if self.closed:
+            raise RunClosed(f"run {self.run_id} has ended")
+
+        @in_transaction
+        def save(conn: StoreConnection) -> None:
+            conn.update_run(self.run_id, {"conversation_title": title})
 
         await self._writer.run(save)
 

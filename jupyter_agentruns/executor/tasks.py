@@ -11,6 +11,7 @@ the executor's own.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 import threading
@@ -19,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import lifecycle, metrics, reducer
+from .. import lifecycle, metrics, reducer, tracing
 from ..agents import AgentSpec, EventTooLarge, RunClosed
 from ..broadcaster import Broadcaster
 from ..domain import RunRow
@@ -67,7 +68,10 @@ class Executor:
         max_resume_attempts: int = 0,
         provisions: RunProvisions | None = None,
         agent_silence_seconds: float = 0,
+        tracer: Any = None,
     ):
+        # OpenTelemetry's tracer when it traces runs (``tracing.configure``), else None.
+        self._tracer = tracer
         self._provisions = provisions or RunProvisions()
         self._history = history
         self._conversation = conversation
@@ -126,8 +130,14 @@ class Executor:
             if execution.ending:  # asked to stop while waiting for queue space
                 await self._finish(execution)
                 return
+            if self._tracer is not None:
+                execution.trace = tracing.RunTrace(self._tracer, execution.row, resumed)
+            # Its span's context is kept with the run: its start's, or (taken over) one write more.
+            traceparent = execution.trace.traceparent if execution.trace is not None else None
             if not resumed:
-                execution.apply(lifecycle.started())
+                execution.apply(lifecycle.started(traceparent))
+            elif traceparent is not None:
+                await execution.save_trace_context(traceparent)
             agent = execution.task = asyncio.ensure_future(self._call_agent(execution, spec))
             # The end may be decided by something else (a cancel, an oversized
             # event): retrieve the agent's exception anyway, or asyncio logs
@@ -177,6 +187,11 @@ class Executor:
         return self._provisions.equip(RunContext(execution))
 
     async def _call_agent(self, execution: Execution, spec: AgentSpec) -> Any:
+        # The run's span is current for its agent: what it starts or calls carries it.
+        with tracing.current(execution.trace):
+            return await self._agent(execution, spec)
+
+    async def _agent(self, execution: Execution, spec: AgentSpec) -> Any:
         run = self._context(execution)
         if spec.is_async:
             return await spec.fn(run, run.input)
@@ -203,7 +218,12 @@ class Executor:
             except RuntimeError:
                 pass  # the server stopped meanwhile
 
-        threading.Thread(target=target, name=f"agentruns-{execution.run_id}", daemon=True).start()
+        threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(target,),
+            name=f"agentruns-{execution.run_id}",
+            daemon=True,
+        ).start()
         return await result
 
     async def _finish(self, execution: Execution) -> None:
@@ -283,6 +303,8 @@ class Executor:
             await execution.durable()
         except RunClosed:
             pass
+        if execution.trace is not None:
+            execution.trace.end()  # handed over, or lost: else its terminal event ended it
         self._live.pop(execution.run_id, None)
         self._broadcaster.close(execution.run_id)
         self._on_finished(

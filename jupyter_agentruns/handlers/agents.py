@@ -16,7 +16,10 @@ class AgentsHandler(AgentRunsHandler):
     def get(self) -> None:
         engine = self.engine
         agents = [spec.describe() for _, spec in sorted(engine.agents.items())]
-        answer: dict[str, Any] = {"agents": agents}
+        answer: dict[str, Any] = {
+            "agents": agents,
+            "default_agent": engine.settings.default_agent or "demo",
+        }
         if engine.notebook is not None:
             answer["notebook_tools"] = engine.notebook.describe()
             if engine.notebook.available and not engine.notebook.serves(self.owner):

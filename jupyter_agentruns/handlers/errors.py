@@ -55,6 +55,8 @@ def status(code: ErrorCode) -> int:
             | ErrorCode.UNKNOWN_AGENT
             | ErrorCode.INPUT_NOT_FOUND
             | ErrorCode.EDIT_NOT_FOUND
+            | ErrorCode.HOOK_NOT_FOUND
+            | ErrorCode.SCHEDULE_NOT_FOUND
         ):
             return 404
         case ErrorCode.RUN_EXPIRED:

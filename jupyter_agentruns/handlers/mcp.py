@@ -1,9 +1,10 @@
 """``{base_url}api/agentruns/mcp``: the notebook tools' MCP server (Streamable HTTP).
 
-Two kinds of callers: a person with their own Jupyter token or login (each
-tool then takes a ``notebook`` path), and a run's agent with the run's own
-token (``Authorization: Bearer agr_…``), good for that run's owner while the
-run lives on this server, and for nothing else. The request is handed to the
+Two kinds of callers: a person with their own Jupyter token or login (the
+run tools of ``mcp_runs``, and the notebook tools where the server's kernels
+are theirs, each then taking a ``notebook`` path), and a run's agent with the
+run's own token (``Authorization: Bearer agr_…``), good for that run's
+notebook tools while the run lives on this server, and for nothing else. The request is handed to the
 MCP SDK's transport (an ASGI application) as it came, and its answer written
 back as it goes.
 """
@@ -13,12 +14,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
+from urllib.parse import quote, urlencode
 
 from jupyter_server.auth.decorator import authorized
+from jupyter_server.utils import url_path_join
 from tornado import web
 
+from .. import words
 from ..errors import ErrorCode, Problem
 from .base import AgentRunsHandler
+from .mcp_runs import PersonRuns
 
 try:  # jupyter_server 2.13+: a handler that authenticates its callers itself
     from jupyter_server.auth.decorator import allow_unauthenticated
@@ -90,19 +95,25 @@ class MCPHandler(AgentRunsHandler):
         access = self.engine.notebook
         if self._run_caller is not None:
             stopping, run = self._run_caller
+            # No run tools with a run's token: it is handed to an agent (and to whatever
+            # its model is told), and is good for the notebook tools of one run; an agent
+            # that could start, answer or cancel its owner's runs could also approve its
+            # own questions and start runs that outlive it, without the person.
             caller = Caller(run=run, stopping=stopping)
         else:
             # An APIHandler's web.authenticated raises 403 rather than redirect (the
             # None its stubs allow): it always gives _person's coroutine.
             await cast(Awaitable[None], self._person())
+            # The run tools are anyone's who may use runs; the notebook tools only where
+            # the server's kernels are the caller's.
+            notebook_problem = None
             if access is None or not access.serves(self.owner):
-                raise Problem(
-                    ErrorCode.NOTEBOOK_TOOLS_UNAVAILABLE,
+                notebook_problem = (
                     access.reason
                     if access is not None and access.reason
-                    else "The notebook tools are not available for you on this server.",
+                    else "the notebook tools are not available for you on this server"
                 )
-            caller = Caller()
+            caller = Caller(runs=self._runs(), notebook_problem=notebook_problem)
         if notebook_mcp is None:
             raise Problem(
                 ErrorCode.NOTEBOOK_TOOLS_UNAVAILABLE,
@@ -121,6 +132,22 @@ class MCPHandler(AgentRunsHandler):
             self._answering = None
         if not self._finished:
             self.finish()
+
+    def _runs(self) -> PersonRuns:
+        """The run tools for the person who calls."""
+        # Who answers a question, as InputHandler records it.
+        user = self.current_user
+        by = words.person(getattr(user, "name", None) or user.username)
+        origin = f"{self.request.protocol}://{self.request.host}"
+        lab = url_path_join(origin + self.base_url, "lab")
+        return PersonRuns(
+            self.engine,
+            self.owner,
+            by,
+            run_url=lambda run_id: origin + self.api_url("runs", quote(run_id, safe="")),
+            # JupyterLab opens the run's page for this parameter (js/src/links.js).
+            page_url=lambda run_id: f"{lab}?{urlencode({'agentruns-run': run_id})}",
+        )
 
     @web.authenticated
     @authorized

@@ -72,6 +72,17 @@ def submit_request(body: dict[str, Any]) -> SubmitRequest:
     )
 
 
+def notebook_session(path: str) -> str:
+    """The session ``submit()`` records for the notebook at this API path: the path itself,
+    relative to the server's root (runs recorded with the absolute path are found too)."""
+    path = path.strip("/")
+    if not path or any(part in ("", ".", "..") for part in path.split("/")):
+        raise invalid_request(
+            f"notebook={path!r} is not the path of a notebook under the server's root."
+        )
+    return path
+
+
 class RunsHandler(AgentRunsHandler):
     """``POST runs`` (submit) and ``GET runs`` (list)."""
 
@@ -113,7 +124,7 @@ class RunsHandler(AgentRunsHandler):
         if notebook:
             if session is not None:
                 raise invalid_request("Give session or notebook, not both.")
-            session = self.notebook_session(notebook)
+            session = notebook_session(notebook)
         page = await self.engine.list_runs(
             self.owner,
             status=status,
@@ -124,16 +135,6 @@ class RunsHandler(AgentRunsHandler):
             search=search,
         )
         self.write_json(page)
-
-    def notebook_session(self, path: str) -> str:
-        """The session ``submit()`` records for the notebook at this API path: the path itself,
-        relative to the server's root (runs recorded with the absolute path are found too)."""
-        path = path.strip("/")
-        if not path or any(part in ("", ".", "..") for part in path.split("/")):
-            raise invalid_request(
-                f"notebook={path!r} is not the path of a notebook under the server's root."
-            )
-        return path
 
 
 class RunHandler(AgentRunsHandler):

@@ -9,7 +9,8 @@ What a cell displays carries three things: the widget view, a reference to
 the run (``application/vnd.jupyter.agentruns.run+json``, which the
 JupyterLab extension renders live with no kernel at all) and the run's
 static record as Markdown (what nbconvert, nbviewer and GitHub show). The
-record is brought up to date when the kernel learns the run ended.
+record is brought up to date when the kernel learns the run ended, and when
+a view says another follow-up sent under it ended (the record holds the thread).
 """
 
 from __future__ import annotations
@@ -85,6 +86,10 @@ class Run(anywidget.AnyWidget):
         "",
         help="The run's static record (Markdown): what a view shows where it cannot reach the server.",
     ).tag(sync=True)
+    thread = traitlets.List(
+        traitlets.Unicode(),
+        help="The follow-ups sent under the run that have ended, as its view last saw them.",
+    ).tag(sync=True)
 
     def __init__(self, run: dict[str, Any], client: Client, **kwargs: Any):
         self._client = client
@@ -107,6 +112,12 @@ class Run(anywidget.AnyWidget):
     @traitlets.observe("status")
     def _status_changed(self, change: dict[str, Any]) -> None:
         if change["new"] in TERMINAL_STATUSES and change["old"] not in TERMINAL_STATUSES:
+            self._update_record()
+
+    @traitlets.observe("thread")
+    def _thread_changed(self, change: dict[str, Any]) -> None:
+        # Another follow-up ended: the server's record of the run holds it now.
+        if self.status in TERMINAL_STATUSES:
             self._update_record()
 
     @traitlets.observe("run_id")

@@ -3,9 +3,10 @@
 ``kernels`` reaches a kernel (code run with a client of its own) and a saved
 notebook; ``edits`` changes a notebook's cells, each change a durable
 notebook edit; ``tools`` defines the tools and records each call in its run;
-``mcp`` serves them as an MCP server. ``NotebookAccess`` is what the server
-wires: whether the tools exist here at all, the per-run tokens, and the
-``run.notebook_tools`` an agent receives.
+``mcp`` serves them as an MCP server; ``writes`` makes a notebook an agent
+writes whole (ACP's ``fs/write_text_file``) cell edits. ``NotebookAccess`` is
+what the server wires: whether the tools exist here at all, the per-run
+tokens, and the ``run.notebook_tools`` an agent receives.
 
 The tools act on a kernel only where every kernel of the server is the run
 owner's: a single-user server (the ``shared`` owner mode) or a JupyterHub
@@ -19,14 +20,15 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from .edits import EDIT_TOOLS, EditConflict, NotebookEdits
+from .edits import CELL_TOOLS, EDIT_TOOLS, EditConflict, NotebookEdits, source_of
 from .kernels import Kernels, KernelUnavailable, NotebookNotFound
 from .tools import TOOLS, NotebookTools, Outcome, definitions
+from .writes import Written, notebook_text, write
 
 __all__ = [
     "EDIT_TOOLS", "EditConflict", "Kernels", "KernelUnavailable", "NotebookAccess",
     "NotebookEdits", "NotebookNotFound", "NotebookTools", "Outcome", "RunNotebookTools", "TOOLS",
-    "availability", "definitions",
+    "Written", "availability", "definitions",
 ]  # fmt: skip
 
 
@@ -107,12 +109,16 @@ class NotebookAccess:
         """The run a token was made for (None: not a run's token, or its run ended)."""
         return self._tokens.get(token)
 
-    def forget(self, run_id: str) -> None:
-        """The run ended here: its token is good for nothing more."""
+    def forget(self, run_id: str) -> list[dict[str, Any]]:
+        """The run ended here: its token is good for nothing more.
+
+        Returns its edits still ``pending`` whose end it could not record
+        (``NotebookEdits.forget``), for the server to settle in its record.
+        """
         token = self._by_run.pop(run_id, None)
         if token is not None:
             self._tokens.pop(token, None)
-        self.tools.edits.forget(run_id)
+        return self.tools.edits.forget(run_id)
 
 
 class RunNotebookTools:
@@ -149,13 +155,30 @@ class RunNotebookTools:
         return await self._access.tools.resume(self._run, step)
 
     async def settle(self) -> list[Outcome]:
-        """After a take-over: every edit step an earlier attempt left running, settled (``resume``)."""
+        """After a take-over: every cell-changing step an earlier attempt left running, settled (``resume``)."""
         steps = (self._run.snapshot or {}).get("tools") or []
-        return [
-            await self.resume(step)
-            for step in steps
-            if step.get("status") == "running" and step.get("name") in EDIT_TOOLS
-        ]
+        return [await self.resume(step) for step in steps if self.settles(step)]
+
+    def settles(self, step: dict[str, Any]) -> bool:
+        """Whether ``settle`` settles ``step`` (of the run's snapshot): a cell tool's step left running."""
+        return step.get("status") == "running" and step.get("name") in CELL_TOOLS
+
+    async def read_notebook_text(self, path: str) -> str | None:
+        """The notebook ``path`` as its file's text, from the first place holding it, recorded as
+        read by the run's agent (its edits expect those cells); None when no place holds it."""
+        edits = self._access.tools.edits
+        try:
+            _, notebook = await edits.places.open(path)
+        except NotebookNotFound:
+            return None
+        cells = notebook.get("cells") or []
+        edits.saw(self._run.run_id, {c["id"]: source_of(c) for c in cells if c.get("id")})
+        return notebook_text(notebook)
+
+    async def write_notebook(self, path: str, text: str) -> Written | None:
+        """The notebook ``path`` written whole as ``text``, made as the run's cell edits
+        (:mod:`.writes`); None when no place holds it (the caller writes a file)."""
+        return await write(self._access.tools.edits, self._run, path, text)
 
     def mcp_server(self) -> dict[str, Any] | None:
         """``{"url", "headers"}`` of the server's MCP endpoint with this run's token, if it serves."""

@@ -10,6 +10,7 @@ waits for it.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import queue
 import re
@@ -34,6 +35,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # What a display or an image costs in the answer beside its own text or data.
 PART_BYTES = 64
 NOTE_BYTES = 64  # "… (N more characters not shown)"
+CELL_NOTE_BYTES = 200  # the stream that says what a cell's outputs left out
 IMAGE_MIMES = ("image/png", "image/jpeg")
 _quote = json.encoder.encode_basestring_ascii  # as the store encodes an event's text
 
@@ -74,6 +76,10 @@ class Output:
 
     room: int = MAX_OUTPUT_BYTES
     stream_limit: int = MAX_STREAM_CHARS
+    # The same output as nbformat outputs, for a cell, when asked (``Kernels.execute``'s
+    # ``cell_room``), and the execution count the kernel gave the code.
+    cell: CellOutputs | None = None
+    execution_count: int | None = None
     # A quarter of the room is kept for what comes last and says most: the
     # result, or the error (what ran before cannot crowd them out).
     reserve: int = 0
@@ -159,6 +165,134 @@ class Output:
         kept += left_out_note(len(text) - len(kept))
         self.room = max(0, self.room - encoded_size(kept))
         return kept
+
+
+class CellOutputs:
+    """nbformat outputs (stream, display_data, execute_result, error), kept within ``room`` bytes.
+
+    Counted as JSON encodes them; what does not fit is left out, never a
+    failure: a stream's text is cut, any other output that does not fit whole
+    is dropped, and one last ``stderr`` stream says what was left out.
+    """
+
+    def __init__(self, room: int):
+        # (The note saying what was left out always has its room, and so do the list's brackets.)
+        self.full_room = self.room = max(0, room - CELL_NOTE_BYTES - 2)
+        self.outputs: list[dict[str, Any]] = []
+        self.outputs_left_out = 0
+        self.characters_left_out = 0
+        self.clear_waits = False  # a clear_output(wait=True): cleared by the next output
+
+    def clear(self, wait: bool = False) -> None:
+        """``clear_output``: what was shown goes (with ``wait``, when the next output comes)."""
+        if wait:
+            self.clear_waits = True
+            return
+        self.clear_waits = False
+        self.room = self.full_room
+        self.outputs = []
+        self.outputs_left_out = self.characters_left_out = 0
+
+    def add(self, output: dict[str, Any]) -> None:
+        """Keep one nbformat output (a stream goes on the previous one of the same name)."""
+        if self.clear_waits:
+            self.clear()
+        kind = output.get("output_type")
+        if kind == "stream":
+            self._add_stream(str(output.get("name") or "stdout"), _joined(output.get("text")))
+            return
+        if kind not in ("display_data", "execute_result", "error"):
+            return
+        kept = {key: value for key, value in output.items() if key != "transient"}
+        # A rough size first: a huge image is not encoded just to learn it does not fit.
+        if _rough_size(kept) <= self.room:
+            size = json_size(kept) + 1  # (and its comma)
+            if size <= self.room:
+                self.room -= size
+                self.outputs.append(kept)
+                return
+        if kind == "error":
+            # The error's name and value say most: the traceback goes first.
+            kept["traceback"] = []
+            size = json_size(kept) + 1
+            if size <= self.room:
+                self.room -= size
+                self.outputs.append(kept)
+                self.characters_left_out += sum(
+                    len(str(line)) for line in output.get("traceback") or []
+                )
+                return
+        self.outputs_left_out += 1
+
+    def _add_stream(self, name: str, text: str) -> None:
+        last = self.outputs[-1] if self.outputs else None
+        if last is not None and last.get("output_type") == "stream" and last.get("name") == name:
+            kept = fitting(text, self.room)
+            last["text"] += kept
+        else:
+            opened = {"output_type": "stream", "name": name, "text": ""}
+            overhead = json_size(opened) + 1
+            if overhead >= self.room:
+                self.outputs_left_out += 1
+                self.characters_left_out += len(text)
+                return
+            self.room -= overhead
+            kept = fitting(text, self.room)
+            opened["text"] = kept
+            self.outputs.append(opened)
+        self.room -= encoded_size(kept)
+        self.characters_left_out += len(text) - len(kept)
+
+    def kept(self) -> list[dict[str, Any]]:
+        """The outputs kept, and a note of what was not, if anything was not."""
+        outputs = [dict(output) for output in self.outputs]
+        parts = []
+        if self.characters_left_out:
+            parts.append(f"{self.characters_left_out} characters")
+        if self.outputs_left_out:
+            plural = "s" if self.outputs_left_out != 1 else ""
+            parts.append(f"{self.outputs_left_out} output{plural}")
+        if parts:
+            note = f"… ({' and '.join(parts)} not kept: more output than a notebook edit keeps)"
+            outputs.append({"output_type": "stream", "name": "stderr", "text": note + "\n"})
+        return outputs
+
+
+def fit_outputs(outputs: list[dict[str, Any]], room: int) -> list[dict[str, Any]]:
+    """``outputs`` (nbformat) within ``room`` bytes of JSON, saying what was left out (:class:`CellOutputs`).
+
+    Outputs that fit are kept as they are (so outputs fitted once are not cut again).
+    """
+    if _rough_size(outputs) <= room and json_size(outputs) <= room:
+        return copy.deepcopy(outputs)
+    cell = CellOutputs(room)
+    for output in outputs:
+        if isinstance(output, dict):
+            cell.add(output)
+    return cell.kept()
+
+
+def json_size(value: Any) -> int:
+    """The bytes ``value`` takes as JSON (ASCII, as the store encodes an event)."""
+    return len(json.dumps(value, ensure_ascii=True, separators=(",", ":"), default=str))
+
+
+def _rough_size(value: Any) -> int:
+    """At most a little more than ``json_size`` for plain text, at least the characters held."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(len(str(key)) + _rough_size(item) for key, item in value.items())
+    if isinstance(value, list):
+        return sum(_rough_size(item) for item in value)
+    return 8
+
+
+def _joined(text: Any) -> str:
+    """An nbformat text (a string, or a list of lines) as one string."""
+    if isinstance(text, list):
+        return "".join(str(line) for line in text)
+    return text if isinstance(text, str) else ""
 
 
 def bounded(text: str, limit: int) -> str:
@@ -250,6 +384,8 @@ class Kernels:
         stream_limit: int = MAX_STREAM_CHARS,
         room: int = MAX_OUTPUT_BYTES,
         timeout: float | None = None,
+        store_history: bool = False,
+        cell_room: int | None = None,
     ) -> Output:
         """Run ``code`` in the kernel and collect what it shows (at most ``room`` bytes of it).
 
@@ -260,13 +396,17 @@ class Kernels:
         dies or restarts meanwhile raises ``KernelUnavailable``.
         ``on_waiting(True)`` is awaited when the code has to wait for the
         kernel to finish something else, and ``on_waiting(False)`` when it goes.
+        ``store_history``: the code counts as a cell the person ran (its
+        execution count, ``Out``, ``_``). ``cell_room``: the output is also kept
+        as nbformat outputs within that many bytes (``Output.cell``).
         """
+        run = self._execute(
+            kernel_id, code, silent, on_waiting, stream_limit, room, store_history, cell_room
+        )
         if timeout is None:
-            return await self._execute(kernel_id, code, silent, on_waiting, stream_limit, room)
+            return await run
         try:
-            return await asyncio.wait_for(
-                self._execute(kernel_id, code, silent, on_waiting, stream_limit, room), timeout
-            )
+            return await asyncio.wait_for(run, timeout)
         except asyncio.TimeoutError:
             raise KernelTimeout(
                 f"the kernel did not answer within {timeout:g} seconds (it was busy, or the "
@@ -282,6 +422,8 @@ class Kernels:
         on_waiting: Callable[[bool], Awaitable[None]] | None,
         stream_limit: int,
         room: int,
+        store_history: bool = False,
+        cell_room: int | None = None,
     ) -> Output:
         manager = self._manager(kernel_id)
         process = _process(manager)
@@ -301,8 +443,12 @@ class Kernels:
         msg_id = None
         ours = False  # the kernel began on our request (it said busy for it)
         try:
-            msg_id = client.execute(code, silent=silent, store_history=False, allow_stdin=False)
+            msg_id = client.execute(
+                code, silent=silent, store_history=store_history, allow_stdin=False
+            )
             output = Output(room=room, stream_limit=stream_limit)
+            if cell_room is not None:
+                output.cell = CellOutputs(cell_room)
             reply = None  # the kernel's answer on the shell channel, once read
             while True:
                 try:
@@ -315,6 +461,8 @@ class Kernels:
                         # leaves unread). Its answer still says whether it failed.
                         if output.error is None and reply["content"].get("status") == "error":
                             output.add_error(reply["content"])
+                            if output.cell is not None:
+                                output.cell.add(_error_output(reply["content"]))
                         return output
                     # (The answer may come before the last outputs: they are read first.)
                     reply = await _reply(client, msg_id)
@@ -347,6 +495,12 @@ class Kernels:
                     output.add_data(content.get("data") or {}, result=kind == "execute_result")
                 elif kind == "error":
                     output.add_error(content)
+                elif kind == "execute_input" and isinstance(content.get("execution_count"), int):
+                    output.execution_count = content["execution_count"]
+                if output.cell is not None and kind in CELL_OUTPUT_TYPES:
+                    output.cell.add(_cell_output(kind, content))
+                elif output.cell is not None and kind == "clear_output":
+                    output.cell.clear(bool(content.get("wait")))
         except asyncio.CancelledError:
             # Only what we sent, and only while it runs: a cell of the person's
             # that got in first, or came after ours ended, is theirs.
@@ -390,20 +544,21 @@ class Kernels:
                 "the kernel's answer could not be read (something else printed, or it was too long)"
             ) from None
 
-    async def read_notebook(self, path: str, seen: dict[str, str] | None = None) -> str:
-        """The saved notebook's cells: id, source and text outputs, bounded.
+    def read_notebook(
+        self,
+        path: str,
+        notebook: dict[str, Any],
+        seen: dict[str, str] | None = None,
+        where: str = "as last saved",
+    ) -> str:
+        """The notebook's cells (its content ``notebook``): id, source and text outputs, bounded.
 
-        ``seen`` gets the source of each cell shown whole, by cell id.
+        ``seen`` gets the source of each cell shown whole, by cell id;
+        ``where``: which copy of the notebook it is, for the reader.
         """
-        try:
-            model = await ensure_async(
-                self.contents_manager.get(path, content=True, type="notebook")
-            )
-        except Exception as exc:
-            raise NotebookNotFound(f"cannot read the notebook {path!r}: {exc}") from None
-        parts: list[str] = [f"Notebook {path} (as last saved)"]
+        parts: list[str] = [f"Notebook {path} ({where})"]
         total = 0
-        cells = model["content"].get("cells") or []
+        cells = notebook.get("cells") or []
         for index, cell in enumerate(cells):
             text = _cell_text(index, cell)
             total += len(text)
@@ -416,6 +571,32 @@ class Kernels:
             if seen is not None and cell.get("id") and len(source) <= MAX_CELL_CHARS:
                 seen[cell["id"]] = source
         return "\n\n".join(parts)
+
+
+CELL_OUTPUT_TYPES = ("stream", "display_data", "execute_result", "error")
+
+
+def _cell_output(kind: str, content: dict[str, Any]) -> dict[str, Any]:
+    """An iopub message's content as the nbformat output a notebook keeps."""
+    if kind == "stream":
+        return {"output_type": "stream", "name": content.get("name", "stdout"),
+                "text": content.get("text", "")}  # fmt: skip
+    if kind == "error":
+        return _error_output(content)
+    output = {"output_type": kind, "data": content.get("data") or {},
+              "metadata": content.get("metadata") or {}}  # fmt: skip
+    if kind == "execute_result":
+        output["execution_count"] = content.get("execution_count")
+    return output
+
+
+def _error_output(content: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "output_type": "error",
+        "ename": str(content.get("ename")),
+        "evalue": str(content.get("evalue")),
+        "traceback": [str(line) for line in content.get("traceback") or []],
+    }
 
 
 async def _reply(client: Any, msg_id: str | None) -> dict[str, Any] | None:

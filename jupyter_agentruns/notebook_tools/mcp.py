@@ -1,4 +1,5 @@
-"""The notebook tools as an MCP server at ``api/agentruns/mcp``: Streamable HTTP, stateless.
+"""The notebook tools (and a person's run tools) as an MCP server at ``api/agentruns/mcp``:
+Streamable HTTP, stateless.
 
 The SDK's Streamable HTTP transport is an ASGI application; the server's
 HTTP handler hands each request to it (``handle``) with the caller it
@@ -32,6 +33,11 @@ class Caller:
 
     run: Any = None  # the agent API's ``run`` on the live run
     stopping: asyncio.Event | None = None  # set when the run is asked to stop
+    # A person's run tools: ``definitions``, ``names`` and ``call(name, args)`` (raising
+    # ``Problem``), made by the server's handler, which knows the engine.
+    runs: Any = None
+    # Why the notebook tools do not act for this person here (None: they do).
+    notebook_problem: str | None = None
 
 
 def sdk_problem() -> str | None:

@@ -1,4 +1,4 @@
-"""The notebook tools' MCP server, built with the official ``mcp`` SDK.
+"""The notebook tools' MCP server (and a person's run tools), built with the official ``mcp`` SDK.
 
 Imported at the first request to the MCP endpoint, not at the server's start
 (see :mod:`.mcp`): the SDK takes most of a second to import.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from typing import Any
 
 import mcp_types as types
@@ -15,17 +16,19 @@ from mcp.server.lowlevel import Server
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-from . import NotebookAccess, definitions
+from ..errors import ErrorCode, Problem
+from . import TOOLS, NotebookAccess, definitions
 from .mcp import SCOPE_CALLER, Caller
 
 
 def session_manager(access: NotebookAccess) -> StreamableHTTPSessionManager:
-    """The SDK's Streamable HTTP transport (stateless, JSON answers) over the notebook tools."""
+    """The SDK's Streamable HTTP transport (stateless, JSON answers) over the tools."""
     tools = NotebookToolsServer(access)
     server = Server(
-        "jupyter-agentruns-notebook",
-        instructions="Tools on the live kernel of a Jupyter notebook: its variables, its "
-        "cells, and code run in it.",
+        "jupyter-agentruns",
+        instructions="Runs of the Jupyter server's agents, which go on in the server whatever "
+        "happens to this client (start_run, get_run, answer_run, cancel_run), and tools on "
+        "the live kernel of a Jupyter notebook: its variables, its cells, and code run in it.",
         on_list_tools=tools.list_tools,
         on_call_tool=tools.call_tool,
     )
@@ -49,14 +52,20 @@ class NotebookToolsServer:
 
     async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         caller = self._caller(ctx)
+        listed = list(caller.runs.definitions) if caller.runs is not None else []
+        if caller.run is not None or caller.notebook_problem is None:
+            listed += definitions(with_notebook=caller.run is None)
         return types.ListToolsResult(
             tools=[
                 types.Tool(
                     name=tool["name"],
                     description=tool["description"],
                     input_schema=tool["parameters"],
+                    annotations=types.ToolAnnotations(**tool["annotations"])
+                    if tool.get("annotations")
+                    else None,
                 )
-                for tool in definitions(with_notebook=caller.run is None)
+                for tool in listed
             ]
         )
 
@@ -65,6 +74,17 @@ class NotebookToolsServer:
     ) -> types.CallToolResult:
         caller = self._caller(ctx)
         args = dict(params.arguments or {})
+        if caller.runs is not None and params.name in caller.runs.names:
+            try:
+                answer = await caller.runs.call(params.name, args)
+            except Problem as problem:
+                return _json_result(problem.body(), is_error=True)
+            return _json_result(answer)
+        if caller.run is None and caller.notebook_problem is not None:
+            if params.name not in TOOLS:
+                raise ToolError(f"there is no tool {params.name!r} for you on this server")
+            problem = Problem(ErrorCode.NOTEBOOK_TOOLS_UNAVAILABLE, caller.notebook_problem)
+            return _json_result(problem.body(), is_error=True)
         if caller.run is None:
             notebook = args.pop("notebook", None)
             if not isinstance(notebook, str) or not notebook:
@@ -101,3 +121,13 @@ class NotebookToolsServer:
                 await task
             raise ToolError("the run was cancelled or ended: the call was stopped")
         return task.result()
+
+
+def _json_result(value: dict[str, Any], is_error: bool = False) -> types.CallToolResult:
+    """A tool's answer as JSON text (what a model reads) and as structured content."""
+    text = json.dumps(value, ensure_ascii=False)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structured_content=value,
+        is_error=is_error,
+    )

@@ -8,7 +8,8 @@ person first (an ``input.requested`` of kind ``approval`` showing the code)
 unless ``notebook_tools_approval`` is ``"never"``. ``insert_cell``,
 ``edit_cell`` and ``delete_cell`` change the notebook's cells: each call a
 notebook edit (see :mod:`.edits`), asked first when ``notebook_edits`` is
-``"ask"``.
+``"ask"``. ``execute_cell`` runs a cell's source and puts its outputs into
+the cell (an ``outputs`` edit); it asks first exactly like ``run_code``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,17 @@ from typing import Any
 from ..agents.steps import Approval, Ended, error_text, tool_step
 from ..errors import error_object
 from . import snippets
-from .edits import EDIT_TOOLS, NotebookEdits, NotebookFiles
+from .edits import (
+    CELL_TOOLS,
+    EDIT_TOOLS,
+    EXECUTE_CELL,
+    CellNotFound,
+    InvalidEdit,
+    NotebookEdits,
+    StepRun,
+    find_cell,
+    source_of,
+)
 from .kernels import (
     PART_BYTES,
     Kernels,
@@ -31,6 +42,7 @@ from .kernels import (
     cut_to,
     encoded_size,
 )
+from .places import FilePlace, Places
 
 RUN_CODE = "run_code"
 NOTEBOOK_ARGUMENT = {
@@ -66,8 +78,9 @@ TOOLS: dict[str, dict[str, Any]] = {
         "kind": "read",
     },
     "read_notebook": {
-        "description": "The notebook's cells as last saved: each cell's id, source and text "
-        "outputs; cells an agent wrote say so.",
+        "description": "The notebook's cells as the person sees them now (as last saved when "
+        "no page has it open): each cell's id, source and text outputs; cells an agent wrote "
+        "say so.",
         "parameters": {"type": "object", "properties": {}},
         "kind": "read",
     },
@@ -117,7 +130,21 @@ TOOLS: dict[str, dict[str, Any]] = {
         },
         "kind": "edit",
     },
+    EXECUTE_CELL: {
+        "description": "Run the code cell 'cell_id' (its source as the notebook holds it now) in "
+        "the notebook's kernel and put its outputs into the cell, as if the person ran it; "
+        "returns its stdout, stderr, result and displayed output. A person may be asked to "
+        "approve it first.",
+        "parameters": {
+            "type": "object",
+            "properties": {"cell_id": {"type": "string", "description": "The code cell's id."}},
+            "required": ["cell_id"],
+        },
+        "kind": "execute",
+    },
 }
+# What read_notebook says of the copy it read, by the place that held it.
+WHERE = {"file": "as last saved", "document": "as open now", "page": "as open now"}
 IMAGE_REFERENCE = "[{mime} image {index}, {size} bytes: kept with this tool step]"
 
 
@@ -171,15 +198,15 @@ class NotebookTools:
         # encodes it: half an event's limit, so that an agent's answer quoting
         # it has room too.
         self.budget = max_event_bytes // 2
-        self.edits = NotebookEdits(
-            NotebookFiles(kernels.contents_manager), mode=edits, room=self.budget
-        )
+        # Where edits are made: the file, and before it what the server adds (places.add).
+        self.places = Places(FilePlace(kernels.contents_manager))
+        self.edits = NotebookEdits(self.places, mode=edits, room=self.budget)
 
     def asks(self, name: str) -> bool:
         """Whether a call of ``name`` made for a run asks the person first."""
         if name in EDIT_TOOLS:
             return self.edits.mode == "ask"
-        return name == RUN_CODE and self.approval != "never"
+        return name in (RUN_CODE, EXECUTE_CELL) and self.approval != "never"
 
     async def notebook_of(self, run: Any, kernel_id: str | None) -> str | None:
         """The path of the run's notebook: its kernel's, else the one it was submitted from."""
@@ -196,7 +223,7 @@ class NotebookTools:
         An edit is settled by the notebook's file (applied once, never lost);
         any other call that started without a recorded end is not repeated.
         """
-        if step.get("name") in EDIT_TOOLS:
+        if step.get("name") in CELL_TOOLS:
             ended = await self.edits.resume(run, step)
         else:
             ended = await tool_step(run, step["name"], step.get("args") or {}, _never, earlier=step)
@@ -228,6 +255,8 @@ class NotebookTools:
         if name in EDIT_TOOLS:
             ended = await self._edit(name, args, kernel_id, notebook, run, asked)
             return Outcome(ended.ok, ended.text, ended.result, ended.error)
+        if name == EXECUTE_CELL:
+            return await self._execute_cell(args, kernel_id, notebook, run, asked)
         if run is None:
             return await self._call(name, args, kernel_id, notebook, run)
         approval = None
@@ -271,6 +300,127 @@ class NotebookTools:
         except Exception as exc:  # the caller reads why; nothing was changed
             return Ended(False, error_text(error_object(exc)), error=error_object(exc))
 
+    async def _execute_cell(
+        self,
+        args: dict[str, Any],
+        kernel_id: str | None,
+        notebook: str | None,
+        run: Any,
+        asked: dict[str, Any] | None,
+    ) -> Outcome:
+        """``execute_cell``: the cell's source now, asked first, run, its outputs an ``outputs`` edit."""
+        cell_id = args.get("cell_id")
+        path: str | None = None
+        source = ""
+        problem: Exception | None = None
+        try:
+            if not isinstance(cell_id, str) or not cell_id:
+                raise InvalidEdit("execute_cell takes the cell's id ('cell_id'; read_notebook "
+                                  "shows each)")  # fmt: skip
+            path = notebook or (await self.notebook_of(run, kernel_id) if run is not None else None)
+            if path is None:
+                raise NotebookNotFound("the run has no notebook (it was not submitted from one)")
+            _, content = await self.places.open(path)
+            found = find_cell(content, cell_id)
+            if found is None:
+                raise CellNotFound(
+                    f"the notebook has no cell {cell_id!r} (read_notebook shows each cell's id)"
+                )
+            if found[1].get("cell_type") != "code":
+                raise InvalidEdit(f"the cell {cell_id!r} is a {found[1].get('cell_type')} cell: "
+                                  "only a code cell runs")  # fmt: skip
+            source = source_of(found[1])
+        except Exception as exc:  # the call fails with it: nothing ran, nothing changed
+            problem = exc
+        if run is None:
+            if problem is not None:
+                return _failed(problem)
+            assert path is not None and isinstance(cell_id, str)  # (no problem: both known)
+            try:
+                return await self._run_cell(path, cell_id, source, kernel_id, None, None)
+            except Exception as exc:  # the caller reads why (no kernel, the file unwritable)
+                return _failed(exc)
+        approval = None
+        if problem is None and self.asks(EXECUTE_CELL):
+            approval = Approval(
+                f"Run the cell {cell_id} in the notebook's kernel?",
+                details={"tool": EXECUTE_CELL, "code": cut_to(source, self.budget // 2),
+                         "language": "python", "notebook": path, "cell_id": cell_id},
+                refused="running this cell",
+            )  # fmt: skip
+        started = StepRun(run)
+
+        async def act() -> Outcome:
+            if problem is not None:
+                raise problem
+            assert path is not None and isinstance(cell_id, str)  # (no problem: both known)
+            return await self._run_cell(path, cell_id, source, kernel_id, run, started.call_id)
+
+        ended = await tool_step(
+            started,
+            EXECUTE_CELL,
+            dict(args),
+            act,
+            approval=approval,
+            asked=asked,
+            kind=TOOLS[EXECUTE_CELL]["kind"],
+            title=f"Run the cell {cell_id}",
+        )
+        return (
+            ended if isinstance(ended, Outcome) else Outcome(False, ended.text, error=ended.error)
+        )
+
+    async def _run_cell(
+        self,
+        path: str,
+        cell_id: str,
+        source: str,
+        kernel_id: str | None,
+        run: Any,
+        call_id: str | None,
+    ) -> Outcome:
+        """Run the cell's ``source`` and write its outputs (the edit made once, or a conflict)."""
+        if kernel_id is None:
+            kernel_id = await self.kernels.kernel_of(path)
+
+        async def waiting(started: bool) -> None:
+            if run is not None:
+                await run.progress(
+                    None, "waiting for the kernel" if started else "running the cell in the kernel"
+                )
+
+        output = await self.kernels.execute(
+            kernel_id,
+            source,
+            on_waiting=waiting,
+            room=self.budget - 2 * PART_BYTES,
+            store_history=True,
+            cell_room=self.edits.room // 2,
+        )
+        assert output.cell is not None  # (asked for with cell_room)
+        edit = await self.edits.outputs(
+            run, path, cell_id, source, output.cell.kept(), output.execution_count, call_id
+        )
+        outcome = _run_code_outcome(output)
+        if edit["status"] == "applied":
+            head = (
+                f"Ran the cell {cell_id} (execution count {output.execution_count}); its outputs "
+                "are in the notebook."
+            )
+        else:
+            why = edit.get("reason") or f"the edit was {edit['status']}"
+            head = (
+                f"Ran the cell {cell_id}, but its outputs were NOT written into the notebook: "
+                f"{why}. Read the notebook again (read_notebook) before running it again."
+            )
+        images = sum(encoded_size(image["data"]) + PART_BYTES for image in outcome.images)
+        outcome.text = cut_to(head + "\n" + outcome.text, self.budget - images - PART_BYTES)
+        outcome.result = {
+            "status": edit["status"], "edit_id": edit["edit_id"], "cell_id": cell_id,
+            "execution_count": output.execution_count, "images": output.images,
+        }  # fmt: skip
+        return outcome
+
     async def _call(
         self, name: str, args: dict[str, Any], kernel_id: str | None, notebook: str | None, run: Any
     ) -> Outcome:
@@ -302,7 +452,10 @@ class NotebookTools:
             if path is None:
                 raise NotebookNotFound("the run's kernel has no notebook open with it")
             seen: dict[str, str] = {}
-            text = await self.kernels.read_notebook(path, seen)
+            place, content = await self.places.open(path)
+            text = self.kernels.read_notebook(
+                path, content, seen, WHERE.get(place.name, "as open now")
+            )
             if run is not None:
                 # What the agent read is what its edits expect the cells to hold.
                 self.edits.saw(run.run_id, seen)
@@ -351,6 +504,11 @@ def _run_code_outcome(output: Output) -> Outcome:
         result={"images": output.images},
         images=output.images,
     )
+
+
+def _failed(exc: Exception) -> Outcome:
+    error = error_object(exc)
+    return Outcome(False, error_text(error), error=error)
 
 
 async def _never() -> None:

@@ -36,6 +36,7 @@ from ..domain import (
     EventRow,
     InputAnswer,
     KeyRow,
+    ListedConversation,
     ListedRun,
     RunFields,
     RunHead,
@@ -160,6 +161,27 @@ class StoreConnection(abc.ABC):
 
         Without their snapshots (``get_run`` has them): a page of runs must not
         cost the sum of their texts.
+        """
+
+    @abc.abstractmethod
+    def list_conversations(
+        self,
+        owner: str,
+        *,
+        agent: str | None,
+        notebook: tuple[str, ...] | None,
+        limit: int,
+        before: tuple[str, str] | None,
+    ) -> list[ListedConversation]:
+        """The owner's conversations, the one with the newest run first, after the ``before`` one.
+
+        A conversation is the owner's runs of one ``session`` (not null) and
+        one ``agent``; its place is its newest run's ``(created_at, run_id)``,
+        which ``before`` names. ``agent``: only that agent's. ``notebook``
+        (the forms its path was recorded in): only conversations whose session
+        is one of them, or with a run whose ``metadata.notebook`` is. Each
+        with its first run's metadata and input, and ``title``: the newest
+        ``conversation_title`` of its runs (None: none has one).
         """
 
     @abc.abstractmethod
@@ -339,6 +361,95 @@ class StoreConnection(abc.ABC):
 
     @abc.abstractmethod
     def purge_keys(self, older_than: float, limit: int = 5000) -> None: ...
+
+    # Webhooks (writes inside transaction()) -------------------------------------
+    #
+    # ``append_events`` also writes the outbox: a delivery of each event a hook
+    # wants (``run.*`` ends and ``input.requested``), in the same transaction.
+
+    @abc.abstractmethod
+    def set_server_hooks(self, hooks: list[dict[str, Any]]) -> None:
+        """Make the servers' own hooks (owner NULL) these: ``hook_id, url, events, format, secret_env, created_at``."""
+
+    @abc.abstractmethod
+    def insert_hook(self, hook: dict[str, Any]) -> None:
+        """A user's hook: ``hook_id, owner, url, events, format, secret, created_at``."""
+
+    @abc.abstractmethod
+    def list_hooks(self, owner: str) -> list[dict[str, Any]]:
+        """The owner's hooks, oldest first (with their secrets: the caller leaves them out)."""
+
+    @abc.abstractmethod
+    def get_hook(self, hook_id: str) -> dict[str, Any] | None: ...
+
+    @abc.abstractmethod
+    def delete_hook(self, owner: str, hook_id: str) -> bool:
+        """Delete the owner's hook and its deliveries; False when the owner has no such hook."""
+
+    @abc.abstractmethod
+    def list_deliveries(self, hook_id: str, limit: int) -> list[dict[str, Any]]:
+        """The hook's deliveries, newest first."""
+
+    @abc.abstractmethod
+    def due_deliveries(self, now: float) -> bool:
+        """Whether a delivery waits to be attempted now (a read: no claim)."""
+
+    @abc.abstractmethod
+    def claim_deliveries(self, now: float, until: float, limit: int) -> list[dict[str, Any]]:
+        """Claim due deliveries until ``until``, each the earliest still pending of its hook and run.
+
+        With their hook's ``url, format, secret, secret_env`` (None: the hook
+        is gone) and the run's ``owner`` (None: the run is gone). A delivery
+        another server claimed, and whose claim has not run out, is not taken.
+        """
+
+    @abc.abstractmethod
+    def finish_delivery(
+        self, delivery_id: str, now: float, error: str | None, next_attempt: float | None
+    ) -> None:
+        """Record an attempt: delivered (no ``error``), to try again at ``next_attempt``, or given up."""
+
+    # Schedules ---------------------------------------------------------------
+    # A schedule is a dict: schedule_id, owner, agent, input (decoded), cron,
+    # timezone, session, paused (bool), created_at, last_slot (the newest slot
+    # handled, UTC ISO time), skipped, skips (decoded list), last_error.
+
+    @abc.abstractmethod
+    def insert_schedule(self, schedule: dict[str, Any]) -> None: ...
+
+    @abc.abstractmethod
+    def get_schedule(self, schedule_id: str) -> dict[str, Any] | None: ...
+
+    @abc.abstractmethod
+    def list_schedules(self, owner: str | None) -> list[dict[str, Any]]:
+        """The owner's schedules, oldest first (None: every owner's that is not paused)."""
+
+    @abc.abstractmethod
+    def set_schedule_paused(self, schedule_id: str, paused: bool, last_slot: str | None) -> None:
+        """Pause or resume; ``last_slot`` (when given) replaces the newest slot handled."""
+
+    @abc.abstractmethod
+    def delete_schedule(self, schedule_id: str) -> bool: ...
+
+    @abc.abstractmethod
+    def advance_schedule(
+        self,
+        schedule_id: str,
+        from_slot: str,
+        to_slot: str,
+        skipped: int,
+        skips: list[dict[str, Any]] | None,
+        last_error: str | None,
+    ) -> bool:
+        """Move the newest slot handled from ``from_slot`` to ``to_slot``, if no one did.
+
+        False when the schedule is gone, paused, or its ``last_slot`` is no longer
+        ``from_slot`` (another server handled the slot first): nothing changes.
+        """
+
+    @abc.abstractmethod
+    def schedule_runs(self, owner: str, schedule_id: str, limit: int) -> list[dict[str, Any]]:
+        """The newest runs a schedule made (found by their idempotency keys), newest first."""
 
 
 class Store(abc.ABC):

@@ -334,8 +334,78 @@ def _merge(
     ).rowcount
     for table in ("idempotency_keys", "tombstones"):
         progress(f"{table}: {copied.rows[table]:,} copied")
+    _merge_hooks(source, target, owner, copied, added, progress)
+    _merge_schedules(source, target, owner, copied, progress)
     copied.rows = {table: copied.rows[table] for table in TABLES}
     return copied
+
+
+def _merge_hooks(
+    source: sqlite3.Connection,
+    target: Any,
+    owner: str | None,
+    copied: Copied,
+    added: set[str],
+    progress: Callable[[str], Any],
+) -> None:
+    """The users' webhooks the target lacks, and the deliveries of the runs this copy adds.
+
+    The servers' own webhooks (owner NULL) are not copied: the target's
+    servers make their configuration's the store's at their start.
+    """
+    _merge_owned(
+        source, target, owner, copied, progress, "webhooks", "hook_id", "owner IS NOT NULL"
+    )
+    copied.rows["webhook_deliveries"] = _stream(
+        source,
+        target,
+        "webhook_deliveries",
+        "webhook_deliveries",
+        _columns(source, "webhook_deliveries"),
+        progress=progress,
+        runs=added,
+    )
+
+
+def _merge_schedules(
+    source: sqlite3.Connection,
+    target: Any,
+    owner: str | None,
+    copied: Copied,
+    progress: Callable[[str], Any],
+) -> None:
+    """The schedules the target lacks, each with its last slot: a copied schedule
+    goes on from where its file's servers left it, never runs a slot twice."""
+    _merge_owned(source, target, owner, copied, progress, "schedules", "schedule_id", "TRUE")
+
+
+def _merge_owned(
+    source: sqlite3.Connection,
+    target: Any,
+    owner: str | None,
+    copied: Copied,
+    progress: Callable[[str], Any],
+    table: str,
+    key: str,
+    kept: str,
+) -> None:
+    """The rows of ``table`` the target lacks (by ``key``) among those where ``kept`` holds,
+    with the file's shared owner made ``owner`` as for its runs."""
+    columns = _columns(source, table)
+    target.execute(
+        f"CREATE TEMP TABLE copy_{table} ON COMMIT DROP AS "
+        f"SELECT {_quoted(columns)} FROM {table} WITH NO DATA"
+    )
+    _stream(source, target, table, f"copy_{table}", columns)
+    if owner is not None:
+        target.execute(
+            f"UPDATE copy_{table} SET owner = %s WHERE owner = %s", [owner, SHARED_OWNER]
+        )
+    copied.rows[table] = target.execute(
+        f"INSERT INTO {table} ({_quoted(columns)}) SELECT {_quoted(columns)} FROM copy_{table} "
+        f"WHERE {kept} ON CONFLICT ({key}) DO NOTHING"
+    ).rowcount
+    progress(f"{table}: {copied.rows[table]:,} copied")
 
 
 def _refuse_others(target: Any, store: PostgresStore, path: Path) -> None:
@@ -397,7 +467,7 @@ def _stream(
     if extra is not None:
         selected += f", {extra[0]}"
         copied_into += f', "{extra[1]}"'
-    position = columns.index("run_id")
+    position = columns.index("run_id") if runs is not None else -1
     total = source.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
     rows = source.execute(f"SELECT {selected} FROM {table} ORDER BY {order}")
     started = time.monotonic()

@@ -730,6 +730,7 @@ class PostgresConnection(SQLConnection):
             if self._stored_already(rows):
                 return  # a batch whose COMMIT was answered by a lost connection, written again
             raise SeqTaken(str(exc)) from exc
+        self._queue_deliveries(rows)
 
     def _stored_already(self, rows: list[tuple[str, int, str, str, str]]) -> bool:
         """Whether every one of these events is stored exactly so (the commit did happen)."""

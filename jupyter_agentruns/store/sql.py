@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, cast
 
@@ -21,8 +22,10 @@ from .. import jsonio, reducer
 from ..domain import (
     ActiveRun,
     CancelRequest,
+    EventRow,
     InputAnswer,
     KeyRow,
+    ListedConversation,
     ListedRun,
     RunFields,
     RunHead,
@@ -31,6 +34,7 @@ from ..domain import (
     Tombstone,
 )
 from ..lifecycle import ACTIVE_STATUSES, CANCELLABLE, TERMINAL_STATUSES
+from ..settings import WEBHOOK_EVENTS
 from . import StoreConnection
 
 # Every table of the store, with its key: the columns its rows are read in order of.
@@ -42,6 +46,9 @@ TABLES = {
     "idempotency_keys": "owner, key",
     "tombstones": "run_id",
     "input_answers": "run_id, request_id",
+    "webhooks": "hook_id",
+    "webhook_deliveries": "delivery_id",
+    "schedules": "schedule_id",
 }
 
 # Schema changes since the two stores' histories met (SQLite's 8th migration,
@@ -59,7 +66,54 @@ SHARED_MIGRATIONS: list[tuple[str, ...]] = [
     # NULL: not recorded, older runs): a server that does not serve the run's
     # owner may end a run that would never be resumed, and leaves the others.
     ("ALTER TABLE runs ADD COLUMN resumable integer",),
+    # Conversations (an owner's runs of one session and agent): each one's
+    # newest run, first run and count are found in the index, not by reading
+    # every run of the session.
+    ("CREATE INDEX runs_conversation ON runs (owner, session, agent, created_at, run_id)",),
+    # The title an agent gave its conversation during a run (an ACP agent's
+    # session title): a conversation's newest one is one probe of an index
+    # holding the runs that have one, however many runs have none.
+    (
+        "ALTER TABLE runs ADD COLUMN conversation_title {text}",
+        "CREATE INDEX runs_conversation_title ON runs (owner, session, agent, created_at, run_id) "
+        "WHERE conversation_title IS NOT NULL",
+    ),
+    # The W3C traceparent of the span of a run's latest attempt, when
+    # OpenTelemetry traces runs: the attempt after a takeover links to it.
+    ("ALTER TABLE runs ADD COLUMN trace_context {text}",),
+    # Webhooks: the hooks (a user's, or the servers' own: owner NULL, their
+    # secret in an environment variable), and the outbox of their deliveries,
+    # written in the transaction of the event each one tells of.
+    (
+        "CREATE TABLE webhooks (hook_id {text} PRIMARY KEY, owner {text}, url {text} NOT NULL, "
+        "events {text} NOT NULL, format {text} NOT NULL, secret {text}, secret_env {text}, "
+        "created_at {text} NOT NULL)",
+        "CREATE TABLE webhook_deliveries (delivery_id {text} PRIMARY KEY, "
+        "hook_id {text} NOT NULL, run_id {text} NOT NULL, seq bigint NOT NULL, "
+        "type {text} NOT NULL, status {text} NOT NULL, attempts integer NOT NULL DEFAULT 0, "
+        "created_ts double precision NOT NULL, next_attempt double precision NOT NULL, "
+        "claimed_until double precision NOT NULL DEFAULT 0, last_error {text}, "
+        "delivered_ts double precision)",
+        "CREATE INDEX webhook_deliveries_due ON webhook_deliveries (status, next_attempt)",
+        "CREATE INDEX webhook_deliveries_order ON webhook_deliveries (hook_id, run_id, seq)",
+    ),
+    # Schedules: a run submitted at each time a cron expression names.
+    # ``last_slot`` is the newest slot handled (UTC ISO time; at creation, the
+    # creation time); ``skipped`` counts the older missed slots passed over,
+    # ``skips`` lists the newest such passes (JSON).
+    (
+        "CREATE TABLE schedules (schedule_id {text} PRIMARY KEY, owner {text} NOT NULL, "
+        "agent {text} NOT NULL, input {text} NOT NULL, cron {text} NOT NULL, "
+        "timezone {text} NOT NULL, session {text}, paused integer NOT NULL DEFAULT 0, "
+        "created_at {text} NOT NULL, last_slot {text} NOT NULL, "
+        "skipped integer NOT NULL DEFAULT 0, skips {text}, last_error {text})",
+        "CREATE INDEX schedules_owner ON schedules (owner, created_at)",
+    ),
 ]
+
+# The events webhooks tell of: a run's end, and a question waiting for a person.
+HOOK_EVENTS = frozenset(WEBHOOK_EVENTS)
+HOOK_COLUMNS = "hook_id, owner, url, events, format, secret, secret_env, created_at"
 
 # A snapshot's JSON is stored in parts of at least this many characters (the last one shorter).
 SNAPSHOT_PART_CHARS = 1 << 20
@@ -76,6 +130,10 @@ RUN_SELECT = (
 RUN_SELECT_WITHOUT_SNAPSHOT = RUN_SELECT.replace("snapshots.snapshot AS", "NULL AS")
 # A run queued behind earlier runs of its session: no server executes it yet.
 UNCLAIMED = "executor_id IS NULL AND status = 'queued'"
+# The runs of the conversation of the run ``last``: the same owner, session and agent.
+SAME_CONVERSATION = "c.owner = last.owner AND c.session = last.session AND c.agent = last.agent"
+# The most runs one statement of list_conversations reads, looking for conversations.
+CONVERSATION_SCAN_MAX = 1000
 # What answering for a run needs, without the (possibly huge) snapshot and output.
 HEAD_COLUMNS = "run_id, owner, status, last_seq, first_seq, finished_ts"
 
@@ -240,6 +298,156 @@ class SQLConnection(StoreConnection):
             params,
         )
         return [cast(ListedRun, self._decode(row)) for row in rows]
+
+    def list_conversations(
+        self,
+        owner: str,
+        *,
+        agent: str | None,
+        notebook: tuple[str, ...] | None,
+        limit: int,
+        before: tuple[str, str] | None,
+    ) -> list[ListedConversation]:
+        if notebook:
+            found = self._notebook_conversations(owner, agent, notebook, limit, before)
+        else:
+            found = self._newest_conversations(owner, agent, limit, before)
+        # The first run of each, and the newest title its agent gave it (found
+        # through runs_conversation_title from the first run: the same owner, session and agent).
+        titled = (
+            "SELECT c.conversation_title FROM runs AS c WHERE c.owner = first_run.owner "
+            "AND c.session = first_run.session AND c.agent = first_run.agent "
+            "AND c.conversation_title IS NOT NULL ORDER BY c.created_at DESC, c.run_id DESC LIMIT 1"
+        )
+        firsts: dict[str, dict[str, Any]] = {}
+        for chunk in self._chunks([row["first_run_id"] for row in found]):
+            listed, params = self._in(chunk)
+            sql = (
+                f"SELECT run_id, metadata, input, ({titled}) AS title FROM runs AS first_run "
+                f"WHERE run_id {listed}"
+            )
+            firsts.update((row["run_id"], row) for row in self._dicts(sql, params))
+        conversations: list[ListedConversation] = []
+        for row in found:
+            first = firsts.get(row.pop("first_run_id"), {})
+            metadata, input = first.get("metadata"), first.get("input")
+            row["first_metadata"] = None if metadata is None else json.loads(metadata)
+            row["first_input"] = None if input is None else json.loads(input)
+            row["title"] = first.get("title")
+            conversations.append(cast(ListedConversation, row))
+        return conversations
+
+    def _newest_conversations(
+        self, owner: str, agent: str | None, limit: int, before: tuple[str, str] | None
+    ) -> list[dict[str, Any]]:
+        """``limit`` conversations after ``before``, newest first, with their count and first run.
+
+        The owner's runs are read in the order of runs_owner_created, a batch
+        at a time, and only those are looked up in runs_conversation (is each
+        its conversation's newest?): PostgreSQL, given the whole query, looks
+        up every run of the owner, then sorts.
+        """
+        newest = (
+            f"last.run_id = (SELECT c.run_id FROM runs AS c WHERE {SAME_CONVERSATION} "
+            "ORDER BY c.created_at DESC, c.run_id DESC LIMIT 1)"
+        )
+        found: list[dict[str, Any]] = []
+        batch = min(max(4 * limit, 100), CONVERSATION_SCAN_MAX)
+        while len(found) < limit:
+            where = ["owner = ?", "session IS NOT NULL"]
+            params: list[Any] = [owner]
+            if agent is not None:
+                where.append("agent = ?")
+                params.append(agent)
+            if before is not None:
+                where.append("(created_at, run_id) < (?, ?)")
+                params.extend(before)
+            rows = self._dicts(
+                "SELECT last.session AS session, last.agent AS agent, last.run_id AS last_run_id, "
+                "last.created_at AS updated_at, "
+                f"CASE WHEN {newest} THEN "
+                f"(SELECT count(*) FROM runs AS c WHERE {SAME_CONVERSATION}) END AS runs, "
+                f"CASE WHEN {newest} THEN (SELECT c.run_id FROM runs AS c "
+                f"WHERE {SAME_CONVERSATION} ORDER BY c.created_at, c.run_id LIMIT 1) "
+                "END AS first_run_id "
+                "FROM (SELECT owner, session, agent, run_id, created_at FROM runs "
+                f"WHERE {' AND '.join(where)} ORDER BY created_at DESC, run_id DESC LIMIT ?"
+                ") AS last ORDER BY last.created_at DESC, last.run_id DESC",
+                [*params, batch],
+            )
+            found += [row for row in rows if row["runs"] is not None]
+            if len(rows) < batch:
+                break
+            before = (rows[-1]["updated_at"], rows[-1]["last_run_id"])
+        return found[:limit]
+
+    def _notebook_conversations(
+        self,
+        owner: str,
+        agent: str | None,
+        notebook: tuple[str, ...],
+        limit: int,
+        before: tuple[str, str] | None,
+    ) -> list[dict[str, Any]]:
+        """``limit`` of the notebook's conversations after ``before``, newest first.
+
+        They are found in one read of the owner's runs, grouped: those whose
+        session is the notebook, and those with a run whose metadata holds its
+        path; the second are made sure of by ``_names_notebook``.
+        """
+        patterns = _notebook_patterns(notebook)
+        where = ["owner = ?", "session IS NOT NULL"]
+        params: list[Any] = [owner]
+        if agent is not None:
+            where.append("agent = ?")
+            params.append(agent)
+        named = " OR ".join("metadata LIKE ? ESCAPE '\\'" for _ in patterns)
+        # created_at and run_id joined by a space, which sorts before any of their characters:
+        # the greatest and least of these are the newest and first run.
+        rows = self._dicts(
+            "SELECT session, agent, count(*) AS runs, max(created_at || ' ' || run_id) AS newest, "
+            "min(created_at || ' ' || run_id) AS first "
+            f"FROM runs WHERE {' AND '.join(where)} GROUP BY session, agent "
+            f"HAVING session IN ({', '.join('?' for _ in notebook)}) "
+            f"OR max(CASE WHEN {named} THEN 1 ELSE 0 END) = 1",
+            [*params, *notebook, *patterns],
+        )
+        candidates = []
+        for row in rows:
+            updated_at, _, last_run_id = row.pop("newest").partition(" ")
+            if before is None or (updated_at, last_run_id) < before:
+                first_run_id = row.pop("first").partition(" ")[2]
+                candidates.append(
+                    {**row, "last_run_id": last_run_id, "updated_at": updated_at,
+                     "first_run_id": first_run_id}
+                )  # fmt: skip
+        candidates.sort(key=lambda row: (row["updated_at"], row["last_run_id"]), reverse=True)
+        found: list[dict[str, Any]] = []
+        for row in candidates:
+            if len(found) == limit:
+                break
+            if row["session"] in notebook or self._names_notebook(owner, row, notebook):
+                found.append(row)
+        return found
+
+    def _names_notebook(self, owner: str, row: dict[str, Any], notebook: tuple[str, ...]) -> bool:
+        """Whether a run of the conversation has one of these paths as its ``metadata.notebook``.
+
+        A LIKE found the path somewhere in a run's metadata (SQLite's ignoring
+        the case of ASCII letters): the metadata is read here to make sure.
+        """
+        patterns = _notebook_patterns(notebook)
+        rows = self._execute(
+            "SELECT metadata FROM runs WHERE owner = ? AND session = ? AND agent = ? AND ("
+            + " OR ".join("metadata LIKE ? ESCAPE '\\'" for _ in patterns)
+            + ")",
+            [owner, row["session"], row["agent"], *patterns],
+        ).fetchall()
+        for (text,) in rows:
+            metadata = json.loads(text)
+            if isinstance(metadata, dict) and metadata.get("notebook") in notebook:
+                return True
+        return False
 
     def read_events(
         self,
@@ -569,6 +777,236 @@ class SQLConnection(StoreConnection):
             [older_than, limit],
         )
 
+    # Webhooks ------------------------------------------------------------------
+
+    def _queue_deliveries(self, rows: list[EventRow]) -> None:
+        """The outbox: a delivery of each event a hook wants, in the event's own transaction.
+
+        The hooks of the run's owner and the servers' own (owner NULL). A
+        delivery's id is its hook's and its event's: the same at every attempt.
+        """
+        now = None
+        for row in rows:
+            type = row[2]
+            if type not in HOOK_EVENTS:
+                continue
+            run_id, seq = row[0], row[1]
+            now = now or time.time()
+            self._execute(
+                "INSERT INTO webhook_deliveries (delivery_id, hook_id, run_id, seq, type, status, "
+                "created_ts, next_attempt) SELECT hook_id || ?, hook_id, ?, ?, ?, 'pending', ?, ? "
+                "FROM webhooks WHERE events LIKE ? AND (owner IS NULL OR owner = "
+                "(SELECT owner FROM runs WHERE run_id = ?)) ON CONFLICT DO NOTHING",
+                [f":{run_id}:{seq}", run_id, seq, type, now, now, f'%"{type}"%', run_id],
+            )
+
+    def set_server_hooks(self, hooks: list[dict[str, Any]]) -> None:
+        kept = {hook["hook_id"] for hook in hooks}
+        for (hook_id,) in self._execute("SELECT hook_id FROM webhooks WHERE owner IS NULL"):
+            if hook_id not in kept:
+                self._execute("DELETE FROM webhooks WHERE hook_id = ?", [hook_id])
+        for hook in hooks:
+            self._execute(
+                f"INSERT INTO webhooks ({HOOK_COLUMNS}) VALUES (?, NULL, ?, ?, ?, NULL, ?, ?) "
+                "ON CONFLICT (hook_id) DO UPDATE SET url = excluded.url, "
+                "events = excluded.events, format = excluded.format, "
+                "secret_env = excluded.secret_env",
+                [
+                    hook["hook_id"],
+                    hook["url"],
+                    json.dumps(hook["events"]),
+                    hook["format"],
+                    hook["secret_env"],
+                    hook["created_at"],
+                ],
+            )
+
+    def insert_hook(self, hook: dict[str, Any]) -> None:
+        self._execute(
+            f"INSERT INTO webhooks ({HOOK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, NULL, ?)",
+            [
+                hook["hook_id"],
+                hook["owner"],
+                hook["url"],
+                json.dumps(hook["events"]),
+                hook["format"],
+                hook["secret"],
+                hook["created_at"],
+            ],
+        )
+
+    def _hook(self, row: dict[str, Any]) -> dict[str, Any]:
+        row["events"] = json.loads(row["events"])
+        return row
+
+    def list_hooks(self, owner: str) -> list[dict[str, Any]]:
+        return [
+            self._hook(row)
+            for row in self._dicts(
+                f"SELECT {HOOK_COLUMNS} FROM webhooks WHERE owner = ? ORDER BY created_at, hook_id",
+                [owner],
+            )
+        ]
+
+    def get_hook(self, hook_id: str) -> dict[str, Any] | None:
+        rows = self._dicts(f"SELECT {HOOK_COLUMNS} FROM webhooks WHERE hook_id = ?", [hook_id])
+        return self._hook(rows[0]) if rows else None
+
+    def delete_hook(self, owner: str, hook_id: str) -> bool:
+        if (
+            self._execute(
+                "DELETE FROM webhooks WHERE hook_id = ? AND owner = ?", [hook_id, owner]
+            ).rowcount
+            != 1
+        ):
+            return False
+        self._execute("DELETE FROM webhook_deliveries WHERE hook_id = ?", [hook_id])
+        return True
+
+    def list_deliveries(self, hook_id: str, limit: int) -> list[dict[str, Any]]:
+        return self._dicts(
+            "SELECT delivery_id, run_id, seq, type, status, attempts, last_error, created_ts, "
+            "next_attempt, delivered_ts FROM webhook_deliveries WHERE hook_id = ? "
+            "ORDER BY created_ts DESC, run_id, seq DESC LIMIT ?",
+            [hook_id, limit],
+        )
+
+    def due_deliveries(self, now: float) -> bool:
+        return bool(
+            self._execute(
+                "SELECT 1 FROM webhook_deliveries WHERE status = 'pending' AND next_attempt <= ? "
+                "AND claimed_until < ? LIMIT 1",
+                [now, now],
+            ).fetchall()
+        )
+
+    def claim_deliveries(self, now: float, until: float, limit: int) -> list[dict[str, Any]]:
+        rows = self._dicts(
+            "SELECT d.delivery_id, d.hook_id, d.run_id, d.seq, d.type, d.attempts, d.created_ts, "
+            "h.url, h.format, h.secret, h.secret_env, r.owner "
+            "FROM webhook_deliveries d LEFT JOIN webhooks h ON h.hook_id = d.hook_id "
+            "LEFT JOIN runs r ON r.run_id = d.run_id "
+            "WHERE d.status = 'pending' AND d.next_attempt <= ? AND d.claimed_until < ? "
+            "AND NOT EXISTS (SELECT 1 FROM webhook_deliveries e WHERE e.hook_id = d.hook_id "
+            "AND e.run_id = d.run_id AND e.seq < d.seq AND e.status = 'pending') "
+            "ORDER BY d.next_attempt, d.delivery_id LIMIT ?",
+            [now, now, limit],
+        )
+        # Another server may have read the same rows: the one whose update
+        # finds the row still unclaimed has it (the other's waits, then finds none).
+        return [
+            row
+            for row in rows
+            if self._execute(
+                "UPDATE webhook_deliveries SET claimed_until = ? WHERE delivery_id = ? "
+                "AND status = 'pending' AND claimed_until < ?",
+                [until, row["delivery_id"], now],
+            ).rowcount
+            == 1
+        ]
+
+    def finish_delivery(
+        self, delivery_id: str, now: float, error: str | None, next_attempt: float | None
+    ) -> None:
+        if error is None:
+            status = "delivered"
+        else:
+            status = "pending" if next_attempt is not None else "failed"
+        self._execute(
+            "UPDATE webhook_deliveries SET status = ?, attempts = attempts + 1, last_error = ?, "
+            "next_attempt = ?, claimed_until = 0, delivered_ts = ? WHERE delivery_id = ?",
+            [
+                status,
+                error,
+                next_attempt if next_attempt is not None else now,
+                now if error is None else None,
+                delivery_id,
+            ],
+        )
+
+    # Schedules ---------------------------------------------------------------
+
+    def insert_schedule(self, schedule: dict[str, Any]) -> None:
+        columns = {
+            **schedule,
+            "input": jsonio.dumps(schedule["input"]),
+            "paused": int(schedule.get("paused", False)),
+            "skips": None,
+        }
+        names = ", ".join(columns)
+        values = ", ".join("?" for _ in columns)
+        self._execute(f"INSERT INTO schedules ({names}) VALUES ({values})", list(columns.values()))
+
+    def get_schedule(self, schedule_id: str) -> dict[str, Any] | None:
+        rows = self._dicts("SELECT * FROM schedules WHERE schedule_id = ?", [schedule_id])
+        return _decode_schedule(rows[0]) if rows else None
+
+    def list_schedules(self, owner: str | None) -> list[dict[str, Any]]:
+        if owner is None:
+            rows = self._dicts(
+                "SELECT * FROM schedules WHERE paused = 0 ORDER BY created_at, schedule_id"
+            )
+        else:
+            rows = self._dicts(
+                "SELECT * FROM schedules WHERE owner = ? ORDER BY created_at, schedule_id",
+                [owner],
+            )
+        return [_decode_schedule(row) for row in rows]
+
+    def set_schedule_paused(self, schedule_id: str, paused: bool, last_slot: str | None) -> None:
+        self._execute(
+            "UPDATE schedules SET paused = ?, last_slot = coalesce(?, last_slot) "
+            "WHERE schedule_id = ?",
+            [int(paused), last_slot, schedule_id],
+        )
+
+    def delete_schedule(self, schedule_id: str) -> bool:
+        cursor = self._execute("DELETE FROM schedules WHERE schedule_id = ?", [schedule_id])
+        return cursor.rowcount > 0
+
+    def advance_schedule(
+        self,
+        schedule_id: str,
+        from_slot: str,
+        to_slot: str,
+        skipped: int,
+        skips: list[dict[str, Any]] | None,
+        last_error: str | None,
+    ) -> bool:
+        cursor = self._execute(
+            "UPDATE schedules SET last_slot = ?, skipped = skipped + ?, "
+            "skips = coalesce(?, skips), last_error = ? "
+            "WHERE schedule_id = ? AND last_slot = ? AND paused = 0",
+            [
+                to_slot,
+                skipped,
+                None if skips is None else jsonio.dumps(skips),
+                last_error,
+                schedule_id,
+                from_slot,
+            ],
+        )
+        return cursor.rowcount == 1
+
+    def schedule_runs(self, owner: str, schedule_id: str, limit: int) -> list[dict[str, Any]]:
+        # The keys of one schedule's runs share a prefix (see engine/schedules.py):
+        # a range of the (owner, key) primary key, newest slot last.
+        prefix = f"schedule:{schedule_id}:"
+        return self._dicts(
+            "SELECT runs.run_id AS run_id, runs.status AS status, runs.created_at AS created_at, "
+            "runs.finished_at AS finished_at FROM idempotency_keys AS k "
+            "JOIN runs ON runs.run_id = k.run_id "
+            "WHERE k.owner = ? AND k.key >= ? AND k.key < ? ORDER BY k.key DESC LIMIT ?",
+            [owner, prefix, prefix[:-1] + ";", limit],
+        )
+
+
+def _decode_schedule(row: dict[str, Any]) -> dict[str, Any]:
+    row["input"] = json.loads(row["input"])
+    row["skips"] = json.loads(row["skips"]) if row.get("skips") else []
+    row["paused"] = bool(row["paused"])
+    return row
+
 
 def split_parts(pieces: Iterable[str], size: int) -> Iterator[str]:
     """Pieces of text joined into parts of at least ``size`` characters (the last one shorter)."""
@@ -590,6 +1028,19 @@ def encode_columns(fields: RunFields) -> dict[str, Any]:
         name: jsonio.dumps(value) if name in JSON_COLUMNS and value is not None else value
         for name, value in fields.items()
     }
+
+
+def _notebook_patterns(notebook: tuple[str, ...]) -> list[str]:
+    """LIKE patterns of a run's stored metadata that names one of these paths as its ``notebook``.
+
+    Metadata is stored as ``jsonio.dumps`` writes it: ``"notebook": "<path>"``.
+    """
+    patterns = []
+    for path in notebook:
+        text = f'"notebook": {jsonio.dumps(path)}'
+        escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        patterns.append(f"%{escaped}%")
+    return patterns
 
 
 def decode_run(row: dict[str, Any], later_parts: Callable[[str], list[str]]) -> dict[str, Any]:

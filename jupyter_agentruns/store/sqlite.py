@@ -439,6 +439,7 @@ class SQLiteConnection(SQLConnection):
             self._in_statements(_insert_events_sql, rows, insert_rows(self.conn))
         except sqlite3.IntegrityError as exc:
             raise SeqTaken(str(exc)) from exc
+        self._queue_deliveries(rows)
 
     def set_last_seqs(self, pairs: list[tuple[int, str]]) -> None:
         # A statement for up to 256 runs, not one each (see append_events).

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import mimetypes
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,12 @@ from acp.schema import (
     TextResourceContents,
 )
 
+from ... import tracing
 from ..steps import ask_once
 from . import mapping
 from .client import PERMISSION, UPDATE, Conversation, mcp_servers
 from .errors import AgentError, CannotResume, InvalidInput, Refusal
-from .files import Files, Refused
+from .files import MAX_READ_BYTES, Files, Refused
 from .processes import Processes
 
 INPUT_SCHEMA = {
@@ -61,9 +63,15 @@ EMBED_BYTES = 256 * 1024
 
 
 class AcpAgent:
-    """One entry of ``c.AgentRuns.acp_agents``: a program speaking ACP over stdio."""
+    """One entry of ``c.AgentRuns.acp_agents``: a program speaking ACP over stdio.
+
+    Its modes and models are known once it has opened a session (its process
+    starts at its first run, not with the server): ``choices()`` says those
+    of the last session it opened, and a run naming another is refused at submit.
+    """
 
     input_schema = INPUT_SCHEMA
+    choices_checked = True
 
     def __init__(
         self,
@@ -82,6 +90,14 @@ class AcpAgent:
         command = " ".join(entry["command"])
         self.description = entry.get("description") or f"An ACP agent: {command}"
         self.resumable = bool(entry.get("resumable", False))
+        self.offered: dict[str, Any] | None = None
+
+    def choices(self) -> dict[str, Any] | None:
+        """The modes and models its last opened session offered (None before its first)."""
+        return self.offered
+
+    def remember(self, offered: dict[str, Any]) -> None:
+        self.offered = offered
 
     async def __call__(self, run: Any, input: dict[str, Any]) -> dict[str, Any]:
         cwd = self.working_directory(run)
@@ -93,7 +109,7 @@ class AcpAgent:
             lambda: Conversation(self.name, self.entry, self.files, self.log),
             lambda message: run.progress(None, message),
         )
-        turn = Turn(self.name, run, conversation, self.files)
+        turn = Turn(self.name, run, conversation, self.files, self.remember)
         self.processes.turns[run.run_id] = conversation
         try:
             return await turn.take(input, cwd, attached)
@@ -133,8 +149,16 @@ class AcpAgent:
 class Turn:
     """One run's turn of the conversation: its prompt, and what the agent sends until it answers."""
 
-    def __init__(self, name: str, run: Any, conversation: Conversation, files: Files):
+    def __init__(
+        self,
+        name: str,
+        run: Any,
+        conversation: Conversation,
+        files: Files,
+        remember: Callable[[dict[str, Any]], None],
+    ):
         self.name = name
+        self.remember = remember
         self.run = run
         self.conversation = conversation
         self.files = files
@@ -164,6 +188,7 @@ class Turn:
                 assert conversation.cwd is not None  # set with its session
                 await conversation.load_session(conversation.session_id, conversation.cwd, servers)
         conversation.notebook_run = run.run_id if notebook else None
+        self.remember(conversation.offered())
         assert conversation.cwd is not None  # set with its session
         await run.save_checkpoint(
             {"session_id": conversation.session_id, "cwd": self.files.name(conversation.cwd)}
@@ -181,6 +206,7 @@ class Turn:
         blocks = self.blocks(prompt, attached)
         response = await self.prompt(blocks)
         await self.count_usage(response.usage, blocks)
+        await self.name_conversation()
         await run.save_checkpoint(
             {
                 "session_id": conversation.session_id,
@@ -207,6 +233,22 @@ class Turn:
             },
         )
         await self.run.emit("usage", self.translation.estimated_usage(sent))
+
+    async def name_conversation(self) -> None:
+        """The agent's own title of its session, for an agent that lists its sessions: the
+        run's conversation takes it. The run goes on without it if ``session/list`` fails."""
+        conversation = self.conversation
+        if not conversation.can_list:
+            return
+        try:
+            title = await conversation.listed_title()
+        except Exception as exc:
+            conversation.log.warning(
+                "agentruns: the ACP agent %r did not list its sessions (run %s): %s",
+                self.name, self.run.run_id, f"{type(exc).__name__}: {exc}"[:500],
+            )  # fmt: skip
+            return
+        await self.translation.name_conversation(title)
 
     def mcp_servers(self) -> tuple[list[Any], bool]:
         """The MCP servers this run's session gets, and whether the notebook tools are among them.
@@ -255,13 +297,21 @@ class Turn:
         )
 
     async def tidy_earlier_attempt(self) -> None:
-        """What the earlier attempt left open: its message ends, its steps are interrupted, its
-        questions are kept for the agent's asking again."""
+        """What the earlier attempt left open: its message ends, its notebook edits are settled,
+        its other steps are interrupted, its questions are kept for the agent's asking again."""
         snapshot = self.run.snapshot
         for message in snapshot.get("messages", []):
             if not message.get("done"):
                 await self.run.message_completed(message["id"])
+        # Notebook edits (of a notebook it wrote, or through the notebook tools) are settled by
+        # the notebook: applied once, never lost.
+        tools: Any = getattr(self.run, "notebook_tools", None)
+        settles = getattr(tools, "settles", None)
+        if settles is not None:
+            await tools.settle()
         for tool in snapshot.get("tools", []):
+            if settles is not None and settles(tool):
+                continue
             if tool.get("status") == "running":
                 await self.run.tool_completed(
                     tool["call_id"],
@@ -297,7 +347,10 @@ class Turn:
         conversation = self.conversation
         conversation.turn = self
         self.prompting = prompting = asyncio.ensure_future(
-            conversation.connection.prompt(session_id=conversation.session_id, prompt=blocks)
+            # The run's trace context in ``_meta`` (ACP's reserved traceparent key).
+            conversation.connection.prompt(
+                session_id=conversation.session_id, prompt=blocks, **tracing.headers()
+            )
         )
         prompting.add_done_callback(lambda _: conversation.arrived.set())
         while True:
@@ -347,8 +400,12 @@ class Turn:
             same=lambda earlier, choice: mapping.same_choice(earlier, choice, options),
         )
 
-    async def write(self, path: str, content: str) -> bool | str:
-        """``fs/write_text_file``: written through the contents manager, recorded as a step with its diff."""
+    async def write(self, path: str, content: str) -> bool | str | dict[str, Any]:
+        """``fs/write_text_file``: written through the contents manager, recorded as a step with its diff.
+
+        A notebook the run's notebook tools hold is not written over: its
+        cells are changed one by one (:meth:`write_notebook`).
+        """
         run = self.run
         await self.translation.complete_message()
         name = path
@@ -356,6 +413,11 @@ class Turn:
             name = self.files.name(self.files.resolve(path))
         except Refused:
             pass
+        else:
+            if name.endswith(".ipynb"):
+                written = await self.write_notebook(name, content)
+                if written is not None:
+                    return written
         call_id = await run.tool_started(
             "write_text_file", {"path": name}, kind="edit", title=f"Write {name}"[:500]
         )
@@ -368,6 +430,38 @@ class Turn:
             return str(exc)
         await run.tool_completed(call_id, None, content=mapping.diff_content(name, old, content))
         return True
+
+    async def write_notebook(self, name: str, content: str) -> str | dict[str, Any] | None:
+        """The notebook ``name`` written as the run's cell edits, each a step of its own; what
+        the agent is answered: ``_meta`` saying what changed, or why something was not.
+
+        None where the run has no notebook tools or no place holds the
+        notebook (a new file): the file is written.
+        """
+        writing = getattr(getattr(self.run, "notebook_tools", None), "write_notebook", None)
+        written = await writing(name, content) if writing is not None else None
+        if written is None:
+            return None
+        if written.error is not None:
+            call_id = await self.run.tool_started(
+                "write_text_file", {"path": name}, kind="edit", title=f"Write {name}"[:500]
+            )
+            error = {**written.error, "message": str(written.error["message"])[:2000]}
+            await self.run.tool_completed(call_id, ok=False, error=error)
+            return written.text
+        return {"agentruns": written.summary()} if written.ok else written.text
+
+    async def read_notebook(self, path: str) -> str | None:
+        """``fs/read_text_file`` of a notebook the run's notebook tools hold: the notebook as the
+        person has it now, recorded as read (a write expects those cells); else None."""
+        reading = getattr(getattr(self.run, "notebook_tools", None), "read_notebook_text", None)
+        name = self.files.name(self.files.resolve(path))
+        if reading is None or not name.endswith(".ipynb"):
+            return None
+        text: str | None = await reading(name)
+        if text is not None and len(text.encode()) > MAX_READ_BYTES:
+            raise Refused(f"{path} is larger than {MAX_READ_BYTES // (1024 * 1024)} MiB")
+        return text
 
     def outcome(self, stop_reason: str, text: str | None) -> dict[str, Any]:
         if stop_reason == "refusal":

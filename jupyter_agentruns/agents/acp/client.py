@@ -40,8 +40,9 @@ from acp.schema import (
     WriteTextFileResponse,
 )
 
+from ... import tracing
 from .errors import AgentAuthRequired, AgentError, AgentExited
-from .files import Files, Refused
+from .files import Files, Refused, excerpt
 from .processes import AgentProcess, Pipe
 
 # Messages the run has not taken yet beyond which the agent is read no
@@ -51,6 +52,10 @@ LOW_WATER = 128
 # JSON-RPC's code for "authentication required" in ACP.
 AUTH_REQUIRED = -32000
 INVALID_PARAMS = -32602
+# session/list, asked after each turn for the session's title: how long it may take, and
+# how many pages of an agent's sessions are read looking for this one.
+LIST_SECONDS = 5.0
+LIST_PAGES = 10
 CAPABILITIES = ClientCapabilities(
     fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=False
 )
@@ -141,6 +146,13 @@ class Conversation:
         return capabilities is not None and capabilities.resume is not None
 
     @property
+    def can_list(self) -> bool:
+        """The agent lists its sessions (``session/list``), with their titles."""
+        agent = self.info.agent_capabilities if self.info else None
+        capabilities = agent.session_capabilities if agent else None
+        return capabilities is not None and capabilities.list is not None
+
+    @property
     def takes_http_mcp(self) -> bool:
         """The agent reaches MCP servers over HTTP (its ``mcpCapabilities.http``)."""
         agent = self.info.agent_capabilities if self.info else None
@@ -159,7 +171,8 @@ class Conversation:
         """Start the agent's process in ``cwd`` and initialize the protocol."""
         command, env = self.entry["command"], self.entry.get("env", {})
         try:
-            self.process = await AgentProcess.start(command, env, cwd)
+            # The run that starts it: its trace context, as OpenTelemetry's env carrier names it.
+            self.process = await AgentProcess.start(command, {**env, **tracing.environment()}, cwd)
         except OSError as exc:
             self.closed = True
             raise AgentExited(
@@ -268,6 +281,38 @@ class Conversation:
         self.modes = getattr(response, "modes", None)
         self.options = list(getattr(response, "config_options", None) or ())
 
+    def offered(self) -> dict[str, Any]:
+        """The session's modes and models as ``GET agents`` lists them: ``modes`` and ``models``
+        (``[{id, name, description?}]``, each where the agent has some) and their ``current`` ids,
+        from its ``modes`` and its ``configOptions`` of category ``mode`` / ``model``."""
+        found: dict[str, list[dict[str, str]]] = {"mode": [], "model": []}
+        current: dict[str, str] = {}
+
+        def add(category: str, id: str, name: str, description: str | None) -> None:
+            if all(choice["id"] != id for choice in found[category]):
+                choice = {"id": id, "name": name or id}
+                if description:
+                    choice["description"] = description
+                found[category].append(choice)
+
+        if self.modes is not None:
+            for mode in self.modes.available_modes:
+                add("mode", mode.id, mode.name, mode.description)
+            current["mode"] = self.modes.current_mode_id
+        for option in self.options:
+            category = getattr(option, "category", None)
+            if category not in found or option.type != "select":
+                continue
+            for choice in select_choices(option):
+                add(category, choice.value, choice.name, choice.description)
+            current.setdefault(category, option.current_value)
+        answer: dict[str, Any] = {
+            f"{category}s": choices for category, choices in found.items() if choices
+        }
+        if answer:
+            answer["current"] = {category: current[category] for category in current}
+        return answer
+
     async def choose(self, category: str, value: str) -> None:
         """Set the session's mode or model to ``value`` (raises ``ValueError`` naming the ones it has)."""
         known: list[str] = []
@@ -282,12 +327,8 @@ class Conversation:
         for option in self.options:
             if getattr(option, "category", None) != category or option.type != "select":
                 continue
-            values = [
-                getattr(choice, "value", None)
-                for group in option.options
-                for choice in (getattr(group, "options", None) or [group])
-            ]
-            known += [v for v in values if v is not None]
+            values = [choice.value for choice in select_choices(option)]
+            known += values
             if value in values:
                 await self._request(
                     self.connection.set_config_option(
@@ -300,6 +341,24 @@ class Conversation:
         raise ValueError(
             f"the agent {self.name!r} has no {category} {value!r} (its {category}s: {offered})"
         )
+
+    async def listed_title(self) -> str | None:
+        """The title ``session/list`` gives this conversation's session (None: none).
+
+        Raises what the request raised, or ``TimeoutError`` past ``LIST_SECONDS``.
+        """
+        cursor = None
+        for _ in range(LIST_PAGES):
+            listing = await asyncio.wait_for(
+                self.connection.list_sessions(cwd=self.cwd, cursor=cursor), LIST_SECONDS
+            )
+            for session in listing.sessions:
+                if session.session_id == self.session_id:
+                    return session.title
+            cursor = listing.next_cursor
+            if not cursor:
+                break
+        return None
 
     async def _request(self, request: Any, doing: str) -> Any:
         try:
@@ -362,6 +421,16 @@ class Conversation:
             self.log.info("agentruns: the ACP agent %r (pid %d) ended", self.name, self.process.pid)
 
 
+def select_choices(option: Any) -> list[Any]:
+    """The values of a ``select`` config option, its groups flattened."""
+    return [
+        choice
+        for group in option.options
+        for choice in (getattr(group, "options", None) or [group])
+        if getattr(choice, "value", None) is not None
+    ]
+
+
 class _Client:
     """What the agent asks of this client (the SDK's ``Client`` interface)."""
 
@@ -391,8 +460,14 @@ class _Client:
         limit: int | None = None,
         **kwargs: Any,
     ) -> ReadTextFileResponse:
+        files, turn = self._conversation.files, self._conversation.turn
         try:
-            text = await self._conversation.files.read(path, line, limit)
+            # A notebook as its run's notebook tools see it (the open document), else the file.
+            notebook = await turn.read_notebook(path) if turn is not None else None
+            if notebook is not None:
+                text = excerpt(notebook, line, limit)
+            else:
+                text = await files.read(path, line, limit)
         except Refused as exc:
             raise RequestError(INVALID_PARAMS, str(exc)) from None
         return ReadTextFileResponse(content=text)
@@ -408,4 +483,6 @@ class _Client:
         written = await self._conversation.ask(WRITE, (path, content))
         if written is True:
             return WriteTextFileResponse()
+        if isinstance(written, dict):  # a notebook, changed cell by cell: what changed
+            return WriteTextFileResponse(field_meta=written)
         raise RequestError(INVALID_PARAMS, written or "no turn is in progress: nothing was written")

@@ -72,12 +72,7 @@ class Files:
         text = await asyncio.to_thread(_read_text, real)
         if text is None:
             raise Refused(f"{path} does not exist")
-        if line is None and limit is None:
-            return text
-        lines = text.splitlines(keepends=True)
-        start = max(0, (line or 1) - 1)
-        end = len(lines) if limit is None else start + max(0, limit)
-        return "".join(lines[start:end])
+        return excerpt(text, line, limit)
 
     async def write(self, path: str, content: str) -> tuple[str, str | None]:
         """Write ``content`` to ``path``; returns its name and its text before (None: a new file)."""
@@ -110,6 +105,16 @@ class Files:
             reason = getattr(exc, "log_message", None) or str(exc) or type(exc).__name__
             raise Refused(f"{path} cannot be written: {reason}") from None
         return name, old
+
+
+def excerpt(text: str, line: int | None = None, limit: int | None = None) -> str:
+    """``limit`` lines of ``text`` from its ``line`` (1-based); all of it when neither is given."""
+    if line is None and limit is None:
+        return text
+    lines = text.splitlines(keepends=True)
+    start = max(0, (line or 1) - 1)
+    end = len(lines) if limit is None else start + max(0, limit)
+    return "".join(lines[start:end])
 
 
 async def _maybe_await(value: Any) -> Any:

@@ -5,7 +5,8 @@ new one after each tool step); ``agent_thought_chunk`` → ``reasoning.delta``;
 ``tool_call`` / ``tool_call_update`` → ``tool.started`` / ``tool.completed``
 (with the step's kind, title, content and diffs); ``plan`` → ``plan.updated``;
 ``usage_update`` → ``usage`` (a turn the agent counts no tokens of has an
-estimate, marked ``estimated``). Everything an agent sends is bounded here
+estimate, marked ``estimated``); ``session_info_update`` with a title → the
+title of the run's conversation. Everything an agent sends is bounded here
 before it becomes an event: an event over ``max_event_bytes`` would fail the
 run, and a client refuses a text delta over 64 KiB.
 """
@@ -272,6 +273,8 @@ class Translation:
         # For an estimate of the turn's tokens when the agent counts none.
         self.context_tokens: int | None = None
         self.received_size = 0
+        # The title the agent last gave its session (session_info_update, session/list).
+        self.title: str | None = None
 
     async def apply(self, update: Any) -> None:
         kind = getattr(update, "session_update", None)
@@ -291,8 +294,15 @@ class Translation:
             # model call reads. The turn's own counts replace it at its end.
             if await self.usage(used=update.used):
                 self.context_tokens = token_count(update.used)
-        # Anything else (the user's own message replayed, commands, modes,
-        # session titles) is not part of the run.
+        elif kind == "session_info_update":
+            await self.name_conversation(getattr(update, "title", None))
+        # Anything else (the user's own message replayed, commands, modes) is not part of the run.
+
+    async def name_conversation(self, title: Any) -> None:
+        """The agent's title of its session, as the run's conversation's (once each new one)."""
+        if isinstance(title, str) and title.strip() and title != self.title:
+            self.title = title
+            await self.run.set_conversation_title(title)
 
     async def usage(self, **reported: Any) -> bool:
         """Usage the agent reported (``used``, or ``input_tokens`` and ``output_tokens``), as the run's.

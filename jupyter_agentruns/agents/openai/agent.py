@@ -10,11 +10,13 @@ import math
 import os
 import sys
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import httpx
 from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
+from ... import tracing
 from .. import error_object, import_object
 from ..mcp_client import mcp_tools
 from ..tools import Tool, describe_tool
@@ -158,6 +160,14 @@ class OpenAIAgent(Configurable):
             sorted(self.registered), notebook, sorted(self.mcp_servers)
         )
 
+    def choices(self) -> dict[str, Any]:
+        """Its models: the configured one, then those ``prices`` names (an input may name others)."""
+        names = dict.fromkeys([self.model, *sorted(self.prices)])
+        return {
+            "models": [{"id": name, "name": name} for name in names],
+            "current": {"model": self.model},
+        }
+
     async def __call__(self, run, input: dict[str, Any]) -> dict[str, Any]:
         # The openai SDK takes most of a second of CPU to import: not at the server's
         # start (most servers and CLI commands never call a model), but at the first
@@ -228,8 +238,10 @@ class OpenAIAgent(Configurable):
                 call = {**request, "messages": messages}
                 if choice is not None:
                     call["tool_choice"] = choice
-                turn = await self._answer(run, client, call)
-                await usage.add(call, turn)
+                with tracing.chat(call["model"], urlsplit(self.base_url).hostname) as span:
+                    turn = await self._answer(run, client, call)
+                    tracing.chat_usage(span, turn.model, turn.finish_reason, turn.usage)
+                    await usage.add(call, turn)
                 messages.append(turn.message())
                 turns.append(
                     {

@@ -60,8 +60,8 @@ def tool_choice(choice: str | None, tools: Collection[str]) -> str | dict[str, A
 # The notebook tools' names, for the input schema (made before any run has its
 # run.notebook_tools, which define them).
 NOTEBOOK_TOOLS = (
-    "delete_cell", "describe", "edit_cell", "insert_cell", "list_variables", "read_notebook",
-    "run_code",
+    "delete_cell", "describe", "edit_cell", "execute_cell", "insert_cell", "list_variables",
+    "read_notebook", "run_code",
 )  # fmt: skip
 
 

@@ -1,0 +1,200 @@
+"""In a real Chromium: an agent's edit of a notebook open in JupyterLab is made by the page.
+
+Without jupyter-collaboration the page's model is the notebook as the person
+sees it: the edit shows at once, without "Reload from Disk", the person's
+unsaved typing is kept, the page saves, and no "file changed" dialog comes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from agents_for_tests import TEST_AGENTS
+from conftest import picture
+from servers import ServerProcess
+from test_browser import (  # noqa: F401  (the fixtures)
+    browser,
+    jp_asyncio_loop,
+    jp_server_cleanup,
+    pytestmark,
+    wait_idle,
+)
+
+AGENTS = {**TEST_AGENTS, "nb_editor": "agents_for_tests:notebook_editor"}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    home = tmp_path_factory.mktemp("pages")
+    server = ServerProcess(
+        home, home / "agentruns.sqlite3", {"agents": AGENTS}, app="jupyterlab"
+    ).start(timeout=120)
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def pages(browser):  # noqa: F811
+    """New pages, each in a browser context of its own (as two windows), and whether a dialog came."""
+    contexts, dialogs = [], []
+
+    def new_page():
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        contexts.append(context)
+        page = context.new_page()
+        page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.accept()))
+        return page
+
+    new_page.dialogs = dialogs
+    yield new_page
+    for context in contexts:
+        context.close()
+
+
+def write_notebook(path, cells) -> None:
+    notebook = new_notebook(
+        cells=[new_code_cell(source, id=cell_id) for cell_id, source in cells],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+    )
+    nbformat.write(notebook, path)
+
+
+def open_notebook(page, lab, name) -> None:
+    page.goto(f"{lab.url}lab/tree/{name}?token={lab.token}&reset")
+    wait_idle(page)
+
+
+def submit_edits(lab, path, calls) -> dict:
+    """A run of an agent that edits the notebook ``path`` (its session), to its end."""
+    with httpx.Client(
+        base_url=lab.api_url, headers={"Authorization": f"token {lab.token}"}, timeout=30
+    ) as http:
+        submitted = http.post(
+            "runs",
+            json={
+                "agent": "nb_editor",
+                "input": {"calls": calls},
+                "session": path,
+                "metadata": {"kernel_id": "no-kernel"},
+            },
+        )
+        assert submitted.status_code == 201, submitted.text
+        run_id = submitted.json()["run_id"]
+        deadline = time.monotonic() + 60
+        while True:
+            run = http.get(f"runs/{run_id}").json()
+            if run["status"] in ("succeeded", "failed"):
+                return run
+            assert time.monotonic() < deadline, run
+            time.sleep(0.1)
+
+
+def shown_sources(page) -> list[str]:
+    return page.evaluate(
+        """() => [...document.querySelectorAll('.jp-Notebook .jp-Cell .jp-InputArea-editor')]
+            .map((editor) => editor.querySelector('.cm-content').innerText)"""
+    )
+
+
+def saved_sources(lab, name) -> list[str]:
+    return [cell.source for cell in nbformat.read(lab.home / name, as_version=4).cells]
+
+
+def test_an_agents_edit_shows_in_the_open_page_at_once_and_keeps_the_persons_unsaved_work(
+    lab, pages
+):
+    name = "open.ipynb"
+    write_notebook(lab.home / name, [("c-1", "x = 1"), ("c-2", "y = x + 1")])
+    page = pages()
+    open_notebook(page, lab, name)
+    # The person types into the first cell and does not save.
+    page.locator(".jp-Notebook .jp-Cell").nth(0).locator(".cm-content").click()
+    page.keyboard.press("End")
+    page.keyboard.type("  # mine")
+    page.wait_for_selector(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty")
+    assert saved_sources(lab, name) == ["x = 1", "y = x + 1"]
+
+    calls = [
+        ["insert_cell", {"source": "answer = 42", "after": "end"}],
+        ["edit_cell", {"cell_id": "c-2", "source": "y = x + 2"}],
+    ]
+    run = submit_edits(lab, name, calls)
+    assert run["status"] == "succeeded", run["error"]
+    assert all(answer["ok"] for answer in run["output"]["answers"]), run["output"]
+    # Shown at once: no reload, no dialog.
+    page.wait_for_function(
+        "() => document.querySelectorAll('.jp-Notebook .jp-Cell').length === 3", timeout=15_000
+    )
+    assert shown_sources(page) == ["x = 1  # mine", "y = x + 2", "answer = 42"]
+    # The page saved: the file has the agent's cells and the person's typing.
+    page.wait_for_function(
+        "() => !document.querySelector('.lm-TabBar-tab.jp-mod-current.jp-mod-dirty')",
+        timeout=15_000,
+    )
+    saved = nbformat.read(lab.home / name, as_version=4)
+    assert [cell.source for cell in saved.cells] == ["x = 1  # mine", "y = x + 2", "answer = 42"]
+    assert saved.cells[2].metadata["agentruns"]["run_id"] == run["run_id"]
+    assert page.locator(".jp-Dialog").count() == 0 and pages.dialogs == []
+    page.locator(".jp-Notebook .jp-Cell").nth(2).scroll_into_view_if_needed()
+    page.screenshot(path=picture("notebook-edit-in-open-page.png"))
+    # Saving again from the page: no "file changed on disk" question.
+    page.keyboard.press("Control+s")
+    page.wait_for_timeout(1000)
+    assert page.locator(".jp-Dialog").count() == 0
+    with httpx.Client(headers={"Authorization": f"token {lab.token}"}) as http:
+        records = [e["data"]["status"] for e in http.get(
+            f"{lab.api_url}runs/{run['run_id']}/events", params={"limit": 100}
+        ).json()["events"] if e["type"] == "notebook.edit"]  # fmt: skip
+    assert records == ["pending", "applied", "pending", "applied"]
+
+
+def test_two_pages_on_one_notebook_make_the_edit_once(lab, pages):
+    name = "twice.ipynb"
+    write_notebook(lab.home / name, [("c-1", "x = 1")])
+    first, second = pages(), pages()
+    open_notebook(first, lab, name)
+    open_notebook(second, lab, name)
+    run = submit_edits(lab, name, [["insert_cell", {"source": "once = 1", "after": "end"}]])
+    assert run["status"] == "succeeded" and run["output"]["answers"][0]["ok"], run
+    assert saved_sources(lab, name) == ["x = 1", "once = 1"]
+    shown = [shown_sources(page) for page in (first, second)]
+    # One page made it (and shows it once); the other was refused its claim.
+    assert sorted(shown) == [["x = 1"], ["x = 1", "once = 1"]], shown
+    maker = first if shown[0] == ["x = 1", "once = 1"] else second
+    maker.screenshot(path=picture("notebook-edit-two-pages.png"))
+    assert json.dumps(pages.dialogs) == "[]"
+
+
+def test_the_pages_links_take_none_of_the_browsers_six_connections_per_host(lab, pages):
+    """Ten links held open in one page, and its HTTP requests still go through at once."""
+    name = "links.ipynb"
+    write_notebook(lab.home / name, [("c-1", "x = 1")])
+    page = pages()
+    open_notebook(page, lab, name)
+    answered = page.evaluate(
+        """async () => {
+            const base = JSON.parse(document.getElementById('jupyter-config-data').textContent).baseUrl;
+            const url = new URL(base + 'api/agentruns/pages', location.href);
+            url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+            const sockets = Array.from({length: 10}, () => new WebSocket(url));
+            const opened = Promise.all(sockets.map((socket) => new Promise((resolve, reject) => {
+                socket.onopen = resolve;
+                socket.onclose = () => reject(new Error('closed'));
+            })));
+            const requests = opened.then(() => Promise.all(Array.from({length: 6}, () =>
+                fetch(base + 'api/agentruns/agents').then((response) => response.status))));
+            const deadline = new Promise((resolve) => setTimeout(() => resolve('timed out'), 15000));
+            const statuses = await Promise.race([requests, deadline]);
+            sockets.forEach((socket) => socket.close());
+            return statuses;
+        }"""
+    )
+    assert answered == [200] * 6
