@@ -7,6 +7,7 @@ day; the engine reads those from the store and keeps live runs' totals.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +20,63 @@ DAY_SECONDS = 86400
 # browser's included) reads integers up to it exactly, and the store's
 # 64-bit columns hold any sum of them.
 MAX_TOKENS = 2**53
+
+
+# The kind of the question a run over a budget asks (budget_exceeded = "ask"):
+# the server's own, which agents cannot ask.
+BUDGET_KIND = "budget"
+APPROVE = "approve"
+
+
+@dataclass(frozen=True)
+class Overspent:
+    """A budget a run's usage went over, and what a person may allow it.
+
+    ``budget``: "run" (``max_tokens_per_run``) or "day" (``tokens_per_user_per_day``);
+    ``used`` and ``limit`` as that budget counts them, the limit raised by what
+    was allowed so far. ``more``: the tokens a budget question offers, so that
+    approving it lets the run go on by another step of that budget (a run's
+    whole budget; a tenth of the day's); 0 when the run fails at once
+    (``budget_exceeded = "fail"``).
+    """
+
+    budget: str
+    message: str
+    used: int
+    limit: int
+    more: int
+
+    def question(self) -> dict[str, Any]:
+        """The budget question's title and details."""
+        setting = "max_tokens_per_run" if self.budget == "run" else "tokens_per_user_per_day"
+        whose = "the run" if self.budget == "run" else "your runs of the last 24 hours"
+        return {
+            "title": f"Allow {self.more} more tokens? {whose.capitalize()} used {self.used}, "
+            f"over the limit of {self.limit} ({setting}).",
+            "details": {
+                "budget": self.budget,
+                "used": self.used,
+                "limit": self.limit,
+                "more": self.more,
+                "message": self.message,
+            },
+        }
+
+
+def allowed(snapshot: dict[str, Any]) -> dict[str, int]:
+    """The tokens a person allowed a run beyond its budgets, by budget, from its approved budget questions."""
+    more = {"run": 0, "day": 0}
+    for request in snapshot.get("inputs", ()):
+        details = request.get("details")
+        if (
+            request.get("kind") == BUDGET_KIND
+            and request.get("choice") == APPROVE
+            and isinstance(details, dict)
+            and details.get("budget") in more
+            and isinstance(details.get("more"), int)
+        ):
+            more[details["budget"]] += details["more"]
+    return more
 
 
 def usage_problem(usage: Any) -> str | None:

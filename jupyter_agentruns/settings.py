@@ -171,6 +171,14 @@ class SettingsTraits(HasTraits):
         help="Tokens an owner's runs may use in any 24 hours: beyond it submit answers 429 "
         "token_budget_exhausted and a running run that crosses it fails (0: no limit).",
     ).tag(config=True)
+    budget_exceeded = Enum(
+        ["fail", "ask"],
+        default_value="fail",
+        help="What a run does at max_tokens_per_run or tokens_per_user_per_day: 'fail' (with "
+        "token_budget_exceeded) or 'ask' (it waits with a question of kind 'budget', 'allow N "
+        "more tokens?': approving raises the run's limit by N, enough for another run's budget "
+        "beyond what it used, or a tenth of the day's; denying fails it token_budget_exceeded).",
+    ).tag(config=True)
     default_session_policy = Enum(
         list(SESSION_POLICIES),
         default_value="parallel",
@@ -472,6 +480,7 @@ class Settings:
     max_agent_processes: int
     notebook_tools_approval: str = "ask"
     notebook_edits: str = "apply"
+    budget_exceeded: str = "fail"
     default_agent: str = ""
     kernel_magics: bool = True
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)

@@ -207,3 +207,140 @@ async def test_usage_that_is_not_token_counts_is_refused_to_the_agent_and_change
     assert "must be an integer from 0 to 2**53" in uncaught["error"]["message"]
     for run_id in others:
         assert (await wait_run(api, run_id))["status"] == "succeeded"
+
+
+# budget_exceeded = "ask": a run at its limit asks a person for more ----------------
+
+ASK = {"agents": TEST_AGENTS, "budget_exceeded": "ask"}
+
+
+async def open_question(api, run_id, headers=None, timeout=30):
+    """The run's one open question, once it waits for it."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        run = (await api.get(f"runs/{run_id}", headers=headers)).json()
+        if run["status"] == "waiting":
+            [question] = [q for q in run["snapshot"]["inputs"] if q["status"] == "open"]
+            return question
+        assert run["status"] not in ("succeeded", "failed", "cancelled", "interrupted"), run
+        assert asyncio.get_running_loop().time() < deadline, f"{run_id} never asked"
+        await asyncio.sleep(0.02)
+
+
+async def answer(api, run_id, question, choice, headers=None):
+    response = await api.post(
+        f"runs/{run_id}/inputs/{question['request_id']}", json={"choice": choice}, headers=headers
+    )
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize("agentruns_config", [{**ASK, "max_tokens_per_run": 100}])
+async def test_a_run_at_its_limit_asks_and_approving_raises_the_limit_by_what_it_offered(api):
+    started = await submit(api, "spender", spend((60, 70), (80, 90), (100, 140)))
+    run_id = started.json()["run_id"]
+    question = await open_question(api, run_id)
+    # 130 used of 100: another run's budget beyond what it used.
+    assert question["kind"] == "budget" and question["choices"] == ["approve", "deny"]
+    assert question["details"] == {
+        "budget": "run", "used": 130, "limit": 100, "more": 130,
+        "message": "the run used 130 tokens, over max_tokens_per_run (100)",
+    }  # fmt: skip
+    assert question["title"].startswith("Allow 130 more tokens?")
+    # Nothing of the agent's follows the crossing usage event while it waits.
+    events = (await api.get(f"runs/{run_id}/events", params={"limit": 1000})).json()["events"]
+    assert [e["type"] for e in events][-2:] == ["usage", "input.requested"]
+    await answer(api, run_id, question, "approve")
+    # 170 is within 230; 240 is over it, and asks again, for 240 - 230 + 100.
+    again = await open_question(api, run_id)
+    assert again["request_id"] != question["request_id"]
+    assert (again["details"]["used"], again["details"]["limit"], again["details"]["more"]) == (
+        240, 230, 110,
+    )  # fmt: skip
+    await answer(api, run_id, again, "approve")
+    run = await wait_run(api, run_id)
+    assert run["status"] == "succeeded" and run["output"] == {"spent": [[100, 140]]}
+    types = [e["type"] for e in await all_events(api, run_id)]
+    assert types.count("input.requested") == 2 and types.count("usage") == 3
+
+
+@pytest.mark.parametrize("agentruns_config", [{**ASK, "max_tokens_per_run": 100}])
+async def test_denying_more_tokens_fails_the_run_and_the_agent_writes_nothing_more(api):
+    started = await submit(api, "spender", spend((60, 70), (1, 1), swallow=True))
+    run_id = started.json()["run_id"]
+    await answer(api, run_id, await open_question(api, run_id), "deny")
+    run = await wait_run(api, run_id)
+    assert run["status"] == "failed" and run["error"]["type"] == "token_budget_exceeded"
+    assert "130 tokens" in run["error"]["message"]
+    assert "did not allow more" in run["error"]["message"]
+    types = [e["type"] for e in await all_events(api, run_id)]
+    # The agent caught the error and tried to go on: none of it is in the log.
+    assert types[-4:] == ["usage", "input.requested", "input.resolved", "run.failed"]
+
+
+@pytest.mark.parametrize("server_config", [PER_USER])
+@pytest.mark.parametrize("agentruns_config", [{**ASK, "tokens_per_user_per_day": 200}])
+async def test_a_run_that_crosses_its_owners_day_asks_for_a_tenth_of_the_day_more(api):
+    assert (await run_to_end(api, spend((100, 50)), ALICE))["status"] == "succeeded"
+    started = await submit(api, "spender", spend((10, 10), (30, 30)), headers=ALICE)
+    run_id = started.json()["run_id"]
+    question = await open_question(api, run_id, ALICE)
+    # 150 + 60 = 210 of 200: allow 10 over it and a tenth of the day (20).
+    assert question["details"]["budget"] == "day"
+    assert (question["details"]["used"], question["details"]["more"]) == (210, 30)
+    assert "tokens_per_user_per_day (200)" in question["details"]["message"]
+    await answer(api, run_id, question, "approve", ALICE)
+    run = await wait_run(api, run_id, headers=ALICE)
+    assert run["status"] == "succeeded"
+    # The allowance was the run's: a new run of the owner is still refused.
+    refused = await submit(api, "spender", spend((1, 1)), headers=ALICE)
+    assert refused.status_code == 429
+
+
+@pytest.mark.parametrize("agentruns_config", [ASK])
+async def test_an_agent_cannot_ask_the_servers_budget_question(api):
+    started = await submit(api, "asker", {"questions": [{"title": "More?", "kind": "budget"}]})
+    run = await wait_run(api, started.json()["run_id"])
+    assert run["status"] == "failed"
+    assert "the server's own question" in run["error"]["message"]
+    assert "inputs" not in run["snapshot"]
+
+
+def test_a_budget_question_open_when_its_server_was_killed_is_answered_on_the_next(tmp_path):
+    """Approved on the server that took the run over: it goes on with its raised limit, asked once."""
+    from servers import ServerProcess, wait_status
+
+    config = {"lease_seconds": 1.5, "budget_exceeded": "ask", "max_tokens_per_run": 10}
+    first = ServerProcess(tmp_path / "a", tmp_path / "agentruns.sqlite3", config).start()
+    try:
+        with first.client() as client:
+            input = {"prompt": "two words", "chunks": 20, "delay": 0, "tools": False}
+            run = client.post("runs", json={"agent": "demo", "input": input}).json()
+            waiting = wait_status(client, run["run_id"], {"waiting"})
+        [question] = waiting["snapshot"]["inputs"]
+        assert question["kind"] == "budget" and question["details"]["used"] == 22
+    finally:
+        first.kill()
+    second = ServerProcess(tmp_path / "b", tmp_path / "agentruns.sqlite3", config).start()
+    try:
+        with second.client() as client:
+            deadline = time.monotonic() + 20
+            while client.get(f"runs/{run['run_id']}").json()["attempt"] < 2:
+                assert time.monotonic() < deadline, "the run was not taken over"
+                time.sleep(0.05)
+            taken = client.get(f"runs/{run['run_id']}").json()
+            assert taken["status"] == "waiting" and taken["snapshot"]["inputs"] == [question]
+            response = client.post(
+                f"runs/{run['run_id']}/inputs/{question['request_id']}", json={"choice": "approve"}
+            )
+            assert response.status_code == 200, response.text
+            ended = wait_status(client, run["run_id"], {"succeeded", "failed"})
+            assert ended["status"] == "succeeded", ended.get("error")
+            types = [
+                e["type"]
+                for e in client.get(f"runs/{run['run_id']}/events", params={"limit": 1000}).json()[
+                    "events"
+                ]
+            ]
+            assert types.count("input.requested") == 1 and types.count("input.resolved") == 1
+    finally:
+        second.kill()

@@ -238,7 +238,8 @@ class Run(Protocol):
         kernel restart does not lose it, and it can be answered from the
         widget or with ``POST runs/{id}/inputs/{request_id}``. Raises
         ``TimeoutError`` after ``timeout`` seconds (the question is then
-        resolved with ``reason: "timeout"``).
+        resolved with ``reason: "timeout"``). The kind ``budget`` is the
+        server's own question for more tokens: asking it raises ``ValueError``.
         """
 
 

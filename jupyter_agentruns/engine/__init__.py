@@ -295,7 +295,8 @@ class Engine(LoggingConfigurable):
         # the retention pass is only cancelled.
         for task in self._background[2:]:
             task.cancel()
-        finishing: list[asyncio.Future] = [*self._background[:2]]
+        # The cancelled ones too: a task left pending when the loop closes is an error.
+        finishing: list[asyncio.Future] = [*self._background]
         if self.queues is not None:
             finishing += self.queues.pending
         if self._starting is not None and not self._starting.done():

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from .. import budgets
+from ..budgets import Overspent
 from ..errors import ErrorCode, Problem
 from ..executor import FinishedRun
 from ..reader import Reader
@@ -61,18 +62,33 @@ class TokenBudgets:
         stored = self._day_tokens.get(owner, {})
         return sum(t for run_id, t in stored.items() if run_id not in live) + sum(live.values())
 
-    def check_usage(self, owner: str, tokens: int) -> str | None:
-        """At each usage event of a run here, with its owner and ``tokens`` so far: why it must fail now, or None."""
+    def check_usage(self, owner: str, tokens: int, allowed: dict[str, int]) -> Overspent | None:
+        """At each usage event of a run here, with its owner, ``tokens`` so far and the tokens a
+        person allowed it beyond its budgets (``budgets.allowed``): the budget it is over, or None."""
+        asks = self._settings.budget_exceeded == "ask"
         per_run = self._settings.max_tokens_per_run
-        if per_run and tokens > per_run:
-            return f"the run used {tokens} tokens, over max_tokens_per_run ({per_run})"
+        if per_run:
+            limit = per_run + allowed.get("run", 0)
+            if tokens > limit:
+                return Overspent(
+                    "run",
+                    f"the run used {tokens} tokens, over max_tokens_per_run ({limit})",
+                    tokens,
+                    limit,
+                    tokens - limit + per_run if asks else 0,
+                )
         per_day = self._settings.tokens_per_user_per_day
         if per_day:
             used = self.used_today(owner)
-            if used > per_day:
-                return (
+            limit = per_day + allowed.get("day", 0)
+            if used > limit:
+                return Overspent(
+                    "day",
                     f"your runs of the last 24 hours used {used} tokens, "
-                    f"over tokens_per_user_per_day ({per_day})"
+                    f"over tokens_per_user_per_day ({limit})",
+                    used,
+                    limit,
+                    used - limit + max(1, per_day // 10) if asks else 0,
                 )
         return None
 

@@ -135,6 +135,10 @@ class RunContext:
             raise ValueError("each of ask()'s choices is a non-empty string")
         if not isinstance(kind, str) or not kind:
             raise ValueError("ask()'s kind is a non-empty string, e.g. 'approval'")
+        if kind == budgets.BUDGET_KIND:
+            raise ValueError(
+                "ask()'s kind 'budget' is the server's own question for more tokens (budget_exceeded)"
+            )
         if timeout is not None and (
             isinstance(timeout, bool)
             or not isinstance(timeout, (int, float))

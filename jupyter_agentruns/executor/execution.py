@@ -72,13 +72,17 @@ class Execution:
         writer: Writer,
         broadcaster: Broadcaster,
         max_event_bytes: int,
-        check_usage: Callable[[str, int], str | None] | None = None,
+        check_usage: Callable[[str, int, dict[str, int]], budgets.Overspent | None] | None = None,
     ):
         self.run_id: str = row["run_id"]
         self.owner: str = row["owner"]
         # Its usage totals so far (its last usage event), for the token budgets.
         self.tokens = (row.get("input_tokens") or 0) + (row.get("output_tokens") or 0)
         self._check_usage = check_usage
+        # The tokens a person allowed it beyond its budgets (its approved budget questions).
+        self.allowed = {"run": 0, "day": 0}
+        # A budget it went over at its last usage event, to ask about (budget_exceeded = "ask").
+        self._overspent: budgets.Overspent | None = None
         self.row = row
         self.seq: int = row["last_seq"]
         self.snapshot = reducer.Snapshot()
@@ -117,6 +121,7 @@ class Execution:
         """Go on from ``snapshot``: the run's as an earlier attempt left it, with its ``run.resumed``."""
         self.snapshot = snapshot
         self.resumed_from = json.loads(json.dumps(snapshot.to_dict()))
+        self.allowed = budgets.allowed(self.resumed_from)
         # Ids go on from the earlier attempt's.
         self._calls = len(self.resumed_from["tools"])
         self.questions.track_waiting()  # a question still open: it waits from now
@@ -145,6 +150,8 @@ class Execution:
         if self._writer.full:
             await self._writer.wait_for_space()
         seq = self.append(type, data, data_json)
+        if self._overspent is not None:
+            await self.ask_for_more()
         self._since_yield += 1
         if self._since_yield >= YIELD_EVERY:
             self._since_yield = 0
@@ -253,13 +260,61 @@ class Execution:
             self.trace.event(type, data)
         if type == "usage" and self._check_usage is not None:
             # The usage event that crosses a budget is kept; the run fails at it.
-            problem = self._check_usage(self.owner, self.tokens)
-            if problem is not None:
-                self.fatal = TokenBudgetExceeded(problem)
-                if self.task is not None:
-                    self.task.cancel()
-                raise self.fatal
+            over = self._check_usage(self.owner, self.tokens, self.allowed)
+            if over is not None:
+                if not over.more:
+                    self._fail_budget(over.message)
+                self._overspent = over  # asked by emit(), once this event is queued
         return seq
+
+    async def ask_for_more(self) -> None:
+        """Ask a person for more tokens (``budget_exceeded = "ask"``) and wait.
+
+        Approved, the run goes on, its limit raised by what the question
+        offered; denied (or closed unanswered), it fails ``token_budget_exceeded``.
+        A budget question still open from an earlier attempt is waited for, not
+        asked again. Also called before a resumed run's agent goes on.
+        """
+        while True:
+            open_question = next(
+                (
+                    request
+                    for request in reducer.open_inputs(self.snapshot.structure())
+                    if request.get("kind") == budgets.BUDGET_KIND
+                ),
+                None,
+            )
+            over, self._overspent = self._overspent, None
+            if open_question is not None:
+                try:
+                    choice = await self.questions.await_answer(open_question["request_id"])
+                except TimeoutError:
+                    choice = None
+                message = str((open_question.get("details") or {}).get("message") or "")
+            elif over is not None:
+                question = over.question()
+                choice = await self.questions.ask(
+                    question["title"],
+                    question["details"],
+                    [budgets.APPROVE, "deny"],
+                    budgets.BUDGET_KIND,
+                    None,
+                )
+                message = over.message
+            else:
+                return
+            if choice != budgets.APPROVE:
+                self._fail_budget(f"{message}; a person did not allow more")
+            self.allowed = budgets.allowed(self.snapshot.structure())
+            if self._check_usage is not None:
+                # Still over: the day's budget, which the owner's other runs used meanwhile.
+                self._overspent = self._check_usage(self.owner, self.tokens, self.allowed)
+
+    def _fail_budget(self, message: str) -> None:
+        self.fatal = TokenBudgetExceeded(message)
+        if self.task is not None:
+            self.task.cancel()
+        raise self.fatal
 
     def silence_left(self, silence: float) -> float:
         """Seconds before the agent has been silent for ``silence``.

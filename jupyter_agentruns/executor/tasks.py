@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import lifecycle, metrics, reducer, tracing
+from .. import budgets, lifecycle, metrics, reducer, tracing
 from ..agents import AgentSpec, EventTooLarge, RunClosed
 from ..broadcaster import Broadcaster
 from ..domain import RunRow
@@ -62,7 +62,7 @@ class Executor:
         max_run_seconds: float,
         log: logging.Logger,
         on_finished: Callable[[FinishedRun], None],
-        check_usage: Callable[[str, int], str | None] | None = None,
+        check_usage: Callable[[str, int, dict[str, int]], budgets.Overspent | None] | None = None,
         history: Callable[[str], Any] | None = None,
         conversation: Callable[[RunRow], Awaitable[Any]] | None = None,
         max_resume_attempts: int = 0,
@@ -189,6 +189,9 @@ class Executor:
     async def _call_agent(self, execution: Execution, spec: AgentSpec) -> Any:
         # The run's span is current for its agent: what it starts or calls carries it.
         with tracing.current(execution.trace):
+            if execution.resumed_from is not None:
+                # A budget question open when its last server stopped: answered before the agent goes on.
+                await execution.ask_for_more()
             return await self._agent(execution, spec)
 
     async def _agent(self, execution: Execution, spec: AgentSpec) -> Any:
