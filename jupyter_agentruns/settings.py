@@ -179,6 +179,15 @@ class SettingsTraits(HasTraits):
         "more tokens?': approving raises the run's limit by N, enough for another run's budget "
         "beyond what it used, or a tenth of the day's; denying fails it token_budget_exceeded).",
     ).tag(config=True)
+    in_doubt = Enum(
+        ["tell_model", "ask"],
+        default_value="tell_model",
+        help="What a run taken over after its server died does with a step with effects that "
+        "started and has no result (run_code, execute_cell, a tool not declared idempotent or "
+        "read-only): 'tell_model' (it is not made again; it fails 'interrupted' and the agent "
+        "reads that) or 'ask' (a question of kind 'in_doubt' before the agent goes on: "
+        "'run_again', 'skip' (it fails 'skipped') or 'stop' (the run fails 'stopped_in_doubt')).",
+    ).tag(config=True)
     default_session_policy = Enum(
         list(SESSION_POLICIES),
         default_value="parallel",
@@ -481,6 +490,7 @@ class Settings:
     notebook_tools_approval: str = "ask"
     notebook_edits: str = "apply"
     budget_exceeded: str = "fail"
+    in_doubt: str = "tell_model"
     default_agent: str = ""
     kernel_magics: bool = True
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)

@@ -137,6 +137,59 @@ async def test_a_tool_call_its_server_died_in_is_not_repeated_and_the_model_is_t
 
 @pytest.mark.sqlite_only  # what it tests is above the store
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("choice", ["run_again", "skip", "stop"])
+async def test_with_in_doubt_ask_a_person_settles_a_tool_call_its_server_died_in(
+    servers, fake, tmp_path, choice
+):
+    """The question comes before the agent goes on; each answer's effect is what the tool did."""
+    fake.reply(tool_calls(("slow_note", '{"text": "hello"}')), answer("Settled."))
+    notes = tmp_path / "notes.txt"
+    config = {"in_doubt": "ask"}
+    first = await servers("a", agentruns=config, AGENTRUNS_TEST_NOTES=str(notes))
+    async with client(first) as api:
+        run = (await api.post("runs", json={"agent": "openai", "input": {"prompt": "note"}})).json()
+        await until(api, run["run_id"], lambda r: [t["status"] for t in r["snapshot"]["tools"]]
+                    == ["running"], "calls the tool")  # fmt: skip
+    first.kill()
+
+    second = await servers(
+        "b", agentruns=config, AGENTRUNS_TEST_NOTES=str(notes), AGENTRUNS_TEST_NOTE_SECONDS="0"
+    )
+    async with client(second) as api:
+        waiting = await until(api, run["run_id"], lambda r: r["status"] == "waiting", "asks")
+        [question] = waiting["snapshot"]["inputs"]
+        assert question["kind"] == "in_doubt"
+        assert question["choices"] == ["run_again", "skip", "stop"]
+        assert question["details"] == {"call_id": "c1", "tool": "slow_note",
+                                       "args": {"text": "hello"}}  # fmt: skip
+        assert "slow_note" in question["title"]
+        assert not notes.exists()  # nothing made again before the answer
+        assert len(chat_requests(fake)) == 1  # nor the model asked
+        answered = await api.post(
+            f"runs/{run['run_id']}/inputs/{question['request_id']}", json={"choice": choice}
+        )
+        assert answered.status_code == 200, answered.text
+        ended = await until(api, run["run_id"], lambda r: r["status"] in TERMINAL, "ends")
+        [call] = ended["snapshot"]["tools"]
+        types = [e["type"] for e in await events_of(api, run["run_id"])]
+    assert types.count("tool.started") == 1 and types.count("tool.completed") == 1
+    asked = chat_requests(fake)
+    if choice == "run_again":
+        assert notes.read_text() == "hello\n"  # made once, on the second server
+        assert ended["status"] == "succeeded" and call["result"] == "noted: hello"
+        assert asked[1]["messages"][-1]["content"] == "noted: hello"
+    elif choice == "skip":
+        assert not notes.exists()
+        assert ended["status"] == "succeeded" and call["error"]["type"] == "skipped"
+        assert asked[1]["messages"][-1]["content"].startswith("Error: skipped:")
+    else:
+        assert not notes.exists() and len(asked) == 1
+        assert ended["status"] == "failed" and ended["error"]["type"] == "stopped_in_doubt"
+        assert call["error"]["type"] == "stopped"
+
+
+@pytest.mark.sqlite_only  # what it tests is above the store
+@pytest.mark.timeout(120)
 async def test_an_mcp_servers_tool_call_its_server_died_in_is_not_repeated(servers, fake):
     fake.reply(tool_calls(("tests__wait", '{"seconds": 30}')), answer("It did not wait."))
     mcp = {"mcp_servers": {"tests": {"command": [sys.executable, MCP_SERVER]}}}

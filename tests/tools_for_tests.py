@@ -57,10 +57,17 @@ TEST_TOOLS = {
 
 
 def slow_note(text: str) -> str:
-    """Write a note somewhere (slowly): not idempotent, a second call writes it twice."""
+    """Write a note somewhere (slowly): not idempotent, a second call writes it twice.
+
+    It takes ``AGENTRUNS_TEST_NOTE_SECONDS`` (30 by default), then adds a line to the
+    file ``AGENTRUNS_TEST_NOTES`` when that is set."""
     import time
 
-    time.sleep(30)
+    time.sleep(float(os.environ.get("AGENTRUNS_TEST_NOTE_SECONDS", "30")))
+    notes = os.environ.get("AGENTRUNS_TEST_NOTES")
+    if notes:
+        with open(notes, "a") as file:
+            file.write(text + "\n")
     return f"noted: {text}"
 
 

@@ -198,6 +198,12 @@ class Run(Protocol):
     checkpoint: Any
     """The last value ``save_checkpoint`` stored (None before the first)."""
 
+    in_doubt: str
+    """How a step an earlier attempt started and never ended is settled, when doing it again
+    could repeat its effect (``c.AgentRuns.in_doubt``): ``"tell_model"`` (it is not made again,
+    and fails ``interrupted``) or ``"ask"`` (a question of kind ``in_doubt``: run it again,
+    skip it, or stop the run). ``agents.steps.tool_step`` does either."""
+
     async def history(self) -> list[dict[str, Any]]:
         """The run's kept events so far, ``{seq, type, ts, data}``, oldest first.
 

@@ -23,6 +23,16 @@ APPROVE = "approve"
 # What a question closed without an answer counts as: not an approval.
 UNANSWERED = "unanswered"
 
+# The question about a step cut by a take-over (c.AgentRuns.in_doubt = "ask"), and its choices.
+IN_DOUBT = "in_doubt"
+RUN_AGAIN, SKIP, STOP = "run_again", "skip", "stop"
+
+
+class StoppedInDoubt(Exception):
+    """A person chose to stop the run at a step its last server was cut off in."""
+
+    error_type = "stopped_in_doubt"
+
 
 @dataclass(frozen=True)
 class Approval:
@@ -129,17 +139,19 @@ async def tool_step(
         if earlier.get("status") != "running":
             return failed(earlier.get("error") or {})
         call_id = earlier["call_id"]
-        if not idempotent:
-            error = {
-                "type": "interrupted",
-                "message": f"the call of {name} was interrupted when its server stopped, and "
-                "was not repeated (it is not declared idempotent): it may or may not have "
-                "taken effect",
-            }
-            await run.tool_completed(call_id, ok=False, error=error)
-            return failed(error)
-        # Its server died during it, and doing it again is harmless.
-        return await _make(run, call_id, act)
+        if idempotent:
+            # Its server died during it, and doing it again is harmless.
+            return await _make(run, call_id, act)
+        if getattr(run, "in_doubt", None) == "ask":
+            return await _settle_in_doubt(run, name, args, call_id, act)
+        error = {
+            "type": "interrupted",
+            "message": f"the call of {name} was interrupted when its server stopped, and "
+            "was not repeated (it is not declared idempotent): it may or may not have "
+            "taken effect",
+        }
+        await run.tool_completed(call_id, ok=False, error=error)
+        return failed(error)
     refused = None
     if approval is not None:
         choice = await ask_once(
@@ -157,6 +169,53 @@ async def tool_step(
         return failed(error)
     await run.durable()  # the log shows the call before it has any effect
     return await _make(run, call_id, act)
+
+
+async def _settle_in_doubt(
+    run: Any,
+    name: str,
+    args: dict[str, Any],
+    call_id: str,
+    act: Callable[[], Awaitable[Any]],
+) -> Ended:
+    """A step with effects cut by a take-over, settled by a person: made again, skipped, or the run stopped.
+
+    Asked once: a question an earlier attempt asked about this step is taken
+    (answered, or still open) instead of a new one.
+    """
+    earlier = [
+        request
+        for request in (getattr(run, "snapshot", None) or {}).get("inputs", ())
+        if request.get("kind") == IN_DOUBT
+        and isinstance(request.get("details"), dict)
+        and request["details"].get("call_id") == call_id
+    ]
+    choice = await ask_once(
+        run,
+        f"The call of {name} was cut off when its server stopped: it may or may not have "
+        "taken effect. Run it again?",
+        details={"call_id": call_id, "tool": name, "args": args},
+        choices=(RUN_AGAIN, SKIP, STOP),
+        kind=IN_DOUBT,
+        earlier=earlier[-1:],
+    )
+    if choice == RUN_AGAIN:
+        return await _make(run, call_id, act)
+    if choice == STOP:
+        message = (
+            f"a person stopped the run at the call of {name}, which its server was cut off in "
+            "(it may or may not have taken effect)"
+        )
+        error = {"type": "stopped", "message": message}
+        await run.tool_completed(call_id, ok=False, error=error)
+        raise StoppedInDoubt(message)
+    error = {
+        "type": "skipped",
+        "message": f"the call of {name} was cut off when its server stopped, and a person "
+        f"chose not to run it again (they chose {choice!r}): it may or may not have taken effect",
+    }
+    await run.tool_completed(call_id, ok=False, error=error)
+    return failed(error)
 
 
 async def _make(run: Any, call_id: str, act: Callable[[], Awaitable[Any]]) -> Ended:

@@ -219,6 +219,7 @@ class Engine(LoggingConfigurable):
             provisions=RunProvisions(
                 notebook_tools=self.notebook.for_run if self.notebook is not None else None,
                 mcp_servers=settings.mcp_servers,
+                in_doubt=settings.in_doubt,
             ),
         )
         self.compactor = Compactor(

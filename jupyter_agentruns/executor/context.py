@@ -89,6 +89,8 @@ class RunContext:
         self.notebook_tools: Any = None
         # The configured MCP servers (c.AgentRuns.mcp_servers), for an agent that uses their tools.
         self.mcp_servers: dict[str, dict[str, Any]] = {}
+        # How a step cut by a take-over is settled (c.AgentRuns.in_doubt).
+        self.in_doubt = "tell_model"
         streaming = [m for m in self.snapshot["messages"] if not m.get("done")]
         # A message that was streaming when the last attempt's server died goes on.
         self._message_id: str | None = streaming[-1]["id"] if streaming else None
@@ -320,6 +322,7 @@ class SyncRun:
         self.snapshot = run.snapshot
         self.notebook_tools = run.notebook_tools
         self.mcp_servers = run.mcp_servers
+        self.in_doubt = run.in_doubt
 
     @property
     def cancelled(self) -> bool:

@@ -22,10 +22,13 @@ class RunProvisions:
     notebook_tools: Callable[[RunContext], Any] | None = None
     # The configured MCP servers (c.AgentRuns.mcp_servers), by name.
     mcp_servers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # How a step cut by a take-over is settled (c.AgentRuns.in_doubt).
+    in_doubt: str = "tell_model"
 
     def equip(self, run: RunContext) -> RunContext:
         """Give ``run`` its notebook tools and a copy of the MCP servers' entries; returns it."""
         if self.notebook_tools is not None:
             run.notebook_tools = self.notebook_tools(run)
         run.mcp_servers = {name: dict(entry) for name, entry in self.mcp_servers.items()}
+        run.in_doubt = self.in_doubt
         return run

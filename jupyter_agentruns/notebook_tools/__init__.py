@@ -152,7 +152,7 @@ class RunNotebookTools:
         An edit that was ``pending`` when the server died is settled by the
         notebook's file: applied once, never twice, never lost.
         """
-        return await self._access.tools.resume(self._run, step)
+        return await self._access.tools.resume(self._run, step, self.kernel_id)
 
     async def settle(self) -> list[Outcome]:
         """After a take-over: every cell-changing step an earlier attempt left running, settled (``resume``)."""

@@ -217,16 +217,28 @@ class NotebookTools:
         named = (run.metadata or {}).get("notebook") or run.session
         return named if isinstance(named, str) and named.endswith(".ipynb") else None
 
-    async def resume(self, run: Any, step: dict[str, Any]) -> Outcome:
+    async def resume(self, run: Any, step: dict[str, Any], kernel_id: str | None = None) -> Outcome:
         """What the caller reads of a step an earlier attempt of ``run`` started (``step``: its tool).
 
         An edit is settled by the notebook's file (applied once, never lost);
-        any other call that started without a recorded end is not repeated.
+        a read is made again; any other call that started without a recorded
+        end (``run_code``) is not repeated, unless a person says so
+        (``in_doubt = "ask"``): then on ``kernel_id``, the run's kernel.
         """
-        if step.get("name") in CELL_TOOLS:
+        name, args = step.get("name"), step.get("args") or {}
+        if name in CELL_TOOLS:
             ended = await self.edits.resume(run, step)
+        elif name not in TOOLS:
+            ended = await tool_step(run, str(name), args, _never, earlier=step)
         else:
-            ended = await tool_step(run, step["name"], step.get("args") or {}, _never, earlier=step)
+            ended = await tool_step(
+                run,
+                name,
+                args,
+                lambda: self._call(name, args, kernel_id, None, run),
+                earlier=step,
+                idempotent=TOOLS[name]["kind"] == "read",
+            )
         return (
             ended
             if isinstance(ended, Outcome)
