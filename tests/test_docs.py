@@ -28,6 +28,9 @@ from jupyter_agentruns.settings import SettingsTraits
 
 from conftest import all_events, submit, wait_run
 
+# The docs' examples run on the default store: the stores are the other tests'.
+pytestmark = pytest.mark.sqlite_only
+
 ROOT = Path(__file__).parent.parent
 DOCS = ROOT / "docs"
 README = (ROOT / "README.md").read_text()

@@ -36,6 +36,10 @@ from fake_openai import (
 )
 from tools_for_tests import TEST_TOOLS
 
+# The agent's exchanges with its model server are above the store (SQLite alone): the
+# stores are tested under every agent by test_store_contract, test_events and test_resume.
+pytestmark = pytest.mark.sqlite_only
+
 EXAMPLES = Path(__file__).parent.parent / "examples"
 KEY_ENV = "AGENTRUNS_TEST_OPENAI_KEY"
 SECRET = "sk-test-5ecret-never-to-be-shown-0123456789"
@@ -1117,7 +1121,6 @@ WITH_MCP_SERVER = {
 }
 
 
-@pytest.mark.sqlite_only  # what it tests is above the store
 @pytest.mark.parametrize("agentruns_config", [WITH_MCP_SERVER])
 @pytest.mark.parametrize("openai_config", [{"approve_tools": ["tests__add"]}])
 async def test_a_configured_mcp_servers_tools_are_offered_prefixed_and_each_call_is_a_tool_step(
@@ -1161,7 +1164,6 @@ async def test_a_configured_mcp_servers_tools_are_offered_prefixed_and_each_call
     assert tools_for_tests.calls == []  # the registered add was not called
 
 
-@pytest.mark.sqlite_only  # what it tests is above the store
 @pytest.mark.parametrize("agentruns_config", [WITH_MCP_SERVER])
 async def test_an_input_chooses_and_forces_mcp_servers_tools_by_their_offered_names(api, fake):
     fake.reply(tool_calls(("tests__shout", '{"text": "hi"}')), answer("Done."))
@@ -1249,7 +1251,6 @@ async def test_an_mcp_tool_is_redone_on_resume_only_where_its_server_says_it_is_
         assert await tools["tests__add"].call({"a": 20, "b": 22}) == "42"
 
 
-@pytest.mark.sqlite_only  # what it tests is above the store
 @pytest.mark.parametrize(
     "agentruns_config",
     [
@@ -1303,7 +1304,6 @@ def test_an_mcp_server_name_that_cannot_start_a_tool_name_is_refused(name):
     assert ok.mcp_servers == {"my_files-2": {"url": "https://h/mcp", "headers": {}}}
 
 
-@pytest.mark.sqlite_only  # what it tests is above the store
 @pytest.mark.parametrize("agentruns_config", ["mcp over http"], indirect=True)
 async def test_an_mcp_server_reached_by_url_gets_its_headers(api, fake):
     fake.reply(
@@ -1333,7 +1333,6 @@ def mcp_test_servers() -> list[int]:
     return pids
 
 
-@pytest.mark.sqlite_only  # what it tests is above the store
 @pytest.mark.parametrize("agentruns_config", [WITH_MCP_SERVER])
 async def test_cancelling_a_run_in_an_mcp_tool_call_ends_it_and_its_server_at_once(api, fake):
     fake.reply(tool_calls(("tests__wait", '{"seconds": 30}')), answer("Never."))
@@ -1396,7 +1395,6 @@ def path_arguments(path, **more) -> str:
     return json.dumps({"path": str(path), **more})
 
 
-@pytest.mark.sqlite_only  # what it tests is above the store
 @pytest.mark.parametrize("agentruns_config", ["filesystem"], indirect=True)
 @pytest.mark.parametrize("openai_config", [{"approve_tools": ["files__write_file"]}])
 async def test_a_real_filesystem_mcp_server_reads_and_writes_for_the_agent_once_approved(

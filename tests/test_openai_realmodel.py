@@ -33,7 +33,8 @@ import pytest
 
 from conftest import all_events, submit, wait_run
 
-pytestmark = [pytest.mark.realmodel, pytest.mark.timeout(120)]
+# The model server is what these test: what they do is above the store (SQLite alone).
+pytestmark = [pytest.mark.realmodel, pytest.mark.timeout(120), pytest.mark.sqlite_only]
 
 TUTORIAL = (Path(__file__).parent.parent / "docs" / "tutorials" / "connect-a-model.md").read_text()
 # What the tests need, by importable module, and the package that brings it.

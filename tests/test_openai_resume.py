@@ -110,6 +110,7 @@ async def test_killed_in_the_middle_of_a_streamed_answer_it_asks_only_that_call_
     assert asked[2]["messages"][-1]["role"] == "tool" and asked[2]["messages"][-1]["content"] == "5"
 
 
+@pytest.mark.sqlite_only  # what it tests is above the store
 @pytest.mark.timeout(120)
 async def test_a_tool_call_its_server_died_in_is_not_repeated_and_the_model_is_told(servers, fake):
     fake.reply(tool_calls(("slow_note", '{"text": "hello"}')), answer("I could not note it."))
@@ -215,6 +216,7 @@ async def test_an_mcp_servers_tool_call_its_server_died_in_is_not_repeated(serve
     assert told["role"] == "tool" and told["content"].startswith("Error: interrupted:")
 
 
+@pytest.mark.sqlite_only  # what it tests is above the store
 @pytest.mark.timeout(120)
 async def test_an_idempotent_tool_call_its_server_died_in_is_made_again(servers, fake):
     fake.reply(tool_calls(("lookup", '{"key": "k"}')), answer("k is known."))
@@ -243,6 +245,7 @@ async def test_an_idempotent_tool_call_its_server_died_in_is_made_again(servers,
     }
 
 
+@pytest.mark.sqlite_only  # what it tests is above the store
 @pytest.mark.timeout(120)
 async def test_a_run_code_its_server_died_in_is_reported_interrupted_not_run_again(servers, fake):
     code = "import time\nfor _ in range(600): time.sleep(0.1)"
