@@ -15,6 +15,13 @@ JSON: TypeAlias = "dict[str, JSON] | list[JSON] | str | int | float | bool | Non
 JSONObject: TypeAlias = "dict[str, JSON]"
 
 
+class ForkedFrom(TypedDict):
+    """The run a fork was started from, and the last event of it that the fork carries on from."""
+
+    run_id: str
+    seq: int
+
+
 class RunHead(TypedDict):
     """What answering for a run needs, read whatever the run's size (``get_run_head``)."""
 
@@ -50,6 +57,7 @@ class ListedRun(RunHead):
     resumable: int | None
     conversation_title: str | None
     trace_context: str | None  # the W3C traceparent of its latest attempt's span (``tracing``)
+    forked_from: ForkedFrom | None
 
 
 class RunRow(ListedRun):
@@ -93,6 +101,7 @@ class RunFields(TypedDict, total=False):
     resumable: int | None
     conversation_title: str | None
     trace_context: str | None
+    forked_from: ForkedFrom | None
     snapshot_seq: int
     snapshot: Any
 
@@ -107,6 +116,7 @@ class RunObject(TypedDict):
     metadata: JSONObject
     input: JSON
     retry_of: str | None
+    forked_from: ForkedFrom | None
     created_at: str
     started_at: str | None
     finished_at: str | None

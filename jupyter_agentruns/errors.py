@@ -48,6 +48,7 @@ class ErrorCode(str, enum.Enum):
     SESSION_BUSY = "session_busy"
     CURSOR_AHEAD = "cursor_ahead"
     IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
+    FORK_UNSUPPORTED = "fork_unsupported"
     # Limits.
     TOO_MANY_ACTIVE_RUNS = "too_many_active_runs"
     TOO_MANY_STREAMS = "too_many_streams"

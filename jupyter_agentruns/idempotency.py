@@ -30,20 +30,25 @@ def fingerprint(
     session: str | None = None,
     metadata: Any = None,
     retry_of: str | None = None,
+    forked_from: Any = None,
 ) -> str:
     """SHA-256 of the compact, key-sorted JSON of what a submit asks for.
 
     The metadata that records the submitting cell's code and kernel is left
-    out (see ``ORIGIN_METADATA``).
+    out (see ``ORIGIN_METADATA``). ``forked_from`` counts only when set: a
+    submit's key made before forks existed keeps its fingerprint.
     """
+    asked: dict[str, Any] = {
+        "agent": agent,
+        "input": input,
+        "session": session,
+        "metadata": fingerprinted_metadata(metadata),
+        "retry_of": retry_of,
+    }
+    if forked_from is not None:
+        asked["forked_from"] = forked_from
     canonical = json.dumps(
-        {
-            "agent": agent,
-            "input": input,
-            "session": session,
-            "metadata": fingerprinted_metadata(metadata),
-            "retry_of": retry_of,
-        },
+        asked,
         sort_keys=True,
         separators=(",", ":"),
     )

@@ -209,6 +209,11 @@ def _footer(run: Mapping[str, Any]) -> str:
     else:
         when = ", never started" if is_terminal(run["status"]) else ", not started yet"
     again = f", run again of {_code(run['retry_of'])}" if run.get("retry_of") else ""
+    forked = run.get("forked_from")
+    if isinstance(forked, Mapping) and isinstance(forked.get("run_id"), str):
+        again += (
+            f", forked from {_code(forked['run_id'])} after event {_text(str(forked.get('seq')))}"
+        )
     attempt = run.get("attempt") or 1
     # A reader of the export should know the answer came through a takeover.
     resumed = (

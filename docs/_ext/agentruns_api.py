@@ -42,13 +42,14 @@ NOTEBOOK_ERRORS = ["jupyter_agentruns.AgentRunsError", "jupyter_agentruns.Server
 # The widget's state that only its view reads: not for a notebook's code.
 VIEW_STATE = {"base_url"}
 
-AGENT_API = ["jupyter_agentruns.agent"]
+AGENT_API = ["jupyter_agentruns.agent", "jupyter_agentruns.agents.ForkPoint"]
 AGENT_RUN = "jupyter_agentruns.agents.Run"
 AGENT_RUN_IMPLEMENTATION = "jupyter_agentruns.executor.RunContext"
 AGENT_ERRORS = [
     "jupyter_agentruns.agents.RunClosed",
     "jupyter_agentruns.agents.EventTooLarge",
     "jupyter_agentruns.agents.TokenBudgetExceeded",
+    "jupyter_agentruns.agents.ForkUnsupported",
     "jupyter_agentruns.agents.error_object",
 ]
 # What ``jupyter_agentruns.agents`` exports for the server (finding and loading

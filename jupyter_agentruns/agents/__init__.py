@@ -28,6 +28,14 @@ An agent with modes or models a run may choose gives them with a
 ``GET agents`` lists them, and the front end's pickers put the chosen ones
 in the input as ``mode`` / ``model``. With ``choices_checked = True`` a
 submit naming another is refused (400 ``invalid_input``).
+
+An agent that can start a run from the middle of another one (``POST
+runs/{id}/fork``) has a ``fork(point)`` method: given a :class:`ForkPoint`
+(the input, with the fork's fields over the original's, and the original
+run's state after the chosen event) it returns the input of the new run,
+which then runs as any other; it raises :class:`ForkUnsupported` to refuse a
+point it cannot start from. An agent without one is refused (422
+``fork_unsupported``).
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ import importlib
 import inspect
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Protocol
@@ -48,8 +56,8 @@ from traitlets.config import Configurable
 from ..errors import error_object
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "AgentSpec", "EventTooLarge", "Run", "RunClosed", "TokenBudgetExceeded",
-    "agent", "error_object", "import_object", "load_agents",
+    "ENTRY_POINT_GROUP", "AgentSpec", "EventTooLarge", "ForkPoint", "ForkUnsupported", "Run",
+    "RunClosed", "TokenBudgetExceeded", "agent", "error_object", "import_object", "load_agents",
 ]  # fmt: skip
 
 ENTRY_POINT_GROUP = "jupyter_agentruns.agents"
@@ -72,6 +80,30 @@ class TokenBudgetExceeded(Exception):
     """
 
     error_type = "token_budget_exceeded"
+
+
+class ForkUnsupported(Exception):
+    """An agent cannot start a run from this point of another (422 ``fork_unsupported``, saying why)."""
+
+
+@dataclass(frozen=True)
+class ForkPoint:
+    """Where a fork starts: what an agent's ``fork(point)`` builds the new run's input from.
+
+    ``input``: the original run's input with the fork's fields over it.
+    ``at_seq``: the original's last event the fork keeps. ``events``: the
+    original's events up to it (``{seq, type, ts, data}``), and ``snapshot``
+    the state they make (``run.snapshot``'s shape). ``checkpoint``: the last
+    value the original's agent saved (``run.save_checkpoint``), which may be
+    from after ``at_seq``.
+    """
+
+    run_id: str
+    at_seq: int
+    input: dict[str, Any]
+    events: Sequence[Mapping[str, Any]]
+    snapshot: dict[str, Any]
+    checkpoint: Any = None
 
 
 class Run(Protocol):
@@ -316,6 +348,26 @@ class AgentSpec:
                     f"(its {category}s: {', '.join(known)})"
                 )
         return None
+
+    async def fork(self, point: ForkPoint) -> dict[str, Any]:
+        """The input of a run started at ``point``, as the agent's ``fork(point)`` makes it.
+
+        Raises :class:`ForkUnsupported` when the agent has no ``fork`` or refuses the point.
+        """
+        make = getattr(self.fn, "fork", None)
+        if not callable(make):
+            raise ForkUnsupported(
+                f"the agent {self.name!r} cannot start a run from the middle of another "
+                "(it has no fork(); see 'Write an agent')"
+            )
+        made = make(point)
+        if inspect.isawaitable(made):
+            made = await made
+        if not isinstance(made, dict):
+            raise TypeError(
+                f"the agent {self.name!r}'s fork() returned {type(made).__name__}, not a dict"
+            )
+        return made
 
     def input_problem(self, value: Any) -> tuple[str, str] | None:
         """Where ``value`` breaks the input schema (or names a mode or model the agent does

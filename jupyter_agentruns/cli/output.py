@@ -255,6 +255,12 @@ def run_details(run: dict[str, Any], now: datetime | None = None) -> str:
     field("events", f"{one_line(run.get('first_seq', 1))}..{one_line(run.get('last_seq', 0))} kept")
     if run.get("retry_of"):
         field("retry of", one_line(run["retry_of"]))
+    forked = run.get("forked_from")
+    if isinstance(forked, dict):
+        field(
+            "forked from",
+            f"{one_line(forked.get('run_id'))} after event {one_line(forked.get('seq'))}",
+        )
     if run.get("input") is not None:
         field("input", short(run["input"], INPUT_PREVIEW))
     if progress := progress_text(run.get("status"), snapshot.get("progress")):

@@ -38,7 +38,7 @@ from .. import lifecycle, metrics, tracing
 from ..agents import AgentSpec
 from ..broadcaster import Broadcaster, Channel
 from ..compaction import Compactor
-from ..domain import RunHead, RunObject
+from ..domain import JSONObject, RunHead, RunObject
 from ..errors import ErrorCode, Problem
 from ..events import EVENT, TYPE, Append
 from ..executor import Executor, FinishedRun, RunContext, RunProvisions
@@ -52,6 +52,7 @@ from ..tuning import InterpreterTuning
 from ..writer import Writer
 from .controls import Controls
 from .counting import RunCounts
+from .forks import Forks
 from .periodic import Passes
 from .queues import Queues
 from .reads import Reads, SnapshotReplaced
@@ -125,6 +126,7 @@ class Engine(LoggingConfigurable):
         self.upkeep: Upkeep | None = None
         self.queues: Queues | None = None
         self.submissions: Submissions | None = None
+        self.forks: Forks | None = None
         self.controls: Controls | None = None
         self.undo: Undo | None = None
         self.webhooks: Webhooks | None = None
@@ -257,6 +259,7 @@ class Engine(LoggingConfigurable):
             on_activity=self._on_activity,
             sessions=self.sessions,
         )
+        self.forks = Forks(reads=self.reads, submissions=self.submissions, agents=self.agents)
         self.controls = Controls(**common, reads=self.reads, queues=self.queues)
         self.undo = Undo(
             writer=self.writer, reads=self.reads, executor=self.executor, notebook=self.notebook
@@ -444,6 +447,20 @@ class Engine(LoggingConfigurable):
         await self.start()
         assert self.submissions is not None  # None only if the server stopped first: a 503
         return await self.submissions.submit(owner, request, key, key_with_run)
+
+    async def fork(
+        self,
+        owner: str,
+        run_id: str,
+        at_seq: int,
+        fields: JSONObject,
+        metadata: JSONObject | None,
+        key: str | None,
+    ) -> tuple[RunObject, bool]:
+        """Start a run from the state after event ``at_seq`` of another; returns ``(run, replayed)``."""
+        await self.start()
+        assert self.forks is not None  # None only if the server stopped first: a 503
+        return await self.forks.fork(owner, run_id, at_seq, fields, metadata, key)
 
     async def cancel(self, owner: str, run_id: str, reason: str | None) -> tuple[RunObject, bool]:
         """Cancel a run; returns ``(run, started)``, started False when it was already ending."""

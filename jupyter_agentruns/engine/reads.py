@@ -481,6 +481,7 @@ class Reads:
             "metadata": metadata,
             "input": row["input"],
             "retry_of": row["retry_of"],
+            "forked_from": row.get("forked_from"),
             "created_at": row["created_at"],
             "started_at": row["started_at"],
             "finished_at": row["finished_at"],

@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import lifecycle
 from ..agents import AgentSpec
-from ..domain import RunFields, RunObject, RunRow
+from ..domain import ForkedFrom, RunFields, RunObject, RunRow
 from ..errors import ErrorCode, Problem, run_not_found
 from ..executor import Executor
 from ..idempotency import fingerprint
@@ -38,12 +38,16 @@ class SubmitRequest:
     session: str | None = None
     metadata: dict | None = None
     retry_of: str | None = None
+    # A fork's origin (``POST runs/{id}/fork``): set by the server, never by a submit's body.
+    forked_from: ForkedFrom | None = None
     # Not part of the fingerprint: what to do when the session is busy, not what to run.
     session_policy: str | None = None
 
     @property
     def fingerprint(self) -> str:
-        return fingerprint(self.agent, self.input, self.session, self.metadata, self.retry_of)
+        return fingerprint(
+            self.agent, self.input, self.session, self.metadata, self.retry_of, self.forked_from
+        )
 
 
 def new_run_id() -> str:
@@ -200,6 +204,7 @@ class Submissions:
                 "metadata": request.metadata if request.metadata is not None else {},
                 "input": request.input,
                 "retry_of": request.retry_of,
+                "forked_from": request.forked_from,
                 "created_at": now_iso(),
                 "last_seq": 0,
                 "first_seq": 1,

@@ -70,7 +70,7 @@ def status(code: ErrorCode) -> int:
             | ErrorCode.CURSOR_AHEAD
         ):
             return 409
-        case ErrorCode.IDEMPOTENCY_KEY_REUSED:
+        case ErrorCode.IDEMPOTENCY_KEY_REUSED | ErrorCode.FORK_UNSUPPORTED:
             return 422
         # Limits.
         case (

@@ -1,4 +1,4 @@
-"""Runs: submit (idempotent), list, read, cancel, delete."""
+"""Runs: submit (idempotent), list, read, cancel, fork, delete."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from ..lifecycle import ALL_STATUSES, SESSION_POLICIES
 from .base import AgentRunsHandler
 
 RUN_ID = r"(?P<run_id>[^/]+)"
+FORK_FIELDS = ("at_seq", "input", "metadata")
 SUBMIT_FIELDS = {
     "agent": str,
     "input": dict,
@@ -72,6 +73,16 @@ def submit_request(body: dict[str, Any]) -> SubmitRequest:
     )
 
 
+def idempotency_key(headers: Any) -> str | None:
+    """The request's ``Idempotency-Key`` (None: none), or 400 ``invalid_idempotency_key``."""
+    key = headers.get("Idempotency-Key")
+    if key is not None:
+        problem = key_problem(key)
+        if problem:
+            raise Problem(ErrorCode.INVALID_IDEMPOTENCY_KEY, f"The Idempotency-Key {problem}.")
+    return key
+
+
 def notebook_session(path: str) -> str:
     """The session ``submit()`` records for the notebook at this API path: the path itself,
     relative to the server's root (runs recorded with the absolute path are found too)."""
@@ -90,11 +101,7 @@ class RunsHandler(AgentRunsHandler):
     @authorized
     async def post(self) -> None:
         request = submit_request(self.json_body())
-        key = self.request.headers.get("Idempotency-Key")
-        if key is not None:
-            problem = key_problem(key)
-            if problem:
-                raise Problem(ErrorCode.INVALID_IDEMPOTENCY_KEY, f"The Idempotency-Key {problem}.")
+        key = idempotency_key(self.request.headers)
         lifetime = self.request.headers.get("Idempotency-Key-Lifetime", "ttl")
         if lifetime not in ("ttl", "run"):
             raise Problem(
@@ -227,6 +234,36 @@ class CancelHandler(AgentRunsHandler):
         self.write_json(run, 202 if started else 200)
 
 
+class ForkHandler(AgentRunsHandler):
+    """``POST runs/{id}/fork``: a new run from the state after one of this run's events (201),
+    or the one this Idempotency-Key made (200)."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, run_id: str) -> None:
+        body = self.json_body()
+        refuse_unknown_fields(body, FORK_FIELDS)
+        at_seq = body.get("at_seq")
+        if isinstance(at_seq, bool) or not isinstance(at_seq, int) or at_seq < 0:
+            raise invalid_request(
+                "The field 'at_seq' is required: the seq of the run's last event the fork "
+                "keeps (0: none), a whole number of at least 0.",
+                path="at_seq",
+            )
+        for name in ("input", "metadata"):
+            if body.get(name) is not None and not isinstance(body[name], dict):
+                raise invalid_request(f"The field {name!r} must be a JSON object.", path=name)
+        check_run_id(run_id)
+        key = idempotency_key(self.request.headers)
+        run, replayed = await self.engine.fork(
+            self.owner, run_id, at_seq, body.get("input") or {}, body.get("metadata"), key
+        )
+        if replayed:
+            self.set_header("Idempotent-Replayed", "true")
+        self.set_header("Location", self.api_url("runs", run["run_id"]))
+        self.write_json(run, 200 if replayed else 201)
+
+
 class StderrHandler(AgentRunsHandler):
     """``GET runs/{id}/stderr``: the last lines an active run's agent process wrote to stderr."""
 
@@ -241,5 +278,6 @@ default_handlers = [
     (r"api/agentruns/runs", RunsHandler),
     (rf"api/agentruns/runs/{RUN_ID}", RunHandler),
     (rf"api/agentruns/runs/{RUN_ID}/cancel", CancelHandler),
+    (rf"api/agentruns/runs/{RUN_ID}/fork", ForkHandler),
     (rf"api/agentruns/runs/{RUN_ID}/stderr", StderrHandler),
 ]

@@ -109,6 +109,8 @@ SHARED_MIGRATIONS: list[tuple[str, ...]] = [
         "skipped integer NOT NULL DEFAULT 0, skips {text}, last_error {text})",
         "CREATE INDEX schedules_owner ON schedules (owner, created_at)",
     ),
+    # Forks: the run and event a run was started from (``{"run_id", "seq"}``, JSON).
+    ("ALTER TABLE runs ADD COLUMN forked_from {text}",),
 ]
 
 # The events webhooks tell of: a run's end, and a question waiting for a person.
@@ -121,6 +123,7 @@ SNAPSHOT_PART_CHARS = 1 << 20
 # ``runs`` columns holding JSON text (the snapshot has tables of its own).
 JSON_COLUMNS = (
     "metadata", "input", "output", "error", "cancel", "cancel_request", "checkpoint",
+    "forked_from",
 )  # fmt: skip
 # A run with its persisted snapshot (``snapshot_seq`` 0 and no snapshot when none).
 RUN_SELECT = (

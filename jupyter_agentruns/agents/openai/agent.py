@@ -17,11 +17,12 @@ from traitlets import Bool, Dict, Float, Int, List, TraitError, Unicode, validat
 from traitlets.config import Configurable
 
 from ... import tracing
-from .. import error_object, import_object
+from .. import ForkPoint, error_object, import_object
 from ..mcp_client import mcp_tools
 from ..tools import Tool, describe_tool
 from .conversation import conversation, input_schema
 from .errors import MaxToolIterationsExceeded, UpstreamError
+from .fork import forked_input
 from .journal import Journal, brief
 from .stream import Turn, stream_turn
 from .tool_calls import (
@@ -159,6 +160,10 @@ class OpenAIAgent(Configurable):
         self.input_schema = input_schema(
             sorted(self.registered), notebook, sorted(self.mcp_servers)
         )
+
+    def fork(self, point: ForkPoint) -> dict[str, Any]:
+        """A run going on from the middle of another: its conversation up to there (``history``)."""
+        return forked_input(point)
 
     def choices(self) -> dict[str, Any]:
         """Its models: the configured one, then those ``prices`` names (an input may name others)."""

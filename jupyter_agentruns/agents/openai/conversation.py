@@ -10,11 +10,14 @@ from ..mcp_client import SEPARATOR
 
 
 def conversation(input: dict[str, Any]) -> list[dict[str, Any]]:
-    """The messages a run starts from: ``system``, then ``messages`` or the ``prompt``."""
+    """The messages a run starts from: ``system``, then ``messages`` or the ``prompt``, then
+    the ``history`` a fork carries on from."""
     messages = [{"role": "system", "content": input["system"]}] if "system" in input else []
     if "messages" in input:
-        return messages + [sendable(message) for message in input["messages"]]
-    return messages + [{"role": "user", "content": input["prompt"]}]
+        messages += [sendable(message) for message in input["messages"]]
+    else:
+        messages.append({"role": "user", "content": input["prompt"]})
+    return messages + [sendable(message) for message in input.get("history") or ()]
 
 
 def sendable(message: dict[str, Any]) -> dict[str, Any]:
@@ -74,6 +77,16 @@ def input_schema(
                 },
             },
             "system": {"type": "string", "description": "A system message put first."},
+            "history": {
+                "type": "array",
+                "description": "What followed the prompt before this run, in OpenAI chat format: "
+                "a fork's (POST runs/{id}/fork) answers and tool results up to where it starts.",
+                "items": {
+                    "type": "object",
+                    "properties": {"role": {"enum": ["assistant", "tool", "user"]}},
+                    "required": ["role"],
+                },
+            },
             "model": {
                 "type": "string",
                 "minLength": 1,

@@ -1,0 +1,98 @@
+"""Forking a run: a new run that goes on from the state after one of another run's events."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .. import reducer
+from ..agents import AgentSpec, ForkPoint, ForkUnsupported
+from ..domain import JSONObject, LoggedEvent, RunObject, RunRow
+from ..errors import ErrorCode, Problem, invalid_request
+from ..store import StoreConnection
+from .reads import Reads
+from .submissions import Submissions, SubmitRequest
+
+# Events read from the store at a time while a fork point's state is rebuilt.
+READ_CHUNK = 5000
+
+
+class Forks:
+    """``POST runs/{id}/fork``: the agent makes the new run's input, which is then submitted."""
+
+    def __init__(
+        self, *, reads: Reads, submissions: Submissions, agents: dict[str, AgentSpec]
+    ) -> None:
+        self._reads = reads
+        self._submissions = submissions
+        self._agents = agents
+
+    async def fork(
+        self,
+        owner: str,
+        run_id: str,
+        at_seq: int,
+        fields: JSONObject,
+        metadata: JSONObject | None,
+        key: str | None,
+    ) -> tuple[RunObject, bool]:
+        """Start a run from the state after event ``at_seq`` of ``run_id``, ``fields`` over its
+        input; returns ``(run, replayed)`` as a submit does (the same key, the same fork)."""
+        row, events = await self._reads.reader.run(
+            lambda conn: self._point(conn, owner, run_id, at_seq)
+        )
+        spec = self._agents.get(row["agent"])
+        if spec is None:
+            raise self._submissions.unknown_agent(row["agent"])
+        original = row["input"] if isinstance(row["input"], dict) else {}
+        point = ForkPoint(
+            run_id=run_id,
+            at_seq=at_seq,
+            input={**original, **fields},
+            events=events,
+            snapshot=reducer.reduce(events),
+            checkpoint=row["checkpoint"],
+        )
+        try:
+            forked: dict[str, Any] = await spec.fork(point)
+        except ForkUnsupported as exc:
+            raise Problem(
+                ErrorCode.FORK_UNSUPPORTED, f"The run {run_id} cannot be forked: {exc}."
+            ) from None
+        request = SubmitRequest(
+            agent=row["agent"],
+            input=forked,
+            metadata=metadata if metadata is not None else row["metadata"],
+            forked_from={"run_id": run_id, "seq": at_seq},
+        )
+        return await self._submissions.submit(owner, request, key)
+
+    def _point(
+        self, conn: StoreConnection, owner: str, run_id: str, at_seq: int
+    ) -> tuple[RunRow, list[LoggedEvent]]:
+        """The caller's run and its events up to ``at_seq`` (reader thread)."""
+        row = self._reads.owned(conn, owner, run_id, full=True, snapshot=False)
+        if at_seq > row["last_seq"]:
+            raise invalid_request(
+                f"at_seq is {at_seq}, after the run's last event ({row['last_seq']}).",
+                path="at_seq",
+            )
+        if row["first_seq"] > 1 and at_seq > 0:
+            raise Problem(
+                ErrorCode.FORK_UNSUPPORTED,
+                f"The run {run_id} cannot be forked at {at_seq}: its events before "
+                f"{row['first_seq']} were folded into its snapshot (event_retention_seconds, "
+                "max_retained_events), so the state after one of them is no longer known.",
+            )
+        events: list[LoggedEvent] = []
+        after = 0
+        while after < at_seq:
+            rows = conn.read_events(run_id, after, min(READ_CHUNK, at_seq - after))
+            if not rows:
+                break
+            events += [
+                {"seq": seq, "type": type, "ts": ts, "data": json.loads(data)}
+                for seq, type, ts, data in rows
+            ]
+            after = rows[-1][0]
+        return row, events
