@@ -228,7 +228,11 @@ def save(page) -> None:
         }"""
     )
     page.keyboard.press("Control+s")
-    page.evaluate("() => window.agentrunsSaved")
+    if page.evaluate(
+        "() => window.agentrunsSaved ? window.agentrunsSaved.then(() => true) : false"
+    ):
+        return  # saved: live views may make it dirty again at once
+    # A page that does not expose its JupyterLab (Notebook 7's): its tab's dirty mark.
     page.wait_for_function(
         "() => !document.querySelector("
         "'.jp-mod-current .jp-mod-dirty, .lm-TabBar-tab.jp-mod-current.jp-mod-dirty')",
