@@ -226,6 +226,16 @@ def fuzz_config(base_url: str, token: str) -> schemathesis.Config:
                     },
                 },
                 {
+                    # Whether a run can be forked is its agent's to say (422 fork_unsupported),
+                    # and whether at_seq is within it, or the merged input valid, is the run's (400).
+                    "include-operation-id": "forkRun",
+                    "checks": {
+                        "positive_data_acceptance": {
+                            "expected-statuses": ["2xx", "400", "403", "404", "410", "422", "429"]
+                        }
+                    },
+                },
+                {
                     # Whether a cron expression, a time zone or an input is valid is
                     # croniter's, zoneinfo's and the agent's to say: 400.
                     "include-operation-id": "createSchedule",
