@@ -336,6 +336,35 @@ async def permission_asker(run, input):
     return {"choice": choice}
 
 
+@agent(
+    input_schema={
+        "type": "object",
+        "properties": {
+            "prompt": {"type": "string"},
+            "to": {"type": "integer"},
+            "start": {"type": "integer"},
+        },
+        "required": ["prompt", "to"],
+    }
+)
+async def forking_counter(run, input):
+    """Counts from ``start`` (0) to ``to``, a step each, then says the prompt: it forks after
+    the steps that had ended."""
+    for n in range(input.get("start", 0), input["to"]):
+        async with run.tool("count", {"n": n}) as call:
+            call.result = n
+    await run.text(f"counted to {input['to']}: {input['prompt']}")
+    return {"counted_to": input["to"]}
+
+
+def _fork_counter(point):
+    done = sum(step["status"] == "completed" for step in point.snapshot["tools"])
+    return {**point.input, "start": point.input.get("start", 0) + done}
+
+
+forking_counter.fork = _fork_counter
+
+
 TEST_AGENTS = {
     name: f"agents_for_tests:{name}"
     for name in (
@@ -364,6 +393,7 @@ TEST_AGENTS = {
         "stepper",
         "permission_asker",
         "writer",
+        "forking_counter",
     )
 }
 

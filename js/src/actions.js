@@ -1,4 +1,4 @@
-// What a person can do to a run from the page: Cancel, Run again, Answer, Undo an edit, New run.
+// What a person can do to a run from the page: Cancel, Run again, Retry from here, Answer, Undo an edit, New run.
 //
 // The run view (in a notebook and on a run's own page), the runs panel and
 // table, and the question toasts all act through RunActions, with one rule:
@@ -86,6 +86,21 @@ export class RunActions {
     return this._act(`start ${form}`, (key) => ({
       url: runsUrl(this.baseUrl),
       init: { method: "POST", headers: { "Idempotency-Key": key }, body },
+    }));
+  }
+
+  /**
+   * Start a run from the state after event `atSeq` of `runId` (Retry from here), `input`'s
+   * fields over the original's; a double click or a retry is the same fork.
+   * @param {string} runId
+   * @param {number} atSeq
+   * @param {object} input
+   * @returns {Promise<Outcome>}
+   */
+  fork(runId, atSeq, input) {
+    return this._act(`fork ${runId} ${atSeq} ${JSON.stringify(input)}`, (key) => ({
+      url: `${runsUrl(this.baseUrl, runId)}/fork`,
+      init: { method: "POST", headers: { "Idempotency-Key": key }, body: { at_seq: atSeq, input } },
     }));
   }
 

@@ -10,7 +10,7 @@ import { TERMINAL_TYPES, isTerminal } from "./status.js";
  * @typedef {{requested_at: string | null, reason: any, stage: any}} Cancel
  * @typedef {{
  *   run_id: string, agent: string, title?: string, status: string, session?: string | null,
- *   metadata?: Record<string, any> | null, input?: any, retry_of?: string | null, queued_behind?: string | null,
+ *   metadata?: Record<string, any> | null, input?: any, retry_of?: string | null, forked_from?: {run_id: string, seq: number} | null, queued_behind?: string | null,
  *   attempt?: number,
  *   created_at?: string | null, started_at?: string | null, finished_at?: string | null,
  *   last_seq: number, first_seq?: number, snapshot: Snapshot,

@@ -324,6 +324,7 @@ class AgentSpec:
             "description": self.description,
             "input_schema": self.input_schema,
             "resumable": self.resumable,
+            "forks": callable(getattr(self.fn, "fork", None)),
             **(self.choices() or {}),
         }
 
