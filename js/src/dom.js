@@ -4,7 +4,7 @@
 import { hunkHeader, unifiedDiff } from "./diff.js";
 import { highlightPython } from "./highlight.js";
 import { compactJson, isPlainObject } from "./json.js";
-import { answerWords, permissionOptions } from "./words.js";
+import { answerWords, choiceName, permissionOptions } from "./words.js";
 
 /**
  * @typedef {import("./reducer.js").Input} Input
@@ -149,6 +149,8 @@ export function inputCard(input, answer) {
   if (options !== null) {
     const tool = input.details.tool;
     if (isPlainObject(tool)) card.appendChild(aboutTool(tool));
+  } else if (input.kind === "in_doubt" && isPlainObject(input.details)) {
+    card.appendChild(doubtedStep(input.details));
   } else if (isPlainObject(input.details) && typeof input.details.code === "string") {
     // Code about to run (the notebook tools' run_code): shown as code, whole.
     card.appendChild(codeBlock(input.details.code));
@@ -158,7 +160,7 @@ export function inputCard(input, answer) {
   }
   if (input.status === "open") {
     const offered = (Array.isArray(input.choices) ? input.choices : []).map(String);
-    const labels = offered.map((choice) => options?.get(choice)?.name ?? choice);
+    const labels = offered.map((choice) => choiceName(input, choice));
     // Many choices, or long ones, one a line: a row of them would be a wall of narrow buttons.
     const choices = element("div", `agentruns-input-choices${choicesAsList(labels) ? " agentruns-input-choices--list" : ""}`);
     offered.forEach((choice, index) => {
@@ -179,6 +181,23 @@ export function inputCard(input, answer) {
     card.appendChild(said);
   }
   return card;
+}
+
+/**
+ * The step an in-doubt question is about: the tool and its arguments, its code (run_code,
+ * execute_cell's cell) shown as code, whole.
+ * @param {Record<string, any>} details
+ * @returns {HTMLElement}
+ */
+function doubtedStep(details) {
+  const node = element("div", "agentruns-input-step");
+  const args = isPlainObject(details.args) ? details.args : {};
+  const code = typeof args.code === "string" ? args.code : null;
+  const rest = code === null ? args : Object.fromEntries(Object.entries(args).filter(([name]) => name !== "code"));
+  const shown = Object.keys(rest).length ? ` ${compactJson(rest, 300)}` : "";
+  node.appendChild(element("div", "agentruns-input-details", `${String(details.tool ?? "a step")}${shown}`));
+  if (code !== null) node.appendChild(codeBlock(code));
+  return node;
 }
 
 /**

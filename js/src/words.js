@@ -5,7 +5,7 @@
 // tests/vectors/words/cases.json. Every function returns plain text: the
 // views put it in the page as text (textContent), never as markup.
 
-import { isPlainObject } from "./json.js";
+import { hasOwn, isPlainObject } from "./json.js";
 import { isTerminal } from "./status.js";
 
 /** A title made from a prompt is its first line, cut at this many characters. */
@@ -25,6 +25,9 @@ const DONE = {
   accept: "accepted",
   decline: "declined",
   cancel: "cancelled",
+  "run it again": "run again",
+  "skip it": "skipped",
+  "stop the run": "stopped",
 };
 
 /**
@@ -154,15 +157,20 @@ export function permissionOptions(input) {
 }
 
 /**
- * What a choice is called: a permission option's name, else the choice itself.
+ * What a choice is called: a permission option's name, an in-doubt answer in words, else the choice itself.
  * @param {Input} input
  * @param {string} choice
  * @returns {string}
  */
 export function choiceName(input, choice) {
   const option = permissionOptions(input)?.get(choice);
-  return option ? option.name : choice;
+  if (option) return option.name;
+  return input.kind === "in_doubt" && hasOwn(IN_DOUBT_CHOICES, choice) ? IN_DOUBT_CHOICES[choice] : choice;
 }
+
+// What a person answers about a step its server was cut off in (c.AgentRuns.in_doubt = "ask").
+/** @type {Record<string, string>} */
+const IN_DOUBT_CHOICES = { run_again: "Run it again", skip: "Skip it", stop: "Stop the run" };
 
 /**
  * A question's answer: "approved by ann", "denied: not now", "no answer in time".

@@ -70,3 +70,25 @@ test("a toast's question title is cut", () => {
   const words = questionWords({ run_id: "run_1", agent: "acp", input: { prompt: "p" }, session: null }, { title: "T".repeat(5000) });
   assert.equal(words, `A run asks: ${"T".repeat(TITLE_CHARS - 1)}… (p)`);
 });
+
+test("an in-doubt question shows its step's code as code and names its choices in words", () => {
+  const input = {
+    request_id: "in_2", kind: "in_doubt", title: "The server stopped during run_code: run it again?",
+    choices: ["run_again", "skip", "stop"], status: "open", choice: null,
+    details: { call_id: "call_1", tool: "run_code", args: { code: "df = load()\nx = 1", timeout: 30 } },
+  };
+  const answered = [];
+  const card = inputCard(input, (choice) => answered.push(choice));
+  assert.equal(card.querySelector(".agentruns-input-step .agentruns-input-details").textContent, 'run_code {"timeout":30}');
+  assert.equal(card.querySelector(".agentruns-input-step .agentruns-code").textContent, "df = load()\nx = 1");
+  const buttons = [...card.querySelectorAll(".agentruns-choice")];
+  assert.deepEqual(buttons.map((node) => node.textContent), ["Run it again", "Skip it", "Stop the run"]);
+  buttons[1].click();
+  assert.deepEqual(answered, ["skip"]);
+});
+
+test("an answered in-doubt question says what was chosen in words", () => {
+  const input = { request_id: "in_3", kind: "in_doubt", title: "t", choices: ["run_again", "skip", "stop"],
+                  status: "resolved", choice: "skip", by: "ann", details: { tool: "run_code", args: {} } };
+  assert.equal(inputCard(input, () => {}).querySelector(".agentruns-input-answer").textContent, "skipped by ann");
+});
