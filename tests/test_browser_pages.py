@@ -23,6 +23,7 @@ from test_browser import (  # noqa: F401  (the fixtures)
     jp_asyncio_loop,
     jp_server_cleanup,
     pytestmark,
+    set_theme,
     wait_idle,
 )
 
@@ -198,3 +199,102 @@ def test_the_pages_links_take_none_of_the_browsers_six_connections_per_host(lab,
         }"""
     )
     assert answered == [200] * 6
+
+
+def run_by_api(lab, agent, input) -> dict:
+    headers = {"Authorization": f"token {lab.token}"}
+    made = httpx.post(f"{lab.api_url}runs", json={"agent": agent, "input": input}, headers=headers)
+    assert made.status_code == 201, made.text
+    return wait_run_by_api(lab, made.json()["run_id"])
+
+
+def wait_run_by_api(lab, run_id) -> dict:
+    headers = {"Authorization": f"token {lab.token}"}
+    deadline = time.monotonic() + 60
+    while True:
+        run = httpx.get(f"{lab.api_url}runs/{run_id}", headers=headers).json()
+        if run["status"] in ("succeeded", "failed", "cancelled", "interrupted"):
+            return run
+        assert time.monotonic() < deadline, f"{run_id} is still {run['status']}"
+        time.sleep(0.1)
+
+
+def open_retry(page, lab, run_id):
+    """The run's page, the Retry from here form of its third step open; returns that step."""
+    # (without ?reset, whose redirect drops the run's parameter)
+    page.goto(f"{lab.url}lab?agentruns-run={run_id}&token={lab.token}")
+    run_page = page.locator(f".agentruns-runpage[data-run-id='{run_id}']")
+    run_page.wait_for(timeout=90_000)
+    steps = run_page.locator(".agentruns-tool")
+    assert steps.count() == 3
+    # Once GET agents said the agent forks: a Retry from here on each step.
+    steps.nth(2).locator(".agentruns-retry").wait_for(timeout=30_000)
+    assert run_page.locator(".agentruns-retry").count() == 3
+    steps.nth(2).locator(".agentruns-retry").click()
+    return steps.nth(2)
+
+
+def test_retry_from_here_on_a_step_forks_the_run_with_the_edited_prompt(lab, pages):
+    original = run_by_api(lab, "forking_counter", {"prompt": "count the apples", "to": 3})
+    page = pages()
+    step = open_retry(page, lab, original["run_id"])
+    prompt = step.locator(".agentruns-retry-prompt")
+    assert prompt.input_value() == "count the apples"
+    prompt.fill("count the pears")
+    page.screenshot(path=picture("retry-from-here.png"))
+    step.locator(".agentruns-retry-go").click()
+
+    # The fork's own page opens; it went on after the two steps that had ended.
+    note = step.locator(".agentruns-retry-note")
+    # (attached: the fork's page, opened meanwhile, hides the original's)
+    note.filter(has_text="Started run_").wait_for(state="attached", timeout=30_000)
+    fork_id = note.inner_text().removeprefix("Started ")
+    page.locator(f".agentruns-runpage[data-run-id='{fork_id}']").wait_for(timeout=30_000)
+    fork = wait_run_by_api(lab, fork_id)
+    assert fork["status"] == "succeeded", fork["error"]
+    seqs = [e["seq"] for e in events_by_api(lab, original["run_id"]) if e["type"] == "tool.started"]
+    assert fork["forked_from"] == {"run_id": original["run_id"], "seq": seqs[2] - 1}
+    assert fork["input"] == {"prompt": "count the pears", "to": 3, "start": 2}
+    assert [step["args"] for step in fork["snapshot"]["tools"]] == [{"n": 2}]
+
+    # Compare, from the fork's view: the two side by side, the fork's steps after the original's.
+    fork_page = page.locator(f".agentruns-runpage[data-run-id='{fork_id}']")
+    fork_page.locator(".agentruns-forked-text", has_text=original["run_id"]).wait_for()
+    fork_page.locator(".agentruns-compare-open").click()
+    compare = page.locator(
+        f".agentruns-compare[data-left='{original['run_id']}'][data-right='{fork_id}']"
+    )
+    compare.locator(".agentruns-compare-step").nth(2).wait_for(timeout=30_000)
+    rows = [
+        row.locator("td").all_inner_texts()
+        for row in compare.locator(".agentruns-compare-step").all()
+    ]
+    assert rows == [
+        ['count {"n":0} · completed', "(before the fork)"],
+        ['count {"n":1} · completed', "(before the fork)"],
+        ['count {"n":2} · completed', 'count {"n":2} · completed'],
+    ]
+    answers = compare.locator(".agentruns-compare-answer").all_inner_texts()
+    assert answers == ["counted to 3: count the apples", "counted to 3: count the pears"]
+    assert compare.locator(".agentruns-diff-line[data-op='added']").inner_text() == (
+        "+counted to 3: count the pears"
+    )
+    page.screenshot(path=picture("compare.png"))
+
+    # The form in the dark theme.
+    set_theme(lab, "JupyterLab Dark")
+    try:
+        step = open_retry(page, lab, original["run_id"])
+        page.locator("body[data-jp-theme-light='false']").wait_for(state="attached")
+        step.locator(".agentruns-retry-prompt").wait_for()
+        page.screenshot(path=picture("retry-from-here-dark.png"))
+    finally:
+        set_theme(lab, "JupyterLab Light")
+
+
+def events_by_api(lab, run_id) -> list[dict]:
+    headers = {"Authorization": f"token {lab.token}"}
+    answer = httpx.get(
+        f"{lab.api_url}runs/{run_id}/events", params={"limit": 1000}, headers=headers
+    )
+    return answer.json()["events"]

@@ -6,6 +6,7 @@
 // finds runs started elsewhere (another tab, the command line, a kernel).
 
 import { RunActions } from "./actions.js";
+import { requestCompare } from "./compare.js";
 import { ConversationList } from "./conversations.js";
 import { apiFetch, errorMessage, runsUrl, withSlash } from "./api.js";
 import { editsSummary, runEdits } from "./edits.js";
@@ -55,7 +56,7 @@ export const SORTS = Object.freeze(["newest", "oldest", "status", "title"]);
  * @typedef {{
  *   state: RunState, node: HTMLElement, chip: HTMLElement, agent: HTMLElement, title: HTMLElement, notebook: HTMLElement,
  *   age: HTMLElement, timing: HTMLElement, tokens: HTMLElement, edits: HTMLElement, inputs: HTMLElement, note: HTMLElement,
- *   cancel: HTMLButtonElement, again: HTMLButtonElement, unfollow: (() => void) | null, busy: boolean,
+ *   cancel: HTMLButtonElement, again: HTMLButtonElement, pick: HTMLInputElement, unfollow: (() => void) | null, busy: boolean,
  *   inputsKey: string, broken: boolean, rereading: boolean,
  * }} Row
  */
@@ -180,7 +181,16 @@ export class RunsPanel {
       this.conversationsButton.setAttribute("aria-pressed", "false");
       this.conversationsButton.addEventListener("click", () => this.showConversations(!this.showingConversations));
     }
-    header.append(element("span", "agentruns-spacer"), this.refreshButton);
+    // Two runs ticked: Compare opens them side by side (where run pages open).
+    /** @type {string[]} the ticked runs, oldest tick first (at most two) */
+    this.comparing = [];
+    this.compareButton = button("Compare", "agentruns-panel-compare");
+    this.compareButton.title = "Open the two ticked runs side by side";
+    this.compareButton.hidden = true;
+    this.compareButton.addEventListener("click", () => {
+      if (this.comparing.length === 2) requestCompare(this.comparing[0], this.comparing[1]);
+    });
+    header.append(element("span", "agentruns-spacer"), this.compareButton, this.refreshButton);
     /** @type {HTMLButtonElement | null} */
     this.tableButton = null;
     if (options.openTable) {
@@ -583,7 +593,12 @@ export class RunsPanel {
     });
     const cancel = button("Cancel", "agentruns-cancel");
     const again = button("Run again", "agentruns-again");
-    second.append(timing, tokens, edits, element("span", "agentruns-spacer"), cancel, again);
+    const pick = /** @type {HTMLInputElement} */ (element("input", "agentruns-panel-pick"));
+    pick.type = "checkbox";
+    pick.title = "Tick two runs to compare them";
+    pick.setAttribute("aria-label", "Compare this run");
+    pick.addEventListener("change", () => this._pick(runId, pick.checked));
+    second.append(timing, tokens, edits, element("span", "agentruns-spacer"), cancel, again, pick);
     const inputs = element("div", "agentruns-panel-inputs");
     const note = element("div", "agentruns-panel-note");
     note.hidden = true;
@@ -594,12 +609,28 @@ export class RunsPanel {
     node.append(top, title, where, second, inputs, note, id);
     /** @type {Row} */
     const row = {
-      state: new RunState(runId), node, chip, agent, title, notebook, age, timing, tokens, edits, inputs, note, cancel, again,
+      state: new RunState(runId), node, chip, agent, title, notebook, age, timing, tokens, edits, inputs, note, cancel, again, pick,
       unfollow: null, busy: false, inputsKey: "", broken: false, rereading: false,
     };
     cancel.addEventListener("click", () => void this._cancel(row));
     again.addEventListener("click", () => void this._runAgain(row));
     return row;
+  }
+
+  /**
+   * A run ticked (or not) for Compare: a third tick unticks the oldest.
+   * @param {string} runId
+   * @param {boolean} ticked
+   */
+  _pick(runId, ticked) {
+    this.comparing = this.comparing.filter((id) => id !== runId);
+    if (ticked) this.comparing.push(runId);
+    while (this.comparing.length > 2) {
+      const dropped = /** @type {string} */ (this.comparing.shift());
+      const row = this.rows.get(dropped);
+      if (row) row.pick.checked = false;
+    }
+    this.compareButton.hidden = this.comparing.length !== 2 || !runPagesOpen();
   }
 
   /** @param {Row} row */
@@ -643,6 +674,8 @@ export class RunsPanel {
     row.cancel.hidden = state.terminal || state.status === "cancelling";
     row.again.hidden = !state.terminal;
     row.cancel.disabled = row.again.disabled = row.busy;
+    row.pick.hidden = !pages;
+    row.pick.checked = this.comparing.includes(state.runId);
     this._renderInputs(row);
   }
 

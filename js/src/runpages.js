@@ -6,6 +6,7 @@ import { WidgetTracker } from "@jupyterlab/apputils";
 import { Widget } from "@lumino/widgets";
 
 import { apiBase, pageOption } from "./api.js";
+import { COMPARE_EVENT, ComparePage } from "./compare.js";
 import { CONVERSATION_REFRESH_MS, ConversationView, conversationKey, sessionName } from "./conversations.js";
 import { runsIcon } from "./icons.js";
 import { RunsPanel } from "./panel.js";
@@ -24,6 +25,7 @@ export const OPEN_TABLE = "agentruns:open-runs-table";
 export const GO_TO_CELL = "agentruns:go-to-cell";
 export const OPEN_CONVERSATION = "agentruns:open-conversation";
 export const OPEN_RUN_LINK = "agentruns:open-run-link";
+export const OPEN_COMPARE = "agentruns:compare-runs";
 
 /** A conversation's view as a tab: in the main area, or docked in the right sidebar. */
 class ConversationWidget extends Widget {
@@ -112,6 +114,27 @@ class RunPageWidget extends Widget {
   dispose() {
     this.page.dispose();
     super.dispose();
+  }
+}
+
+/** Two runs side by side, as a main-area tab. */
+class CompareWidget extends Widget {
+  /** @param {ComparePage} page */
+  constructor(page) {
+    super({ node: page.node });
+    this.page = page;
+    this.id = `jupyter-agentruns-compare-${page.ids.join("-")}`;
+    this.addClass("agentruns-compare-widget");
+    this.title.label = "Compare runs";
+    this.title.icon = runsIcon;
+    this.title.caption = `${page.ids[0]} and ${page.ids[1]}, side by side`;
+    this.title.closable = true;
+  }
+
+  /** @param {import("@lumino/messaging").Message} msg */
+  onCloseRequest(msg) {
+    super.onCloseRequest(msg);
+    this.dispose();
   }
 }
 
@@ -265,6 +288,35 @@ export const runPagesPlugin = {
         app.shell.activateById(table.id);
         return table;
       },
+    });
+
+    /** @type {Map<string, CompareWidget>} */
+    const comparisons = new Map();
+    app.commands.addCommand(OPEN_COMPARE, {
+      label: "Compare Agent Runs",
+      caption: "Two runs side by side: answers diffed, steps aligned, tokens, cost and time",
+      execute(args) {
+        const left = typeof args.left === "string" ? args.left : "";
+        const right = typeof args.right === "string" ? args.right : "";
+        if (!left || !right) return;
+        const key = `${left} ${right}`;
+        let widget = comparisons.get(key);
+        if (widget === undefined || widget.isDisposed) {
+          const page = new ComparePage({ baseUrl: apiBase(), left, right, openRun });
+          const made = new CompareWidget(page);
+          widget = made;
+          comparisons.set(key, made);
+          made.disposed.connect(() => comparisons.delete(key));
+          void page.load();
+          app.shell.add(made, "main");
+        }
+        app.shell.activateById(widget.id);
+        return widget;
+      },
+    });
+    document.addEventListener(COMPARE_EVENT, (event) => {
+      const detail = /** @type {CustomEvent} */ (event).detail;
+      void app.commands.execute(OPEN_COMPARE, { left: detail?.left, right: detail?.right });
     });
 
     /** @type {Map<string, ConversationWidget>} */

@@ -15,7 +15,9 @@ import { compactJson, hasOwn, isPlainObject } from "./json.js";
 import { runPagesOpen, requestRunPage } from "./links.js";
 import { MAX_MARKDOWN_CHARS, renderMarkdown } from "./markdown.js";
 import { RunState } from "./runstate.js";
-import { choiceWords } from "./pickers.js";
+import { requestCompare } from "./compare.js";
+import { choiceWords, pageAgents } from "./pickers.js";
+import { retryForm } from "./retry.js";
 import { ThreadSection } from "./thread.js";
 import { ACTIVE_STATUSES, isTerminal } from "./status.js";
 import { silenceWords } from "./silence.js";
@@ -212,7 +214,7 @@ const CONNECTION_CHIPS = { reconnecting: "reconnecting", signed_out: "signed out
  *   plain: Text | null, renderedAt: number, timer: any,
  * }} MessageEntry
  * @typedef {{
- *   snapshot: object, tools: {tool: Tool, status: string, node: HTMLElement}[],
+ *   snapshot: object, tools: {tool: Tool, status: string, node: HTMLElement, retry: boolean}[],
  *   inputs: {input: Input, status: string, node: HTMLElement}[],
  *   messages: MessageEntry[], progress: Progress | null | undefined, progressKey: string,
  *   usage: Usage | null | undefined, unknown: UnknownEvent | null | undefined,
@@ -262,7 +264,17 @@ export class RunView {
     this.note = element("span", "agentruns-note");
     // The mode, model and files the run's input chose, where it chose some.
     this.choices = element("span", "agentruns-choices");
-    this.meta.append(this.runIdText, this.copyButton, this.choices, this.note);
+    // A fork: where it came from, and Compare with that run (where run pages open).
+    this.forked = element("span", "agentruns-forked");
+    this.forkedText = element("span", "agentruns-forked-text");
+    this.compareButton = button("Compare", "agentruns-compare-open");
+    this.compareButton.title = "This run and the one it was forked from, side by side";
+    this.compareButton.addEventListener("click", () => {
+      const from = this.state?.run?.forked_from;
+      if (this.state && isPlainObject(from)) requestCompare(String(from.run_id), this.state.runId);
+    });
+    this.forked.append(this.forkedText, this.compareButton);
+    this.meta.append(this.runIdText, this.copyButton, this.choices, this.forked, this.note);
     this.notice = element("div", "agentruns-notice");
 
     // The model's thinking, folded: not drawn until opened, then drawn as it grows.
@@ -328,6 +340,8 @@ export class RunView {
     this.loadAttempt = 0;
     /** @type {Rendered | null} */
     this.rendered = null;
+    /** @type {{agent: string, forks: boolean} | undefined} whether the run's agent forks runs (Retry from here) */
+    this.forkable = undefined;
     this.unsubscribe = host.subscribe(() => this._hostChanged());
   }
 
@@ -639,7 +653,7 @@ export class RunView {
     const rendered = /** @type {Rendered} */ (this.rendered);
     this._renderThinking(rendered, state);
     this._renderPlan(rendered, state.snapshot.plan);
-    this._renderTools(rendered, state.snapshot.tools);
+    this._renderTools(rendered, state);
     this.edits.render(runEdits(state.snapshot));
     this._renderInputs(rendered, state.snapshot.inputs || []);
     this._renderProgress(rendered, state);
@@ -716,6 +730,10 @@ export class RunView {
     this.runIdText.title = linked ? "Open this run's page" : "";
     this.choices.textContent = choiceWords(state && state.run ? state.run.input : null);
     this.choices.hidden = this.choices.textContent === "";
+    const from = state && state.run ? state.run.forked_from : null;
+    this.forked.hidden = !isPlainObject(from);
+    this.forkedText.textContent = isPlainObject(from) ? `forked from ${from.run_id} after event ${from.seq}` : "";
+    this.compareButton.hidden = !linked;
     const followed = this.host.followed();
     const created = parseTime(state && state.run ? state.run.created_at : null);
     let note = "";
@@ -858,21 +876,85 @@ export class RunView {
   }
 
   /**
+   * The steps; once the run ended, each with Retry from here where its agent forks runs.
    * @param {Rendered} rendered
-   * @param {Tool[]} tools
+   * @param {RunState} state
    */
-  _renderTools(rendered, tools) {
+  _renderTools(rendered, state) {
+    const tools = state.snapshot.tools;
     const cards = rendered.tools;
     const box = this.tools;
+    const retry = state.terminal && this._forks(state);
     tools.forEach((tool, index) => {
       const card = cards[index];
-      if (card && card.tool === tool && card.status === tool.status) return;
+      if (card && card.tool === tool && card.status === tool.status && card.retry === retry) return;
       const node = toolCard(tool);
+      if (retry) node.appendChild(this._retryButton(state, index, node));
       if (card) card.node.replaceWith(node);
       else box.appendChild(node);
-      cards[index] = { tool, status: tool.status, node };
+      cards[index] = { tool, status: tool.status, node, retry };
     });
     box.hidden = tools.length === 0;
+  }
+
+  /**
+   * Whether the run's agent forks runs (GET agents says so); asked once, drawn again when known.
+   * @param {RunState} state
+   */
+  _forks(state) {
+    const agent = state.run?.agent;
+    if (typeof agent !== "string") return false;
+    if (this.forkable === undefined || this.forkable.agent !== agent) {
+      const asked = { agent, forks: false };
+      this.forkable = asked;
+      pageAgents(this.api)
+        .agent(agent)
+        .then((described) => {
+          if (this.forkable === asked && described?.forks === true) {
+            asked.forks = true;
+            this._changed();
+          }
+        })
+        .catch(() => {});
+    }
+    return this.forkable.forks;
+  }
+
+  /**
+   * Retry from here: opens the form under the step (a second click closes it).
+   * @param {RunState} state
+   * @param {number} index
+   * @param {HTMLElement} card
+   */
+  _retryButton(state, index, card) {
+    const node = button("Retry from here", "agentruns-retry");
+    node.title = "Start a new run from before this step, with the prompt edited if you like";
+    /** @type {HTMLElement | null} */
+    let form = null;
+    const close = () => {
+      form?.remove();
+      form = null;
+      node.setAttribute("aria-expanded", "false");
+    };
+    node.setAttribute("aria-expanded", "false");
+    node.addEventListener("click", () => {
+      if (form !== null) return close();
+      form = retryForm({
+        runId: state.runId,
+        index,
+        input: state.run?.input,
+        baseUrl: this.api,
+        actions: this.actions,
+        started: (run) => {
+          if (runPagesOpen()) requestRunPage(run.run_id);
+        },
+        close,
+      });
+      card.appendChild(form);
+      node.setAttribute("aria-expanded", "true");
+      /** @type {HTMLElement | null} */ (form.querySelector("textarea:not([hidden]), .agentruns-retry-go"))?.focus();
+    });
+    return node;
   }
 
   /**

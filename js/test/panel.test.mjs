@@ -609,3 +609,31 @@ test("without a way to open conversations, the panel has no Conversations", () =
   assert.equal(panel.node.querySelector(".agentruns-conversations"), null);
   panel.dispose();
 });
+
+test("two runs ticked show Compare, which asks for them side by side; a third tick unticks the oldest", async () => {
+  document.body.dataset.agentrunsRunPages = "true";
+  fakeServer([runObject("run_c", { status: "succeeded" }), runObject("run_b", { status: "succeeded" }), runObject("run_a", { status: "failed" })]);
+  const { panel } = makePanel(fakeHub(), { openRun: () => {} });
+  panel.show();
+  await until(() => rows(panel).length === 3);
+  const [c, b, a] = rows(panel);
+  const compare = panel.node.querySelector(".agentruns-panel-compare");
+  const tick = (row) => {
+    const box = row.querySelector(".agentruns-panel-pick");
+    box.checked = !box.checked;
+    box.dispatchEvent(new Event("change"));
+  };
+  assert.equal(compare.hidden, true);
+  tick(a);
+  assert.equal(compare.hidden, true);
+  tick(b);
+  assert.equal(compare.hidden, false);
+  tick(c);
+  assert.equal(a.querySelector(".agentruns-panel-pick").checked, false);
+  const asked = [];
+  document.addEventListener("agentruns:compare", (event) => asked.push(event.detail));
+  compare.click();
+  assert.deepEqual(asked, [{ left: "run_b", right: "run_c" }]);
+  tick(b);
+  assert.equal(compare.hidden, true);
+});
