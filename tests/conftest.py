@@ -364,7 +364,9 @@ async def wait_run(api, run_id, *, timeout=30, headers=None):
             return run
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"run {run_id} still {run['status']} after {timeout}s")
-        await asyncio.sleep(0.02)
+        # Each look is a request the server answers: on two cores, a test's wait
+        # should not cost another's CPU.
+        await asyncio.sleep(0.05)
 
 
 async def wait_seq(api, run_id, seq, *, timeout=30, headers=None):
@@ -402,7 +404,7 @@ async def waiting(api, run_id, headers=None, count=1, asked=1, timeout=30):
             return run
         assert run["status"] not in TERMINAL, f"{run_id} ended {run['status']} without asking"
         assert loop.time() < deadline, f"{run_id} is {run['status']}, not waiting"
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.05)
 
 
 async def wait_for(predicate, *, timeout=10, what="a condition"):

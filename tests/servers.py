@@ -35,6 +35,14 @@ OTHER_EXTENSIONS_OFF = {
 # as they do without it.
 COLLABORATION_EXTENSIONS = ("jupyter_server_ydoc", "jupyter_server_fileid")
 COLLABORATION_PLUGINS = ("@jupyter/collaboration-extension", "@jupyter/docprovider-extension")
+EXTENSION_MANAGER = "@jupyterlab/extensionmanager-extension"
+LANGUAGE_SERVERS = ("jupyter_lsp",)
+# The language servers' plugin, and those that need it.
+LANGUAGE_SERVERS_PLUGINS = (
+    "@jupyterlab/lsp-extension",
+    "@jupyterlab/fileeditor-extension:language-server",
+    "@jupyterlab/notebook-extension:language-server",
+)
 
 
 def _is_guard(pid: int) -> bool:
@@ -121,7 +129,11 @@ class ServerProcess:
         self.runtime_dir = Path(tempfile.mkdtemp(prefix="agentruns-"))
         config_dir = home / "config"
         config_dir.mkdir(exist_ok=True)
-        others = {} if app == "jupyterlab" else OTHER_EXTENSIONS_OFF
+        # JupyterLab's language servers: no test edits code with them, and their
+        # discovery at the start and the page's queries cost every lab server CPU.
+        others = (
+            dict.fromkeys(LANGUAGE_SERVERS, False) if app == "jupyterlab" else OTHER_EXTENSIONS_OFF
+        )
         others = {
             **others,
             **{name: collaboration for name in COLLABORATION_EXTENSIONS},
@@ -157,12 +169,24 @@ class ServerProcess:
             "KernelManager": {"transport": "ipc", **config.get("KernelManager", {})},
         }
         (config_dir / "jupyter_server_config.json").write_text(json.dumps(config))
-        if not collaboration:
-            labconfig = config_dir / "labconfig"
-            labconfig.mkdir(exist_ok=True)
-            (labconfig / "page_config.json").write_text(
-                json.dumps({"disabledExtensions": dict.fromkeys(COLLABORATION_PLUGINS, True)})
+        # No build check and no extension manager: each asks the server, which runs
+        # yarn (a Node process) for its registry, at every page load; no language servers.
+        disabled = [
+            EXTENSION_MANAGER,
+            *LANGUAGE_SERVERS_PLUGINS,
+            *(() if collaboration else COLLABORATION_PLUGINS),
+        ]
+        labconfig = config_dir / "labconfig"
+        labconfig.mkdir(exist_ok=True)
+        (labconfig / "page_config.json").write_text(
+            json.dumps(
+                {
+                    "buildCheck": False,
+                    "buildAvailable": False,
+                    "disabledExtensions": dict.fromkeys(disabled, True),
+                }
             )
+        )
         self.env = {
             **os.environ,
             "HOME": str(home),
