@@ -824,3 +824,69 @@ def test_an_outputs_edit_is_bounded_applied_reverted_and_known_reverted():
     assert changed["status"] == "conflict" and "changed while it ran" in changed["reason"]
     with pytest.raises(notebook_edits.EditConflict):
         notebook_edits.apply(notebook, changed, "run_a")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("choice", ["run_again", "skip"])
+def test_an_execute_cell_its_server_died_in_is_a_question_with_in_doubt_ask(tmp_path, choice):
+    """The cell may have run, its outputs were never recorded: a person decides, after the
+    take-over, whether it runs again (in the notebook's kernel then) or is skipped."""
+    settings = {**AGENTS, "lease_seconds": 1.5, "in_doubt": "ask",
+                "notebook_tools_approval": "never"}  # fmt: skip
+    server = ServerProcess(tmp_path / "home", tmp_path / "agentruns.sqlite3", settings)
+    (server.home / "work").mkdir(parents=True)
+    mark = tmp_path / "ran-once"
+    # The first run of the cell sleeps (its server is killed meanwhile); a run again prints.
+    source = (
+        f"import os, time\nif not os.path.exists({str(mark)!r}):\n"
+        f"    open({str(mark)!r}, 'w').close()\n    time.sleep(60)\nprint('ran')"
+    )
+    (server.home / NOTEBOOK).write_text(json.dumps(notebook_of([("c-1", source)])))
+
+    def session(http) -> str:
+        made = http.post(
+            server.url + "api/sessions",
+            json={"path": NOTEBOOK, "type": "notebook", "name": "edits.ipynb",
+                  "kernel": {"name": "python3"}},
+        )  # fmt: skip
+        assert made.status_code == 201, made.text
+        return made.json()["kernel"]["id"]
+
+    server.start()
+    try:
+        with server.client() as http:
+            run_id = submit(http, [["execute_cell", {"cell_id": "c-1"}]], kernel_id=session(http))
+            deadline = time.monotonic() + 60
+            while not mark.exists():
+                assert time.monotonic() < deadline, "the cell did not start"
+                time.sleep(0.05)
+        server.kill()
+        server.start()
+        with server.client() as http:
+            if choice == "run_again":
+                session(http)  # the notebook's kernel on this server: where it runs again
+            asked = question(http, run_id)
+            assert asked["kind"] == "in_doubt"
+            assert asked["details"]["tool"] == "execute_cell"
+            assert asked["details"]["args"] == {"cell_id": "c-1"}
+            assert asked["choices"] == ["run_again", "skip", "stop"]
+            assert outputs_of(server, "c-1") == ([], None)  # nothing written before the answer
+            answered = http.post(
+                f"runs/{run_id}/inputs/{asked['request_id']}", json={"choice": choice}
+            )
+            assert answered.status_code == 200, answered.text
+            run = ended(http, run_id)
+        [step] = run["snapshot"]["tools"]
+        outputs, count = outputs_of(server, "c-1")
+        if choice == "run_again":
+            assert step["status"] == "completed", step.get("error")
+            assert [joined(o["text"]) for o in outputs] == ["ran\n"] and count is not None
+            [edit] = run["snapshot"]["edits"]
+            assert (edit["op"], edit["status"]) == ("outputs", "applied")
+            [settled] = run["output"]["settled"]
+            assert settled["ok"] and "Ran the cell c-1" in settled["text"]
+        else:
+            assert step["status"] == "failed" and step["error"]["type"] == "skipped"
+            assert (outputs, count) == ([], None) and not run["snapshot"].get("edits")
+    finally:
+        server.kill()

@@ -366,6 +366,10 @@ class Kernels:
                 return session.get("path")
         return None
 
+    def running(self, kernel_id: str | None) -> bool:
+        """Whether ``kernel_id`` is one of this server's kernels now."""
+        return kernel_id is not None and kernel_id in self.kernel_manager
+
     def _manager(self, kernel_id: str) -> Any:
         if kernel_id not in self.kernel_manager:
             raise KernelUnavailable(

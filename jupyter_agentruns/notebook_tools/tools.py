@@ -222,11 +222,24 @@ class NotebookTools:
 
         An edit is settled by the notebook's file (applied once, never lost);
         a read is made again; any other call that started without a recorded
-        end (``run_code``) is not repeated, unless a person says so
-        (``in_doubt = "ask"``): then on ``kernel_id``, the run's kernel.
+        end (``run_code``, an ``execute_cell`` whose outputs were not recorded)
+        is not repeated, unless a person says so (``in_doubt = "ask"``): then on
+        ``kernel_id``, the run's kernel.
         """
         name, args = step.get("name"), step.get("args") or {}
-        if name in CELL_TOOLS:
+        recorded = any(
+            edit.get("call_id") == step.get("call_id") for edit in run.snapshot.get("edits") or ()
+        )
+        if name == EXECUTE_CELL and not recorded and getattr(run, "in_doubt", None) == "ask":
+            # The cell may have run, its outputs are not in the notebook: a person decides.
+            ended = await tool_step(
+                run,
+                name,
+                args,
+                lambda: self._run_cell_again(args, kernel_id, run, step["call_id"]),
+                earlier=step,
+            )
+        elif name in CELL_TOOLS:
             ended = await self.edits.resume(run, step)
         elif name not in TOOLS:
             ended = await tool_step(run, str(name), args, _never, earlier=step)
@@ -326,22 +339,7 @@ class NotebookTools:
         source = ""
         problem: Exception | None = None
         try:
-            if not isinstance(cell_id, str) or not cell_id:
-                raise InvalidEdit("execute_cell takes the cell's id ('cell_id'; read_notebook "
-                                  "shows each)")  # fmt: skip
-            path = notebook or (await self.notebook_of(run, kernel_id) if run is not None else None)
-            if path is None:
-                raise NotebookNotFound("the run has no notebook (it was not submitted from one)")
-            _, content = await self.places.open(path)
-            found = find_cell(content, cell_id)
-            if found is None:
-                raise CellNotFound(
-                    f"the notebook has no cell {cell_id!r} (read_notebook shows each cell's id)"
-                )
-            if found[1].get("cell_type") != "code":
-                raise InvalidEdit(f"the cell {cell_id!r} is a {found[1].get('cell_type')} cell: "
-                                  "only a code cell runs")  # fmt: skip
-            source = source_of(found[1])
+            path, source = await self._cell_to_run(cell_id, kernel_id, notebook, run)
         except Exception as exc:  # the call fails with it: nothing ran, nothing changed
             problem = exc
         if run is None:
@@ -381,6 +379,37 @@ class NotebookTools:
         return (
             ended if isinstance(ended, Outcome) else Outcome(False, ended.text, error=ended.error)
         )
+
+    async def _cell_to_run(
+        self, cell_id: Any, kernel_id: str | None, notebook: str | None, run: Any
+    ) -> tuple[str, str]:
+        """The notebook and the source of the code cell ``cell_id`` that execute_cell runs."""
+        if not isinstance(cell_id, str) or not cell_id:
+            raise InvalidEdit("execute_cell takes the cell's id ('cell_id'; read_notebook "
+                              "shows each)")  # fmt: skip
+        path = notebook or (await self.notebook_of(run, kernel_id) if run is not None else None)
+        if path is None:
+            raise NotebookNotFound("the run has no notebook (it was not submitted from one)")
+        _, content = await self.places.open(path)
+        found = find_cell(content, cell_id)
+        if found is None:
+            raise CellNotFound(
+                f"the notebook has no cell {cell_id!r} (read_notebook shows each cell's id)"
+            )
+        if found[1].get("cell_type") != "code":
+            raise InvalidEdit(f"the cell {cell_id!r} is a {found[1].get('cell_type')} cell: "
+                              "only a code cell runs")  # fmt: skip
+        return path, source_of(found[1])
+
+    async def _run_cell_again(
+        self, args: dict[str, Any], kernel_id: str | None, run: Any, call_id: str
+    ) -> Outcome:
+        """An execute_cell cut by a take-over, run again as a person chose (in_doubt = "ask"):
+        the cell's source now, its outputs the step's edit. The run's kernel went with its
+        server: the cell then runs in the kernel its notebook has now."""
+        path, source = await self._cell_to_run(args.get("cell_id"), kernel_id, None, run)
+        kernel = kernel_id if self.kernels.running(kernel_id) else None
+        return await self._run_cell(path, args["cell_id"], source, kernel, run, call_id)
 
     async def _run_cell(
         self,
