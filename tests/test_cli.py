@@ -356,6 +356,7 @@ def test_a_url_as_jupyter_prints_it_names_the_server_and_its_token(monkeypatch):
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.sqlite_only  # the command reads the REST API: the stores are the store tests'
 def test_list_show_usage_and_export_describe_the_callers_runs(servers, tmp_path):
     server = servers()
     with server.client() as client:
@@ -409,6 +410,7 @@ def test_list_show_usage_and_export_describe_the_callers_runs(servers, tmp_path)
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.sqlite_only  # the command reads the REST API: the stores are the store tests'
 def test_conversations_lists_the_callers_conversations_newest_first(servers):
     server = servers()
     with server.client() as client:
@@ -488,6 +490,7 @@ def test_a_notebook_is_named_by_its_path_under_the_root_and_finds_its_older_abso
     assert str(server.home) not in table and table.count("notebooks/q.ipynb") == 3
 
 
+@pytest.mark.sqlite_only  # the command reads the REST API: the stores are the store tests'
 def test_what_an_agent_wrote_prints_as_text_and_json_never_as_terminal_commands(servers):
     server = servers(agents={"echo": "agents_for_tests:echo"})
     text = f"{HOSTILE}\nsecond line"
@@ -591,6 +594,7 @@ def test_export_json_of_a_run_compacted_meanwhile_has_every_kept_event_and_no_ho
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.sqlite_only  # the command reads the REST API: the stores are the store tests'
 def test_expected_errors_are_one_clear_line_and_a_distinct_exit_status(servers):
     server = servers()
     with server.client() as client:
@@ -721,6 +725,7 @@ def test_a_url_that_is_not_the_server_is_said_at_once_and_no_redirect_gets_the_t
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.sqlite_only  # the command reads the REST API: the stores are the store tests'
 def test_answer_lets_a_waiting_run_go_on_and_tail_exits_with_its_success(servers):
     server = servers()
     with server.client() as client:
@@ -749,6 +754,7 @@ def test_answer_lets_a_waiting_run_go_on_and_tail_exits_with_its_success(servers
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.sqlite_only  # the command reads the REST API: the stores are the store tests'
 def test_cancel_ends_a_run_and_tail_exits_2_with_the_reason(servers, tails):
     server = servers()
     with server.client() as client:
@@ -770,6 +776,7 @@ def test_cancel_ends_a_run_and_tail_exits_2_with_the_reason(servers, tails):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.sqlite_only  # the command reads the REST API: the stores are the store tests'
 def test_tail_of_a_failed_run_exits_1_and_prints_the_failure(servers):
     server = servers()
     with server.client() as client:
@@ -786,6 +793,7 @@ def test_tail_of_a_failed_run_exits_1_and_prints_the_failure(servers):
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.sqlite_only  # the command reads the REST API: the stores are the store tests'
 def test_tail_follows_a_run_through_a_server_kill_and_restart_printing_each_event_once(
     servers, tails
 ):
