@@ -33,9 +33,11 @@ AGENTS = {**TEST_AGENTS, "nb_editor": "agents_for_tests:notebook_editor"}
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     home = tmp_path_factory.mktemp("pages")
-    server = ServerProcess(
-        home, home / "agentruns.sqlite3", {"agents": AGENTS}, app="jupyterlab"
-    ).start(timeout=120)
+    # A run over 100 tokens asks for more (the tests' other agents report no usage).
+    settings = {"agents": AGENTS, "max_tokens_per_run": 100, "budget_exceeded": "ask"}
+    server = ServerProcess(home, home / "agentruns.sqlite3", settings, app="jupyterlab").start(
+        timeout=120
+    )
     yield server
     server.kill()
 
@@ -298,3 +300,39 @@ def events_by_api(lab, run_id) -> list[dict]:
         f"{lab.api_url}runs/{run_id}/events", params={"limit": 1000}, headers=headers
     )
     return answer.json()["events"]
+
+
+def test_a_budget_question_is_answered_on_the_runs_page_after_a_refresh(lab, pages):
+    headers = {"Authorization": f"token {lab.token}"}
+    made = httpx.post(
+        f"{lab.api_url}runs",
+        json={"agent": "spender", "input": {"steps": [[60, 70], [10, 10]]}},
+        headers=headers,
+    )
+    assert made.status_code == 201, made.text
+    run_id = made.json()["run_id"]
+    page = pages()
+    page.goto(f"{lab.url}lab?agentruns-run={run_id}&token={lab.token}")
+    question = page.locator(
+        f".agentruns-runpage[data-run-id='{run_id}'] .agentruns-input[data-status='open']"
+    )
+    question.wait_for(timeout=90_000)
+    assert question.locator(".agentruns-input-kind").text_content() == "budget"
+    assert question.locator(".agentruns-input-title").inner_text().startswith("Allow ")
+    # A refresh loses nothing: the run's page opens again (once JupyterLab saved its
+    # layout), with the same question, still open, answered there.
+    deadline = time.monotonic() + 30
+    while (
+        f"agentruns-run-pages:{run_id}"
+        not in httpx.get(f"{lab.url}lab/api/workspaces", headers=headers).text
+    ):
+        assert time.monotonic() < deadline, "the layout with the run's page was not saved"
+        time.sleep(0.2)
+    page.reload()
+    question.wait_for(timeout=90_000)
+    question.locator(".agentruns-choice[data-choice='approve']").click()
+    run = wait_run_by_api(lab, run_id)
+    assert run["status"] == "succeeded", run["error"]
+    [asked] = run["snapshot"]["inputs"]
+    assert (asked["kind"], asked["choice"]) == ("budget", "approve")
+    assert run["snapshot"]["usage"] == {"input_tokens": 10, "output_tokens": 10}

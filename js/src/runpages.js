@@ -218,6 +218,16 @@ export const runPagesPlugin = {
     if (labShell === null) return;
     /** @type {Map<string, RunPageWidget>} */
     const pages = new Map();
+    // A refresh opens the run pages that were open again, where they were.
+    /** @type {WidgetTracker<RunPageWidget>} */
+    const trackedPages = new WidgetTracker({ namespace: "agentruns-run-pages" });
+    if (restorer) {
+      void restorer.restore(trackedPages, {
+        command: OPEN_RUN,
+        args: (widget) => ({ run_id: widget.page.runId }),
+        name: (widget) => widget.page.runId,
+      });
+    }
     /** @type {RunsTableWidget | null} */
     let table = null;
     const serverRoot = pageOption("agentrunsServerRoot") || pageOption("serverRoot");
@@ -262,6 +272,7 @@ export const runPagesPlugin = {
             if (page.run !== null) made.title.label = runTitle(page.run) || runId;
           });
           app.shell.add(made, "main");
+          void trackedPages.add(made);
         }
         app.shell.activateById(widget.id);
         // At its notebook edits: an edit's card (a cell's mark asks so), or the section (the panel's count).
