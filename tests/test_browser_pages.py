@@ -223,8 +223,10 @@ def wait_run_by_api(lab, run_id) -> dict:
 
 def open_retry(page, lab, run_id):
     """The run's page, the Retry from here form of its third step open; returns that step."""
-    # (without ?reset, whose redirect drops the run's parameter)
-    page.goto(f"{lab.url}lab?agentruns-run={run_id}&token={lab.token}")
+    # A workspace of its own (not ?reset, whose redirect drops the run's parameter).
+    page.goto(
+        f"{lab.url}lab/workspaces/retry-{run_id[-6:]}?agentruns-run={run_id}&token={lab.token}"
+    )
     run_page = page.locator(f".agentruns-runpage[data-run-id='{run_id}']")
     run_page.wait_for(timeout=90_000)
     steps = run_page.locator(".agentruns-tool")
@@ -312,7 +314,8 @@ def test_a_budget_question_is_answered_on_the_runs_page_after_a_refresh(lab, pag
     assert made.status_code == 201, made.text
     run_id = made.json()["run_id"]
     page = pages()
-    page.goto(f"{lab.url}lab?agentruns-run={run_id}&token={lab.token}")
+    # A workspace of its own: what a refresh restores is this test's layout alone.
+    page.goto(f"{lab.url}lab/workspaces/budget?agentruns-run={run_id}&token={lab.token}")
     question = page.locator(
         f".agentruns-runpage[data-run-id='{run_id}'] .agentruns-input[data-status='open']"
     )
