@@ -230,6 +230,7 @@ def open_retry(page, lab, run_id):
     run_page = page.locator(f".agentruns-runpage[data-run-id='{run_id}']")
     run_page.wait_for(timeout=90_000)
     steps = run_page.locator(".agentruns-tool")
+    steps.nth(2).wait_for(timeout=30_000)  # (the page is there before its run is read)
     assert steps.count() == 3
     # Once GET agents said the agent forks: a Retry from here on each step.
     steps.nth(2).locator(".agentruns-retry").wait_for(timeout=30_000)

@@ -282,3 +282,65 @@ async def test_a_run_code_its_server_died_in_is_reported_interrupted_not_run_aga
     told = asked[1]["messages"][-1]
     assert told["role"] == "tool" and told["content"].startswith("Error: interrupted:")
     assert "not repeated" in told["content"]
+
+
+@pytest.mark.sqlite_only  # what it tests is above the store
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("choice", ["run_again", "skip"])
+async def test_a_run_code_cut_by_a_kill_is_run_again_in_the_notebooks_kernel_or_skipped_as_asked(
+    servers, fake, tmp_path, choice
+):
+    """With in_doubt = "ask": the kernel the code ran in went with its server; run again, the
+    code runs in the kernel the notebook has on the server that took the run over."""
+    mark = tmp_path / "ran-once"
+    code = (
+        f"import os, time\nif not os.path.exists({str(mark)!r}):\n"
+        f"    open({str(mark)!r}, 'w').close()\n    time.sleep(60)\nwhere = 'second kernel'\n"
+        "print(where)"
+    )
+    fake.reply(tool_calls(("run_code", json.dumps({"code": code}))), answer("Done."))
+    config = {"notebook_tools_approval": "never", "in_doubt": "ask"}
+
+    async def open_notebook(server, api) -> str:
+        (server.home / "a.ipynb").write_text(json.dumps(
+            {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))  # fmt: skip
+        session = await api.post(
+            server.url + "api/sessions",
+            json={"path": "a.ipynb", "type": "notebook", "name": "a.ipynb",
+                  "kernel": {"name": "python3"}},
+        )  # fmt: skip
+        return session.json()["kernel"]["id"]
+
+    first = await servers("a", notebook_tools=True, agentruns=config)
+    async with client(first) as api:
+        body = {
+            "agent": "openai",
+            "input": {"prompt": "run it"},
+            "session": "a.ipynb",
+            "metadata": {"kernel_id": await open_notebook(first, api)},
+        }
+        run = (await api.post("runs", json=body)).json()
+        await until(api, run["run_id"], lambda r: mark.exists(), "runs the code")
+    first.kill()
+
+    second = await servers("b", notebook_tools=True, agentruns=config)
+    async with client(second) as api:
+        await open_notebook(second, api)
+        waiting = await until(api, run["run_id"], lambda r: r["status"] == "waiting", "asks")
+        [question] = waiting["snapshot"]["inputs"]
+        assert question["kind"] == "in_doubt" and question["details"]["tool"] == "run_code"
+        assert question["details"]["args"] == {"code": code}
+        answered = await api.post(
+            f"runs/{run['run_id']}/inputs/{question['request_id']}", json={"choice": choice}
+        )
+        assert answered.status_code == 200, answered.text
+        ended = await until(api, run["run_id"], lambda r: r["status"] in TERMINAL, "ends")
+    assert ended["status"] == "succeeded", ended["error"]
+    [call] = ended["snapshot"]["tools"]
+    told = chat_requests(fake)[1]["messages"][-1]["content"]
+    if choice == "run_again":
+        assert call["status"] == "completed", call.get("error")
+        assert "second kernel" in told
+    else:
+        assert call["status"] == "failed" and call["error"]["type"] == "skipped"
+        assert told.startswith("Error: skipped:")

@@ -224,7 +224,7 @@ class NotebookTools:
         a read is made again; any other call that started without a recorded
         end (``run_code``, an ``execute_cell`` whose outputs were not recorded)
         is not repeated, unless a person says so (``in_doubt = "ask"``): then on
-        ``kernel_id``, the run's kernel.
+        ``kernel_id``, the run's kernel, or if it is gone the notebook's kernel now.
         """
         name, args = step.get("name"), step.get("args") or {}
         recorded = any(
@@ -248,7 +248,7 @@ class NotebookTools:
                 run,
                 name,
                 args,
-                lambda: self._call(name, args, kernel_id, None, run),
+                lambda: self._call_again(name, args, kernel_id, run),
                 earlier=step,
                 idempotent=TOOLS[name]["kind"] == "read",
             )
@@ -379,6 +379,15 @@ class NotebookTools:
         return (
             ended if isinstance(ended, Outcome) else Outcome(False, ended.text, error=ended.error)
         )
+
+    async def _call_again(
+        self, name: str, args: dict[str, Any], kernel_id: str | None, run: Any
+    ) -> Outcome:
+        """A call cut by a take-over, made again (a read, or as a person chose): on the run's
+        kernel if it still runs, else (it went with its server) on its notebook's kernel now."""
+        if self.kernels.running(kernel_id):
+            return await self._call(name, args, kernel_id, None, run)
+        return await self._call(name, args, None, await self.notebook_of(run, None), run)
 
     async def _cell_to_run(
         self, cell_id: Any, kernel_id: str | None, notebook: str | None, run: Any
