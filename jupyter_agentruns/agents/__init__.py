@@ -324,7 +324,7 @@ class AgentSpec:
             "description": self.description,
             "input_schema": self.input_schema,
             "resumable": self.resumable,
-            "forks": callable(getattr(self.fn, "fork", None)),
+            "forks": self.forks,
             **(self.choices() or {}),
         }
 
@@ -350,18 +350,23 @@ class AgentSpec:
                 )
         return None
 
+    @property
+    def forks(self) -> bool:
+        """Whether the agent can start a run from the middle of another (it has ``fork``)."""
+        return callable(getattr(self.fn, "fork", None))
+
     async def fork(self, point: ForkPoint) -> dict[str, Any]:
         """The input of a run started at ``point``, as the agent's ``fork(point)`` makes it.
 
         Raises :class:`ForkUnsupported` when the agent has no ``fork`` or refuses the point.
         """
-        make = getattr(self.fn, "fork", None)
-        if not callable(make):
+        if not self.forks:
             raise ForkUnsupported(
                 f"the agent {self.name!r} cannot start a run from the middle of another "
                 "(it has no fork(); see 'Write an agent')"
             )
-        made = make(point)
+        agent: Any = self.fn  # (it has a fork, as self.forks says)
+        made = agent.fork(point)
         if inspect.isawaitable(made):
             made = await made
         if not isinstance(made, dict):

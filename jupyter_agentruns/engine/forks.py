@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from .. import reducer
@@ -10,11 +9,8 @@ from ..agents import AgentSpec, ForkPoint, ForkUnsupported
 from ..domain import JSONObject, LoggedEvent, RunObject, RunRow
 from ..errors import ErrorCode, Problem, invalid_request
 from ..store import StoreConnection
-from .reads import Reads
+from .reads import Reads, logged_events
 from .submissions import Submissions, SubmitRequest
-
-# Events read from the store at a time while a fork point's state is rebuilt.
-READ_CHUNK = 5000
 
 
 class Forks:
@@ -84,15 +80,5 @@ class Forks:
                 f"{row['first_seq']} were folded into its snapshot (event_retention_seconds, "
                 "max_retained_events), so the state after one of them is no longer known.",
             )
-        events: list[LoggedEvent] = []
-        after = 0
-        while after < at_seq:
-            rows = conn.read_events(run_id, after, min(READ_CHUNK, at_seq - after))
-            if not rows:
-                break
-            events += [
-                {"seq": seq, "type": type, "ts": ts, "data": json.loads(data)}
-                for seq, type, ts, data in rows
-            ]
-            after = rows[-1][0]
+        events = logged_events(conn, run_id, upto=at_seq) if at_seq else []
         return row, events

@@ -404,21 +404,7 @@ class Reads:
 
     async def history(self, run_id: str) -> list[LoggedEvent]:
         """A run's kept events, decoded (for a resumed agent's ``run.history()``)."""
-
-        def read(conn: StoreConnection) -> list[LoggedEvent]:
-            events: list[LoggedEvent] = []
-            after = 0
-            while True:
-                rows = conn.read_events(run_id, after, 5000)
-                if not rows:
-                    return events
-                events.extend(
-                    {"seq": seq, "type": type, "ts": ts, "data": json.loads(data)}
-                    for seq, type, ts, data in rows
-                )
-                after = rows[-1][0]
-
-        return await self.reader.run(read)
+        return await self.reader.run(lambda conn: logged_events(conn, run_id))
 
     async def conversation(self, row: RunRow) -> JSON:
         """The last checkpoint an earlier run of this run's owner, session and agent saved, or None.
@@ -570,3 +556,18 @@ def _follows_up(row: ListedRun, run_id: str) -> bool:
 async def _pieces(*pieces: bytes) -> AsyncIterator[bytes]:
     for piece in pieces:
         yield piece
+
+
+def logged_events(conn: StoreConnection, run_id: str, upto: int | None = None) -> list[LoggedEvent]:
+    """A run's kept events (those up to ``upto``, if given), decoded, read a chunk at a time."""
+    events: list[LoggedEvent] = []
+    after = 0
+    while True:
+        rows = conn.read_events(run_id, after, 5000, upto=upto)
+        if not rows:
+            return events
+        events.extend(
+            {"seq": seq, "type": type, "ts": ts, "data": json.loads(data)}
+            for seq, type, ts, data in rows
+        )
+        after = rows[-1][0]
