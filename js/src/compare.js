@@ -7,6 +7,7 @@
 import { apiFetch, errorMessage, runsUrl } from "./api.js";
 import { button, diffBlock, element, formatCost, formatTokens, isCost, parseTime } from "./dom.js";
 import { compactJson, isPlainObject } from "./json.js";
+import { stepStarts } from "./retry.js";
 import { formatDuration, runTitle } from "./words.js";
 
 /**
@@ -106,14 +107,14 @@ export class ComparePage {
   async load() {
     this.note.textContent = "Loading…";
     /** @type {[number, number]} */
-    let shift = [0, 0];
+    const shift = [0, 0];
     try {
       const runs = await Promise.all(this.ids.map((id) => this._read(id)));
       // A fork's steps start where it was forked: aligned after the original's steps until then.
       for (const [fork, original] of [[1, 0], [0, 1]]) {
         const from = runs[fork].forked_from;
         if (isPlainObject(from) && from.run_id === runs[original].run_id) {
-          shift[fork] = await this._stepsUpTo(from.run_id, Number(from.seq));
+          shift[fork] = (await stepStarts(this.baseUrl, from.run_id, { upto: Number(from.seq) }, this.fetch)).length;
           break;
         }
       }
@@ -123,26 +124,6 @@ export class ComparePage {
       return;
     }
     this._render(/** @type {any[]} */ (this.runs), shift);
-  }
-
-  /**
-   * How many steps the run had started by its event `seq`.
-   * @param {string} runId
-   * @param {number} seq
-   */
-  async _stepsUpTo(runId, seq) {
-    let after = 0;
-    let steps = 0;
-    while (after < seq) {
-      const response = await this.fetch(`${runsUrl(this.baseUrl, runId)}/events?after=${after}&limit=${Math.min(1000, seq - after)}`);
-      if (!response.ok) throw new Error(`${runId}: ${await errorMessage(response)}`);
-      /** @type {{seq: number, type: string}[]} */
-      const events = (await response.json()).events ?? [];
-      if (events.length === 0) break;
-      steps += events.filter((event) => event.seq <= seq && event.type === "tool.started").length;
-      after = events[events.length - 1].seq;
-    }
-    return steps;
   }
 
   /** @param {string} runId */

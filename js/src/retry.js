@@ -15,6 +15,35 @@ import { UNREACHABLE } from "./actions.js";
 const PAGE = 1000;
 
 /**
+ * The seqs of the run's `tool.started` events (each starts a step), in order, read a page at
+ * a time: the first `count` of them, or those up to the event `upto`.
+ * @param {string} baseUrl
+ * @param {string} runId
+ * @param {{count?: number, upto?: number}} until
+ * @param {Fetch} [fetch]
+ * @returns {Promise<number[]>}
+ */
+export async function stepStarts(baseUrl, runId, { count = Infinity, upto = Infinity }, fetch = apiFetch) {
+  /** @type {number[]} */
+  const starts = [];
+  let after = 0;
+  while (starts.length < count && after < upto) {
+    const limit = Math.min(PAGE, upto - after);
+    const response = await fetch(`${runsUrl(baseUrl, runId)}/events?after=${after}&limit=${limit}`);
+    if (!response.ok) throw new Error(await errorMessage(response));
+    const page = await response.json();
+    /** @type {{seq: number, type: string}[]} */
+    const events = Array.isArray(page.events) ? page.events : [];
+    for (const event of events) {
+      if (event.type === "tool.started" && event.seq <= upto && starts.length < count) starts.push(event.seq);
+    }
+    if (events.length === 0 || page.done) break;
+    after = events[events.length - 1].seq;
+  }
+  return starts;
+}
+
+/**
  * The seq of the event that started the run's `index`-th step (its `tool.started`), or null.
  * @param {string} baseUrl
  * @param {string} runId
@@ -23,22 +52,8 @@ const PAGE = 1000;
  * @returns {Promise<number | null>}
  */
 export async function stepSeq(baseUrl, runId, index, fetch = apiFetch) {
-  let after = 0;
-  let seen = 0;
-  for (;;) {
-    const response = await fetch(`${runsUrl(baseUrl, runId)}/events?after=${after}&limit=${PAGE}`);
-    if (!response.ok) throw new Error(await errorMessage(response));
-    const page = await response.json();
-    /** @type {{seq: number, type: string}[]} */
-    const events = Array.isArray(page.events) ? page.events : [];
-    for (const event of events) {
-      if (event.type !== "tool.started") continue;
-      if (seen === index) return event.seq;
-      seen += 1;
-    }
-    if (events.length === 0 || page.done) return null;
-    after = events[events.length - 1].seq;
-  }
+  const starts = await stepStarts(baseUrl, runId, { count: index + 1 }, fetch);
+  return starts.length > index ? starts[index] : null;
 }
 
 /**
