@@ -672,6 +672,22 @@ def test_a_person_logged_in_to_the_hub_sees_runs_in_the_panel_the_widget_and_aft
     page.locator(PANEL).screenshot(path=picture(f"hub-{jupyterhub}-panel-dark.png"))
     widget(page).screenshot(path=picture(f"hub-{jupyterhub}-widget-dark.png"))
 
+    # Compare, from the panel: a second run and the first, ticked, side by side (its
+    # reads are the page's requests too, with the token).
+    with hub.client(user) as client:
+        other = submit(client, {"prompt": f"{prompt}, again", "chunks": 3})
+        wait_run(client, other, lambda run: run["status"] == "succeeded")
+    panel_row(page, other).wait_for(timeout=30_000)
+    for ticked in (run_id, other):
+        panel_row(page, ticked).locator(".agentruns-panel-pick").check()
+    page.locator(f"{PANEL} .agentruns-panel-compare").click()
+    compare = page.locator(f".agentruns-compare[data-left='{run_id}'][data-right='{other}']")
+    compare.locator(".agentruns-compare-answer").nth(1).wait_for(timeout=30_000)
+    assert compare.locator(".agentruns-compare-fact").first.inner_text().split() == [
+        "Agent", "demo", "demo"
+    ]  # fmt: skip
+    page.screenshot(path=picture(f"hub-{jupyterhub}-compare-dark.png"))
+
     shown = page.locator(PANEL).inner_text() + widget(page).inner_text()
     assert "Forbidden" not in shown and "signed out" not in shown
     refused = [(status, url) for status, url in answers if status in (401, 403)]

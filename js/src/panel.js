@@ -181,7 +181,7 @@ export class RunsPanel {
       this.conversationsButton.setAttribute("aria-pressed", "false");
       this.conversationsButton.addEventListener("click", () => this.showConversations(!this.showingConversations));
     }
-    // Two runs ticked: Compare opens them side by side (where run pages open).
+    // Two runs ticked: Compare (beside New run) opens them side by side (where run pages open).
     /** @type {string[]} the ticked runs, oldest tick first (at most two) */
     this.comparing = [];
     this.compareButton = button("Compare", "agentruns-panel-compare");
@@ -190,7 +190,7 @@ export class RunsPanel {
     this.compareButton.addEventListener("click", () => {
       if (this.comparing.length === 2) requestCompare(this.comparing[0], this.comparing[1]);
     });
-    header.append(element("span", "agentruns-spacer"), this.compareButton, this.refreshButton);
+    header.append(element("span", "agentruns-spacer"), this.refreshButton);
     /** @type {HTMLButtonElement | null} */
     this.tableButton = null;
     if (options.openTable) {
@@ -260,6 +260,7 @@ export class RunsPanel {
     const starting = element("div", "agentruns-panel-start");
     starting.append(this.newRunButton);
     if (this.conversationsButton !== null) starting.append(this.conversationsButton);
+    starting.append(this.compareButton);
     this.node.append(header, starting, this.newRun.node);
     if (this.schedules !== null) this.node.append(this.schedules.node);
     this.node.append(this.search, filters, this.message, this.empty, head, this.list, this.moreButton);
