@@ -25,6 +25,8 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 
+from servers import TLS
+
 pytest_plugins = ["pytest_jupyter.jupyter_server"]
 
 TERMINAL = {"succeeded", "failed", "cancelled", "interrupted"}
@@ -254,7 +256,7 @@ def token(jp_serverapp):
 def api(api_url, token, jp_asyncio_loop):
     """An httpx client for the API, authenticated with the server's token."""
     client = httpx.AsyncClient(
-        base_url=api_url, headers={"Authorization": f"token {token}"}, timeout=30
+        base_url=api_url, headers={"Authorization": f"token {token}"}, timeout=30, verify=TLS
     )
     yield client
     jp_asyncio_loop.run_until_complete(client.aclose())

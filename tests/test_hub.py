@@ -46,7 +46,7 @@ from packaging.version import Version
 from jupyter_agentruns.agents.demo import answer_words
 
 from conftest import picture
-from servers import default_sigint, free_ports
+from servers import TLS, default_sigint, free_ports
 from test_browser import (  # noqa: F401  (fixtures are found by name)
     CHROMIUM,
     browser,
@@ -280,6 +280,7 @@ class Hub:
             base_url=f"{self.url}/user/{user}/{path}",
             headers={"Authorization": f"token {token or self.tokens[user]}"},
             timeout=30,
+            verify=TLS,
         )
 
     def culler(self) -> subprocess.Popen:

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from fake_openai import answer, tool_calls
-from servers import ServerProcess
+from servers import TLS, ServerProcess
 
 TERMINAL = {"succeeded", "failed", "cancelled", "interrupted"}
 MCP_SERVER = str(Path(__file__).with_name("mcp_server_for_tests.py"))
@@ -48,7 +48,10 @@ def servers(tmp_path, store_config, fake):
 
 def client(server):
     return httpx.AsyncClient(
-        base_url=server.api_url, headers={"Authorization": f"token {server.token}"}, timeout=30
+        base_url=server.api_url,
+        headers={"Authorization": f"token {server.token}"},
+        timeout=30,
+        verify=TLS,
     )
 
 

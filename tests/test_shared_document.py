@@ -30,7 +30,7 @@ from pycrdt.websocket.websocket import HttpxWebsocket  # noqa: E402
 from jupyter_agentruns.notebook_tools.document import DocumentChanged, DocumentPlace
 from jupyter_agentruns.notebook_tools.places import Change
 
-from servers import ServerProcess
+from servers import TLS, ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
 AGENTS = {"agents": {"nb_editor": "agents_for_tests:notebook_editor"}}
@@ -56,7 +56,10 @@ def server(tmp_path_factory):
 @pytest.fixture
 def http(server, jp_asyncio_loop):
     client = httpx.AsyncClient(
-        base_url=server.url, headers={"Authorization": f"token {server.token}"}, timeout=30
+        base_url=server.url,
+        headers={"Authorization": f"token {server.token}"},
+        timeout=30,
+        verify=TLS,
     )
     yield client
     jp_asyncio_loop.run_until_complete(client.aclose())
