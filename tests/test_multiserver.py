@@ -194,9 +194,11 @@ def test_a_run_streamed_from_servers_that_do_not_execute_it_arrives_whole_in_ord
             f"\nlag of {len(lags)} events: mean {statistics.mean(lags):.3f} s, max {max(lags):.3f} s"
         )
         assert len(lags) >= 30
-        # A 0.5 s poll would lag 0.25 s on average; one event late by a busy
-        # machine's pause does not make a poll.
-        assert statistics.mean(lags) < 0.15, lags
+        # A 0.5 s poll would make half of them at least 0.25 s late. A pause of a
+        # busy machine (a second and more, once in a while, on two shared cores)
+        # holds back the events queued meanwhile, then they all come at once: some
+        # late events, not a late half.
+        assert statistics.median(lags) < 0.15, lags
         assert max(lags) < 3.0, lags
 
 

@@ -1,6 +1,7 @@
-"""Run by Python at the start of each server a test starts (``servers.py`` puts this folder
-on its PYTHONPATH): rfc3987-syntax's grammar is built when first used, not at import, and
-sqlite-utils does not import pandas and numpy.
+"""Run by Python at the start of each server a test starts (``servers.py`` puts this
+folder on its PYTHONPATH) and of the test processes (``scripts/test``): rfc3987-syntax's
+grammar is built when first used, not at import, and sqlite-utils does not import pandas
+and numpy.
 
 jsonschema imports rfc3987-syntax when it is installed (jupyter_server imports jsonschema),
 and that import builds a Lark Earley parser of the IRI grammar: about a second of CPU, more
