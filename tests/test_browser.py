@@ -537,12 +537,26 @@ def contrast(colours: dict) -> float:
 
 
 def set_theme(lab: ServerProcess, theme: str) -> None:
+    """The theme of the pages loaded from now on (JupyterLab's setting, saved on the server)."""
     with lab.client() as client:
         response = client.put(
             lab.url + "lab/api/settings/@jupyterlab/apputils-extension:themes",
             json={"raw": json.dumps({"theme": theme})},
         )
         assert response.status_code == 204, response.text
+
+
+def switch_theme(page, theme: str) -> None:
+    """Switch the open page to ``theme`` as a person does from the Settings menu: at once,
+    without a reload (and saved, as ``set_theme`` saves it). The page's JupyterLab must be
+    ``window.jupyterapp`` (``expose_app_in_browser``)."""
+    page.evaluate(
+        "(theme) => window.jupyterapp.commands.execute('apputils:change-theme', {theme})", theme
+    )
+    page.wait_for_function(
+        "(theme) => document.body.dataset.jpThemeName === theme", arg=theme, timeout=30_000
+    )
+    page.wait_for_timeout(300)  # its fonts and colours settle
 
 
 def test_a_coding_agents_thinking_plan_diffs_and_permission_read_in_light_and_dark(lab, page):
@@ -679,10 +693,7 @@ def test_approve_and_deny_look_like_buttons_in_light_and_dark(lab, page):
             ("JupyterLab Dark", "approval-dark.png"),
         ):
             if theme != "JupyterLab Light":
-                save(page)
-                set_theme(lab, theme)
-                page.reload()
-                wait_idle(page)
+                switch_theme(page, theme)
             wait_attr(page, 0, "data-status", "v === 'waiting'")
             card = widget(page).locator(".agentruns-input--open")
             card.wait_for(timeout=30_000)

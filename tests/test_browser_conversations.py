@@ -29,6 +29,7 @@ from test_browser import (  # noqa: F401  (fixtures are found by name)
     runs_of,
     save,
     set_theme,
+    switch_theme,
     wait_attr,
     wait_idle,
     wait_text,
@@ -274,11 +275,7 @@ def test_a_mode_and_a_file_chosen_in_the_reply_box_go_into_the_follow_ups_input(
             ("JupyterLab Dark", "pickers-dark.png"),
         ):
             if theme != "JupyterLab Light":
-                save(page)
-                set_theme(lab, theme)
-                page.reload()
-                wait_idle(page)
-                pickers.wait_for(state="visible", timeout=30_000)
+                switch_theme(page, theme)
             for element in (mode, pickers.locator(".agentruns-picker-label").first):
                 colours = element.evaluate(PAINTED)
                 assert contrast(colours) >= 4.5, (theme, colours)

@@ -25,6 +25,7 @@ from test_browser import (  # noqa: F401  (fixtures are found by name)
     page,
     pytestmark,
     set_theme,
+    switch_theme,
     wait_idle,
 )
 from test_panel import open_panel, panel_row
@@ -123,12 +124,11 @@ def test_the_cells_an_agent_wrote_are_marked_and_their_mark_opens_the_run_at_the
             ("JupyterLab Dark", "cell-marks-dark.png"),
             ("JupyterLab Light", "cell-marks-light.png"),
         ):
-            set_theme(lab, theme)
             if theme == "JupyterLab Dark":
+                set_theme(lab, theme)
                 open_notebook(page, lab, "marked.ipynb")
             else:
-                page.reload()
-                wait_idle(page)
+                switch_theme(page, theme)  # as a person does: the marks follow at once
             wait_marks(page, 2)
             first, second, third, fourth = marks_of(page)
             assert first is None and fourth is None

@@ -24,6 +24,7 @@ from test_browser import (  # noqa: F401  (fixtures are found by name)
     runs_of,
     save,
     set_theme,
+    switch_theme,
     write_notebook,
 )
 
@@ -444,19 +445,12 @@ def test_the_panel_fits_the_default_sidebar_searches_sorts_and_opens_as_a_table(
     )
 
     # The dark theme: the panel and a run's page keep their contrast.
-    set_theme(lab, "JupyterLab Dark")
+    switch_theme(page, "JupyterLab Dark")
     try:
-        page.goto(f"{lab.url}lab?token={lab.token}&reset")
-        page.locator(".jp-LabShell").wait_for(timeout=90_000)
-        page.wait_for_function(
-            "() => document.body.dataset.jpThemeLight === 'false'", timeout=30_000
-        )
-        open_panel(page)
-        run_page = open_run_page(page, made["apple harvest"])
+        run_page = page.locator(f".agentruns-runpage[data-run-id='{made['apple harvest']}']")
         run_page.locator(".agentruns-runpage-event[data-type='run.succeeded']").wait_for(
             timeout=30_000
         )
-        page.wait_for_timeout(300)  # the theme's fonts and colours settle
         page.screenshot(path=picture("run-page-dark.png"))
     finally:
         set_theme(lab, "JupyterLab Light")
@@ -760,12 +754,8 @@ def test_new_run_from_the_panel_by_keyboard_opens_on_its_page(lab, page):
     assert "not a notebook's path" in form.locator(".agentruns-newrun-message").inner_text()
     assert len(runs_of(lab)) == len(before) + 1
     page.locator(PANEL).screenshot(path=picture("panel-new-run.png"))
-    set_theme(lab, "JupyterLab Dark")
+    switch_theme(page, "JupyterLab Dark")
     try:
-        page.reload()
-        open_panel(page)
-        page.locator(f"{PANEL} .agentruns-panel-new").click()
-        form.wait_for(state="visible")
         page.locator(PANEL).screenshot(path=picture("panel-new-run-dark.png"))
     finally:
         set_theme(lab, "JupyterLab Light")
