@@ -46,7 +46,8 @@ works in a new process, replaying the history as updates), and each process
 leaves its pid in ``$ACP_TEST_STATE/pids``. A prompt that says the last turn was
 interrupted repeats that turn's request. Options: ``--hang-initialize``,
 ``--auth-required``, ``--no-load`` (no ``loadSession``), ``--exit-at-start``,
-``--mcp-http`` (its ``mcpCapabilities`` say ``http``), ``--list-sessions`` (it offers
+``--mcp-http`` (its ``mcpCapabilities`` say ``http``), ``--fork-sessions`` (it offers
+``session/fork``: a copy of a session's file, as it is, under a new id), ``--list-sessions`` (it offers
 ``session/list``, two sessions a page, the one last prompted first, each titled TITLE
 or ``FIRST PROMPT (N turns)``),
 ``--linger`` (it does not exit when its stdin closes), ``--helper`` (it starts
@@ -84,6 +85,7 @@ from acp.schema import (
     AuthEnvVar,
     AuthMethodAgent,
     EnvVarAuthMethod,
+    ForkSessionResponse,
     InitializeResponse,
     ListSessionsResponse,
     LoadSessionResponse,
@@ -94,6 +96,7 @@ from acp.schema import (
     SessionCapabilities,
     SessionConfigOptionSelect,
     SessionConfigSelectOption,
+    SessionForkCapabilities,
     SessionInfo,
     SessionInfoUpdate,
     SessionListCapabilities,
@@ -150,7 +153,8 @@ class Scripted:
                 load_session="--no-load" not in OPTIONS,
                 mcp_capabilities=McpCapabilities(http="--mcp-http" in OPTIONS),
                 session_capabilities=SessionCapabilities(
-                    list=SessionListCapabilities() if "--list-sessions" in OPTIONS else None
+                    list=SessionListCapabilities() if "--list-sessions" in OPTIONS else None,
+                    fork=SessionForkCapabilities() if "--fork-sessions" in OPTIONS else None,
                 ),
             ),
             auth_methods=methods,
@@ -208,6 +212,22 @@ class Scripted:
                     session_id, update_agent_message_text(turn["answer"])
                 )
         return LoadSessionResponse(**self._opened(session_id))
+
+    async def fork_session(
+        self, session_id: str, cwd: str, mcp_servers: Any = None, **kwargs: Any
+    ) -> ForkSessionResponse:
+        path = session_file(session_id)
+        if not path.exists():
+            raise acp.RequestError.resource_not_found(session_id)
+        copy = f"sess_{os.getpid()}_{len(self.sessions)}_fork"
+        self.sessions[copy] = {
+            **json.loads(path.read_text()),
+            "cwd": cwd,
+            "forked_from": session_id,
+        }
+        self._save(copy)
+        self._given(copy, mcp_servers)
+        return ForkSessionResponse(session_id=copy, **self._opened(copy))
 
     async def list_sessions(
         self, cursor: str | None = None, cwd: str | None = None, **kwargs: Any
@@ -523,7 +543,8 @@ async def main() -> None:
         helpers = STATE / "helpers"
         helpers.mkdir(exist_ok=True)
         (helpers / str(helper.pid)).write_text("")
-    await acp.run_agent(Scripted())
+    # session/fork is in the protocol's unstable part: the SDK routes it only when asked to.
+    await acp.run_agent(Scripted(), use_unstable_protocol="--fork-sessions" in OPTIONS)
     if "--linger" in OPTIONS:
         time.sleep(3600)
 

@@ -61,6 +61,7 @@ def agentruns_config(state, acp_settings):
             "broken": entry(state, "--exit-at-start"),
             "mcphttp": entry(state, "--mcp-http"),
             "titled": entry(state, "--list-sessions"),
+            "forking": entry(state, "--fork-sessions"),
         },
         **acp_settings,
     }
@@ -310,6 +311,46 @@ async def test_usage_over_2_53_tokens_is_said_and_counted_as_2_53_so_the_budget_
     assert events[-2]["data"] == {"input_tokens": 2**53, "output_tokens": 5}
     within = await run_prompt(api, "usage 600 400")
     assert within["status"] == "succeeded", within["error"]
+
+
+async def fork_at(api, run, prompt, at_seq=None):
+    seq = run["last_seq"] if at_seq is None else at_seq
+    return await api.post(
+        f"runs/{run['run_id']}/fork", json={"at_seq": seq, "input": {"prompt": prompt}}
+    )
+
+
+async def test_a_conversation_is_forked_where_its_latest_turn_ended_and_stays_as_it_was(api):
+    """session/fork copies an ACP session as it is: a fork goes on in the copy, from the end
+    of the conversation's latest turn; the conversation itself never sees the fork's turn."""
+    first = await run_prompt(api, "echo one", agent="forking", session="talk")
+    second = await run_prompt(api, "echo two", agent="forking", session="talk")
+    runs = len((await api.get("runs")).json()["runs"])
+
+    inside = await fork_at(api, second, "history", at_seq=second["last_seq"] - 1)
+    assert inside.status_code == 422 and inside.json()["error"] == "fork_unsupported"
+    assert "not from inside a turn" in inside.json()["message"]
+    earlier = await fork_at(api, first, "history")
+    assert earlier.status_code == 422, earlier.text
+    assert f"went on after it (run {second['run_id']})" in earlier.json()["message"]
+    unforking = await run_prompt(api, "echo three", session="other")  # no session/fork
+    refused = await fork_at(api, unforking, "history")
+    assert refused.status_code == 422, refused.text
+    assert "'scripted' does not offer session/fork" in refused.json()["message"]
+    assert len((await api.get("runs")).json()["runs"]) == runs + 1  # the refusals made none
+
+    response = await fork_at(api, second, "history")
+    assert response.status_code == 201, response.text
+    forked = await wait_run(api, response.json()["run_id"])
+    assert forked["status"] == "succeeded", forked["error"]
+    assert forked["forked_from"] == {"run_id": second["run_id"], "seq": second["last_seq"]}
+    assert json.loads(forked["output"]["text"]) == ["echo one", "echo two", "history"]
+    # The conversation goes on as it was, without the fork's turn.
+    after = await run_prompt(api, "history", agent="forking", session="talk")
+    assert json.loads(after["output"]["text"]) == ["echo one", "echo two", "history"]
+    # Its steps offer no Retry from here: a turn is copied whole or not at all.
+    agents = {a["name"]: a for a in (await api.get("agents")).json()["agents"]}
+    assert agents["forking"]["forks"] is False
 
 
 @pytest.mark.parametrize("acp_settings", [{"acp_idle_seconds": 0.3}])

@@ -35,7 +35,12 @@ runs/{id}/fork``) has a ``fork(point)`` method: given a :class:`ForkPoint`
 run's state after the chosen event) it returns the input of the new run,
 which then runs as any other; it raises :class:`ForkUnsupported` to refuse a
 point it cannot start from. An agent without one is refused (422
-``fork_unsupported``).
+``fork_unsupported``). The new run has no session: its ``run.forked_from``
+says where it came from, and ``run.conversation()`` gives the checkpoint the
+original saved. An agent that can fork only where a turn ended (an ACP
+agent, whose ``session/fork`` copies a conversation as it is) says
+``forks_steps = False``: ``GET agents`` then lists it with ``forks: false``,
+and the views offer no Retry from here on its steps.
 """
 
 from __future__ import annotations
@@ -95,7 +100,8 @@ class ForkPoint:
     original's events up to it (``{seq, type, ts, data}``), and ``snapshot``
     the state they make (``run.snapshot``'s shape). ``checkpoint``: the last
     value the original's agent saved (``run.save_checkpoint``), which may be
-    from after ``at_seq``.
+    from after ``at_seq``. ``later_runs``: the runs of the original's
+    conversation (its owner, session and agent) started after it, newest first.
     """
 
     run_id: str
@@ -104,6 +110,7 @@ class ForkPoint:
     events: Sequence[Mapping[str, Any]]
     snapshot: dict[str, Any]
     checkpoint: Any = None
+    later_runs: Sequence[str] = ()
 
 
 class Run(Protocol):
@@ -132,6 +139,9 @@ class Run(Protocol):
 
     metadata: dict[str, Any]
     """What the submit said about the run (``cell_id``, ``notebook``, ``kernel_id``, ``title``, ...)."""
+
+    forked_from: dict[str, Any] | None
+    """For a fork (``POST runs/{id}/fork``): ``{run_id, seq}``, the run and event it goes on from."""
 
     notebook_tools: Any
     """The notebook tools on the kernel that submitted the run, or None (no kernel, or the
@@ -253,6 +263,7 @@ class Run(Protocol):
 
         For an agent whose runs of a session go on with one conversation: the
         earlier run saved where that conversation is (e.g. an ACP session id).
+        For a fork (``forked_from``), the last checkpoint the run it was forked from saved.
         """
 
     async def set_conversation_title(self, title: str) -> None:
@@ -352,15 +363,18 @@ class AgentSpec:
 
     @property
     def forks(self) -> bool:
-        """Whether the agent can start a run from the middle of another (it has ``fork``)."""
-        return callable(getattr(self.fn, "fork", None))
+        """Whether a run of the agent can be forked from one of its steps (Retry from here): it
+        has ``fork`` and does not say ``forks_steps = False`` (forks only where a turn ended)."""
+        return callable(getattr(self.fn, "fork", None)) and bool(
+            getattr(self.fn, "forks_steps", True)
+        )
 
     async def fork(self, point: ForkPoint) -> dict[str, Any]:
         """The input of a run started at ``point``, as the agent's ``fork(point)`` makes it.
 
         Raises :class:`ForkUnsupported` when the agent has no ``fork`` or refuses the point.
         """
-        if not self.forks:
+        if not callable(getattr(self.fn, "fork", None)):
             raise ForkUnsupported(
                 f"the agent {self.name!r} cannot start a run from the middle of another "
                 "(it has no fork(); see 'Write an agent')"

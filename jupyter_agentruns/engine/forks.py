@@ -34,7 +34,7 @@ class Forks:
     ) -> tuple[RunObject, bool]:
         """Start a run from the state after event ``at_seq`` of ``run_id``, ``fields`` over its
         input; returns ``(run, replayed)`` as a submit does (the same key, the same fork)."""
-        row, events = await self._reads.reader.run(
+        row, events, later = await self._reads.reader.run(
             lambda conn: self._point(conn, owner, run_id, at_seq)
         )
         spec = self._agents.get(row["agent"])
@@ -48,6 +48,7 @@ class Forks:
             events=events,
             snapshot=reducer.reduce(events),
             checkpoint=row["checkpoint"],
+            later_runs=later,
         )
         try:
             forked: dict[str, Any] = await spec.fork(point)
@@ -65,8 +66,9 @@ class Forks:
 
     def _point(
         self, conn: StoreConnection, owner: str, run_id: str, at_seq: int
-    ) -> tuple[RunRow, list[LoggedEvent]]:
-        """The caller's run and its events up to ``at_seq`` (reader thread)."""
+    ) -> tuple[RunRow, list[LoggedEvent], list[str]]:
+        """The caller's run, its events up to ``at_seq`` and the later runs of its
+        conversation (reader thread)."""
         row = self._reads.owned(conn, owner, run_id, full=True, snapshot=False)
         if at_seq > row["last_seq"]:
             raise invalid_request(
@@ -81,4 +83,26 @@ class Forks:
                 "max_retained_events), so the state after one of them is no longer known.",
             )
         events = logged_events(conn, run_id, upto=at_seq) if at_seq else []
-        return row, events
+        return row, events, later_runs(conn, row)
+
+
+def later_runs(conn: StoreConnection, row: RunRow, most: int = 100) -> list[str]:
+    """The runs of ``row``'s conversation (its owner, session and agent) started after it,
+    newest first (at most ``most``; none for a run without a session)."""
+    if row["session"] is None:
+        return []
+    found: list[str] = []
+    before: tuple[str, str] | None = None
+    while len(found) < most:
+        page = conn.list_runs(
+            row["owner"], status=None, session=row["session"], limit=100, before=before
+        )
+        for listed in page:
+            if (listed["created_at"], listed["run_id"]) <= (row["created_at"], row["run_id"]):
+                return found
+            if listed["agent"] == row["agent"]:
+                found.append(listed["run_id"])
+        if len(page) < 100:
+            return found
+        before = (page[-1]["created_at"], page[-1]["run_id"])
+    return found

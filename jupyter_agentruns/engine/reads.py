@@ -410,11 +410,22 @@ class Reads:
         """The last checkpoint an earlier run of this run's owner, session and agent saved, or None.
 
         For an agent that goes on with a conversation (an ACP agent's session):
-        the runs of the session, newest first, older than this one.
+        the runs of the session, newest first, older than this one. For a fork
+        (which has no session): the checkpoint of the run it was forked from.
         """
         owner, session, agent = row["owner"], row["session"], row["agent"]
+        forked = row.get("forked_from")
         if session is None:
-            return None
+            if not isinstance(forked, dict):
+                return None
+
+            def origin(conn: StoreConnection) -> JSON:
+                full = conn.get_run(forked["run_id"], snapshot=False)
+                if full is None or full["owner"] != owner or full["agent"] != agent:
+                    return None
+                return full.get("checkpoint")
+
+            return await self.reader.run(origin)
 
         def read(conn: StoreConnection) -> JSON:
             before: tuple[str, str] | None = (row["created_at"], row["run_id"])

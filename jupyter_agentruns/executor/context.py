@@ -19,6 +19,7 @@ from typing import Any
 
 from .. import budgets, reducer
 from ..agents import EventTooLarge, RunClosed
+from ..domain import ForkedFrom
 from ..errors import error_object
 from .execution import Execution
 
@@ -79,6 +80,7 @@ class RunContext:
         self.owner: str = row["owner"]
         self.session: str | None = row["session"]
         self.metadata: dict[str, Any] = row.get("metadata") or {}
+        self.forked_from: ForkedFrom | None = row.get("forked_from")
         self.attempt: int = row.get("attempt") or 1
         self.checkpoint: Any = row.get("checkpoint")
         resumed = execution.resumed_from
@@ -286,7 +288,9 @@ class RunContext:
     async def conversation(self) -> Any:
         """The last checkpoint an earlier run of this owner, session and agent saved, or None."""
         read = self._execution.conversation
-        return None if read is None or self.session is None else await read()
+        if read is None or (self.session is None and self.forked_from is None):
+            return None
+        return await read()
 
     async def set_conversation_title(self, title: str) -> None:
         """Name the run's conversation; see ``agents.Run.set_conversation_title``."""
@@ -318,6 +322,7 @@ class SyncRun:
         self.run_id = run.run_id
         self.input = run.input
         self.metadata = run.metadata
+        self.forked_from = run.forked_from
         self.attempt = run.attempt
         self.snapshot = run.snapshot
         self.notebook_tools = run.notebook_tools

@@ -7,6 +7,12 @@ kept from the last turn when there is one, else loaded (``session/load`` or
 after its server died loads its own session without appending the replayed
 history, offers its open permission question again, and asks the agent to
 go on.
+
+A run of an agent that offers ``session/fork`` can be forked where its turn
+ended, while it is the latest turn of its conversation: the fork's run goes on
+in a copy of that ACP session (``session/fork``), which leaves the original as
+it was. An ACP session is copied as it is now, so not from inside a turn, nor
+once the conversation went on.
 """
 
 from __future__ import annotations
@@ -27,10 +33,12 @@ from acp.schema import (
 )
 
 from ... import tracing
+from ...lifecycle import TERMINAL_EVENTS
+from .. import ForkPoint, ForkUnsupported
 from ..steps import ask_once
 from . import mapping
 from .client import PERMISSION, UPDATE, Conversation, mcp_servers
-from .errors import AgentError, CannotResume, InvalidInput, Refusal
+from .errors import AgentError, CannotFork, CannotResume, InvalidInput, Refusal
 from .files import MAX_READ_BYTES, Files, Refused
 from .processes import Processes
 
@@ -72,6 +80,8 @@ class AcpAgent:
 
     input_schema = INPUT_SCHEMA
     choices_checked = True
+    # It forks a conversation as a turn left it, not from one of the turn's steps.
+    forks_steps = False
 
     def __init__(
         self,
@@ -98,6 +108,27 @@ class AcpAgent:
 
     def remember(self, offered: dict[str, Any]) -> None:
         self.offered = offered
+
+    def fork(self, point: ForkPoint) -> dict[str, Any]:
+        """A fork's input (``POST runs/{id}/fork``), where the original's turn ended and its
+        conversation did not go on; the run then forks the ACP session (``session/fork``)."""
+        checkpoint = point.checkpoint if isinstance(point.checkpoint, dict) else {}
+        last = point.events[-1]["type"] if point.events else None
+        if last not in TERMINAL_EVENTS or not checkpoint.get("stop_reason"):
+            raise ForkUnsupported(
+                "an ACP agent's conversation is copied as a turn left it (session/fork), not "
+                "from inside a turn: fork it at its last event, once its turn ended"
+            )
+        if not checkpoint.get("forks"):
+            raise ForkUnsupported(
+                f"the agent {self.name!r} does not offer session/fork (its sessionCapabilities)"
+            )
+        if point.later_runs:
+            raise ForkUnsupported(
+                f"its conversation went on after it (run {point.later_runs[0]}), and an ACP "
+                "agent copies a conversation only as it is now: fork the latest run of it"
+            )
+        return dict(point.input)
 
     async def __call__(self, run: Any, input: dict[str, Any]) -> dict[str, Any]:
         cwd = self.working_directory(run)
@@ -178,9 +209,11 @@ class Turn:
             await conversation.start(cwd)
         servers, notebook = self.mcp_servers()
         if conversation.session_id is None:
-            await self.open(
-                checkpoint if resumed else await run.conversation(), cwd, bool(resumed), servers
-            )
+            earlier = checkpoint if resumed else await run.conversation()
+            if run.forked_from is not None and not resumed:
+                await self.fork(earlier, cwd, servers)
+            else:
+                await self.open(earlier, cwd, bool(resumed), servers)
         elif notebook and conversation.notebook_run != run.run_id:
             # The session kept from an earlier run has that run's token for the notebook
             # tools, good no more: opened again with this run's, where the agent can.
@@ -191,7 +224,11 @@ class Turn:
         self.remember(conversation.offered())
         assert conversation.cwd is not None  # set with its session
         await run.save_checkpoint(
-            {"session_id": conversation.session_id, "cwd": self.files.name(conversation.cwd)}
+            {
+                "session_id": conversation.session_id,
+                "cwd": self.files.name(conversation.cwd),
+                "forks": conversation.can_fork,
+            }
         )
         for category in ("mode", "model"):
             if input.get(category):
@@ -211,6 +248,7 @@ class Turn:
             {
                 "session_id": conversation.session_id,
                 "cwd": self.files.name(conversation.cwd),
+                "forks": conversation.can_fork,
                 "stop_reason": response.stop_reason,
             }
         )
@@ -295,6 +333,25 @@ class Turn:
         await self.run.custom(
             "acp_new_conversation", {"message": f"A new conversation with {self.name}: {why}."}
         )
+
+    async def fork(self, origin: Any, cwd: str, servers: list[Any]) -> None:
+        """The session of a fork: a copy of the one its original run's turn left (``session/fork``)."""
+        conversation = self.conversation
+        previous = origin.get("session_id") if isinstance(origin, dict) else None
+        if not isinstance(previous, str) or not previous:
+            raise CannotFork(
+                f"The run {self.run.forked_from['run_id']} it was forked from left no "
+                f"conversation of {self.name!r} to copy"
+            )
+        if not conversation.can_fork:
+            raise CannotFork(f"The agent {self.name!r} does not offer session/fork any more")
+        where = cwd
+        if isinstance(origin.get("cwd"), str):
+            try:
+                where = self.files.under_root(origin["cwd"])
+            except Refused:
+                pass
+        await conversation.fork_session(previous, where if os.path.isdir(where) else cwd, servers)
 
     async def tidy_earlier_attempt(self) -> None:
         """What the earlier attempt left open: its message ends, its notebook edits are settled,

@@ -153,6 +153,13 @@ class Conversation:
         return capabilities is not None and capabilities.list is not None
 
     @property
+    def can_fork(self) -> bool:
+        """The agent copies a session as it is into a new one (``session/fork``)."""
+        agent = self.info.agent_capabilities if self.info else None
+        capabilities = agent.session_capabilities if agent else None
+        return capabilities is not None and capabilities.fork is not None
+
+    @property
     def takes_http_mcp(self) -> bool:
         """The agent reaches MCP servers over HTTP (its ``mcpCapabilities.http``)."""
         agent = self.info.agent_capabilities if self.info else None
@@ -275,6 +282,18 @@ class Conversation:
                 exc, "session/load" if self.can_load else "session/resume"
             ) from None
         self._opened(response, session_id, cwd)
+
+    async def fork_session(
+        self, session_id: str, cwd: str, mcp_servers: list[Any] | None = None
+    ) -> None:
+        """Go on in a copy of an earlier session as it is (``session/fork``), leaving it as it was."""
+        try:
+            response = await self.connection.fork_session(
+                session_id=session_id, cwd=cwd, mcp_servers=mcp_servers or []
+            )
+        except Exception as exc:
+            raise await self.failure(exc, "session/fork") from None
+        self._opened(response, response.session_id, cwd)
 
     def _opened(self, response: Any, session_id: str, cwd: str) -> None:
         self.session_id, self.cwd = session_id, cwd

@@ -43,3 +43,9 @@ class CannotResume(AcpFailure):
     """The run was taken over, but its agent cannot load the conversation to go on with it."""
 
     error_type = "agent_cannot_resume"
+
+
+class CannotFork(AcpFailure):
+    """The run is a fork, but the conversation of the run it came from cannot be copied."""
+
+    error_type = "agent_cannot_fork"
