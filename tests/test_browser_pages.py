@@ -290,6 +290,15 @@ def test_retry_from_here_on_a_step_forks_the_run_with_the_edited_prompt(lab, pag
     set_theme(lab, "JupyterLab Dark")
     try:
         step = open_retry(page, lab, original["run_id"])
+        # The original's page shows its family: the fork, where it forked, and Compare.
+        relative = page.locator(
+            f".agentruns-runpage[data-run-id='{original['run_id']}'] "
+            f".agentruns-runpage-relative[data-run-id='{fork_id}']"
+        )
+        relative.wait_for(timeout=30_000)
+        assert f"succeeded · count the pears · forked after event {seqs[2] - 1}" in (
+            relative.inner_text()
+        )
         page.locator("body[data-jp-theme-light='false']").wait_for(state="attached")
         step.locator(".agentruns-retry-prompt").wait_for()
         page.screenshot(path=picture("retry-from-here-dark.png"))

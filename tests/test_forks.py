@@ -107,6 +107,12 @@ async def test_a_fork_sends_the_model_the_conversation_up_to_its_event(api, fake
     assert "history" not in again["input"]
     assert again["output"]["text"] == "50."
 
+    # The run's family: its forks, newest first (the run page lists them).
+    family = (await api.get("runs", params={"forked_from": original["run_id"]})).json()["runs"]
+    assert [run["run_id"] for run in family] == [again["run_id"], forked["run_id"]]
+    none = await api.get("runs", params={"forked_from": forked["run_id"]})
+    assert none.json()["runs"] == []
+
 
 async def test_a_fork_in_the_middle_of_a_turn_keeps_the_calls_that_ended(api, fake):
     # Two calls in one turn; the fork goes on after the first one's result.

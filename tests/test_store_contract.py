@@ -223,6 +223,28 @@ def test_runs_list_newest_first_and_page_by_created_at_and_id(conn):
     assert rest[0]["input"] == {"prompt": "p"} and rest[0]["metadata"] == {}
 
 
+def test_the_forks_of_a_run_are_listed_and_no_other_run(conn):
+    with conn.transaction():
+        conn.insert_run(run_row("run_1"))
+        for run_id, origin, owner in (
+            ("run_f1", "run_1", "me"),
+            ("run_f22", "run_1", "me"),
+            ("run_longer", "run_1x", "me"),  # the id begins with the original's
+            ("run_wild", "runX1", "me"),  # LIKE's _ would match the X
+            ("run_theirs", "run_1", "you"),
+        ):
+            conn.insert_run(run_row(run_id, owner=owner, forked_from={"run_id": origin, "seq": 3}))
+    listed = conn.list_runs(
+        "me", status=None, session=None, limit=10, before=None, forked_from="run_1"
+    )
+    assert [r["run_id"] for r in listed] == ["run_f22", "run_f1"]
+    assert listed[0]["forked_from"] == {"run_id": "run_1", "seq": 3}
+    assert (
+        conn.list_runs("me", status=None, session=None, limit=10, before=None, forked_from="run_f1")
+        == []
+    )
+
+
 def test_a_search_narrows_the_list_in_any_case_of_ascii_letters_and_pages(conn):
     with conn.transaction():
         for index in range(4):

@@ -10,6 +10,7 @@
 // a page at a time.
 
 import { apiFetch, errorMessage, runsUrl, withSlash } from "./api.js";
+import { requestCompare } from "./compare.js";
 import { TITLE_CHARS, button, cutText, element, formatCost, formatTokens, isCost, parseTime } from "./dom.js";
 import { editWords } from "./edits.js";
 import { pageHost } from "./hosts.js";
@@ -24,6 +25,8 @@ import { answerWords, cancelledWords, clockTime, formatDuration, runTitle } from
 export const TIMELINE_PAGE = 500;
 /** Runs of a `retry_of` chain followed back at most. */
 export const MAX_CHAIN = 20;
+/** The forks of a run its page lists at most (the newest). */
+export const MAX_FORKS = 20;
 /** How often the page looks whether its run's agent is silent, and reads its stderr again while it is. */
 export const STDERR_CHECK_MS = 10_000;
 
@@ -247,6 +250,8 @@ export class RunPage {
 
     this.inputNode = element("pre", "agentruns-runpage-input");
     this.chain = element("ol", "agentruns-runpage-chain");
+    // The run it was forked from and the runs forked from it, each with Compare.
+    this.family = element("ol", "agentruns-runpage-family");
     this.viewNode = element("div", "agentruns-runpage-view");
     this.timeline = element("ol", "agentruns-runpage-timeline");
     this.timelineNote = element("div", "agentruns-runpage-timeline-note");
@@ -267,6 +272,7 @@ export class RunPage {
       this._section("Run", this.viewNode),
       this.stderrSection,
       this._section("Attempts", this.chain),
+      this._section("Forks", this.family),
       this._section("Timeline", this.timelineNote, this.timeline, this.moreButton),
     );
 
@@ -307,7 +313,7 @@ export class RunPage {
     }
     this._setRun(await response.json());
     this.stderrTimer = setInterval(() => void this.readStderr(), STDERR_CHECK_MS);
-    await Promise.all([this.readEvents(), this.readChain(), this.readStderr()]);
+    await Promise.all([this.readEvents(), this.readChain(), this.readFamily(), this.readStderr()]);
   }
 
   dispose() {
@@ -490,6 +496,58 @@ export class RunPage {
     const items = [...back, this.run, ...after].map((run) => this._chainItem(run, back.length));
     this.chain.replaceChildren(...items);
     this.chain.parentElement?.toggleAttribute("hidden", back.length === 0 && after.length === 0);
+  }
+
+  /** The run this one was forked from, and the runs forked from it (oldest first). */
+  async readFamily() {
+    if (this.run === null) return;
+    const from = isPlainObject(this.run.forked_from) ? this.run.forked_from : null;
+    /** @type {any[]} */
+    let forks = [];
+    const url = `${runsUrl(this.baseUrl)}?forked_from=${encodeURIComponent(this.runId)}&limit=${MAX_FORKS}`;
+    const response = await apiFetch(url).catch(() => null);
+    if (response !== null && response.ok) {
+      const body = await response.json();
+      forks = Array.isArray(body.runs) ? body.runs.slice().reverse() : [];
+    }
+    if (this.disposed) return;
+    const items = [];
+    if (from !== null) {
+      items.push(this._familyItem(String(from.run_id), `this run was forked from it after event ${from.seq}`, [String(from.run_id), this.runId]));
+    }
+    for (const fork of forks) {
+      const seq = isPlainObject(fork.forked_from) ? fork.forked_from.seq : "?";
+      items.push(this._familyItem(fork.run_id, `${fork.status} · ${runTitle(fork)} · forked after event ${seq}`, [this.runId, fork.run_id]));
+    }
+    this.family.replaceChildren(...items);
+    this.family.parentElement?.toggleAttribute("hidden", items.length === 0);
+  }
+
+  /**
+   * One run of the family: its id (opening its page), what it is to this run, and Compare.
+   * @param {string} runId
+   * @param {string} words
+   * @param {[string, string]} pair the two runs Compare shows, the earlier first
+   */
+  _familyItem(runId, words, pair) {
+    const item = element("li", "agentruns-runpage-relative");
+    item.dataset.runId = runId;
+    if (this.openRun === null) {
+      item.append(element("span", "agentruns-runpage-relative-id", runId));
+    } else {
+      const link = element("a", "agentruns-runpage-attempt-link agentruns-runpage-relative-id", runId);
+      link.setAttribute("href", "#");
+      link.addEventListener("click", (event) => {
+        event.preventDefault();
+        if (this.openRun) this.openRun(runId);
+      });
+      item.append(link);
+    }
+    const compare = button("Compare", "agentruns-runpage-compare");
+    compare.title = "This run and that one, side by side";
+    compare.addEventListener("click", () => requestCompare(pair[0], pair[1]));
+    item.append(element("span", "agentruns-runpage-relative-words", ` ${words} `), compare);
+    return item;
   }
 
   /**

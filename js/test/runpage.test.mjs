@@ -152,6 +152,42 @@ test("the timeline reads the events a page at a time: Load more reads the next",
   page.dispose();
 });
 
+test("the page shows the run's family: the run it was forked from and its forks, each with Compare", async () => {
+  const asked = [];
+  globalThis.fetch = async (url) => {
+    const parsed = new URL(url, "http://localhost");
+    if (parsed.pathname.endsWith("/events")) return Response.json({ events: [], last_seq: 0, status: "succeeded", done: true });
+    if (parsed.pathname === "/api/agentruns/runs") {
+      asked.push(Object.fromEntries(parsed.searchParams));
+      if (parsed.searchParams.get("forked_from") !== "run_f") return Response.json({ runs: [], next: null });
+      const fork = (id, seq, status) => ({ run_id: id, agent: "openai", status, metadata: {}, input: { prompt: `try ${id}` }, forked_from: { run_id: "run_f", seq } });
+      return Response.json({ runs: [fork("run_new", 9, "running"), fork("run_old", 3, "succeeded")], next: null });
+    }
+    return Response.json({
+      run_id: "run_f", agent: "openai", status: "succeeded", session: null, metadata: {}, input: { prompt: "p" }, retry_of: null,
+      forked_from: { run_id: "run_o", seq: 4 }, created_at: at(0), started_at: at(0), finished_at: at(1), last_seq: 0, first_seq: 1,
+      snapshot: { messages: [], tools: [], progress: null, usage: null, inputs: [] }, output: null, error: null, cancel: null,
+    });
+  };
+  const opened = [];
+  const page = new RunPage({ baseUrl: "/", runId: "run_f", openRun: (id) => opened.push(id) });
+  document.body.append(page.node);
+  await page.load();
+  const items = Array.from(page.family.querySelectorAll(".agentruns-runpage-relative"));
+  assert.deepEqual(items.map((item) => item.dataset.runId), ["run_o", "run_old", "run_new"]);
+  assert.match(items[0].textContent, /this run was forked from it after event 4/);
+  assert.match(items[1].textContent, /succeeded · try run_old · forked after event 3/);
+  assert.equal(page.family.parentElement.hidden, false);
+  assert.ok(asked.some((query) => query.forked_from === "run_f"));
+  const compared = [];
+  document.addEventListener("agentruns:compare", (event) => compared.push([event.detail.left, event.detail.right]));
+  for (const item of items) item.querySelector(".agentruns-runpage-compare").click();
+  assert.deepEqual(compared, [["run_o", "run_f"], ["run_f", "run_old"], ["run_f", "run_new"]]);
+  items[2].querySelector("a").click();
+  assert.deepEqual(opened, ["run_new"]);
+  page.dispose();
+});
+
 test("the page lists the run's notebook edits as its view does, and its timeline says each change of one in words", async () => {
   const edit = { edit_id: "e1", notebook: "n.ipynb", op: "edit", cell_id: "c1", index: 0, before: "a = 1\n", after: "a = 2\n" };
   const events = [

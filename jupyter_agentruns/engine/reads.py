@@ -239,6 +239,7 @@ class Reads:
         before: str | None,
         retry_of: str | None = None,
         search: str | None = None,
+        forked_from: str | None = None,
     ) -> bytes:
         """One page of the owner's runs, newest first, with the ``before`` of the next page: JSON.
 
@@ -260,6 +261,7 @@ class Reads:
                     limit=wanted,
                     before=after,
                     retry_of=retry_of,
+                    forked_from=forked_from,
                 )
             found: list[ListedRun] = []
             cursor = after
@@ -272,6 +274,7 @@ class Reads:
                     before=cursor,
                     retry_of=retry_of,
                     search=search,
+                    forked_from=forked_from,
                 )
                 found.extend(row for row in rows if self._found(row, search))
                 if len(rows) < SEARCH_BATCH:

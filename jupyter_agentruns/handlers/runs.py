@@ -139,6 +139,7 @@ class RunsHandler(AgentRunsHandler):
             limit=limit,
             before=self.get_argument("before", None) or None,
             retry_of=self.get_argument("retry_of", None) or None,
+            forked_from=self.get_argument("forked_from", None) or None,
             search=search,
         )
         self.write_json(page)

@@ -150,8 +150,11 @@ class StoreConnection(abc.ABC):
         before: tuple[str, str] | None,
         retry_of: str | None = None,
         search: str | None = None,
+        forked_from: str | None = None,
     ) -> list[ListedRun]:
         """The owner's runs, newest first (``created_at``, then ``run_id``), after the ``before`` one.
+
+        ``forked_from``: only the forks of this run.
 
         ``session``: one, or any of several (the forms a notebook's path was recorded in).
         ``search``: only runs whose agent, session, metadata or input hold this

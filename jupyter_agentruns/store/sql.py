@@ -269,6 +269,7 @@ class SQLConnection(StoreConnection):
         before: tuple[str, str] | None,
         retry_of: str | None = None,
         search: str | None = None,
+        forked_from: str | None = None,
     ) -> list[ListedRun]:
         where = ["owner = ?"]
         params: list[Any] = [owner]
@@ -285,6 +286,9 @@ class SQLConnection(StoreConnection):
         if before is not None:
             where.append("(created_at, run_id) < (?, ?)")
             params.extend(before)
+        if forked_from is not None:
+            where.append("forked_from LIKE ? ESCAPE '\\'")
+            params.append(_forked_from_pattern(forked_from))
         if search and search.isascii():
             # lower() folds ASCII letters alike in both databases (other
             # letters differ): a search with others is matched by the caller.
@@ -1031,6 +1035,15 @@ def encode_columns(fields: RunFields) -> dict[str, Any]:
         name: jsonio.dumps(value) if name in JSON_COLUMNS and value is not None else value
         for name, value in fields.items()
     }
+
+
+def _forked_from_pattern(run_id: str) -> str:
+    """The LIKE pattern of a fork's stored ``forked_from`` naming ``run_id``.
+
+    It is stored as ``jsonio.dumps`` writes what the fork made: ``{"run_id": "<id>", "seq": N}``.
+    """
+    text = '{"run_id": ' + jsonio.dumps(run_id) + ","
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 def _notebook_patterns(notebook: tuple[str, ...]) -> list[str]:
