@@ -117,7 +117,8 @@ c.JupyterHub.load_roles = [
 """)
 
 
-# The environment of the lowest JupyterHub the test extra allows (scripts/test makes it).
+# The environment of the lowest JupyterHub the test extra allows (scripts/test-lowest
+# makes it, and runs the test that needs it).
 LOWEST_HUB_PYTHON = Path(__file__).parent.parent / ".venv-hub-lowest" / "bin" / "python"
 
 
