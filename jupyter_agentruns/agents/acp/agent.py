@@ -309,16 +309,8 @@ class Turn:
             await conversation.new_session(cwd, servers)
             return
         if conversation.can_load or conversation.can_resume:
-            where = cwd
-            if isinstance(earlier.get("cwd"), str):
-                try:
-                    where = self.files.under_root(earlier["cwd"])
-                except Refused:
-                    pass
-            if not os.path.isdir(where):
-                where = cwd
             try:
-                await conversation.load_session(previous, where, servers)
+                await conversation.load_session(previous, self.saved_cwd(earlier, cwd), servers)
                 return
             except AgentError as exc:
                 why = f"it could not load the earlier one ({exc})"
@@ -345,13 +337,20 @@ class Turn:
             )
         if not conversation.can_fork:
             raise CannotFork(f"The agent {self.name!r} does not offer session/fork any more")
-        where = cwd
-        if isinstance(origin.get("cwd"), str):
+        await conversation.fork_session(previous, self.saved_cwd(origin, cwd), servers)
+
+    def saved_cwd(self, saved: dict[str, Any], cwd: str) -> str:
+        """The directory a checkpoint saved for its session, where it is still one under the
+        server's root; else ``cwd``."""
+        where = saved.get("cwd")
+        if isinstance(where, str):
             try:
-                where = self.files.under_root(origin["cwd"])
+                where = self.files.under_root(where)
             except Refused:
-                pass
-        await conversation.fork_session(previous, where if os.path.isdir(where) else cwd, servers)
+                return cwd
+            if os.path.isdir(where):
+                return where
+        return cwd
 
     async def tidy_earlier_attempt(self) -> None:
         """What the earlier attempt left open: its message ends, its notebook edits are settled,
