@@ -424,7 +424,8 @@ async def notebook_mcp_client(run, input):
 async def notebook_editor(run, input):
     """Makes ``input["calls"]`` (``[[name, arguments], ...]``) with ``run.notebook_tools``, as a
     Python agent would; ``["wait", {}]`` asks a person first (a test changes the notebook
-    meanwhile). Taken over, it settles the edits an earlier attempt left pending, and stops."""
+    meanwhile), ``["sleep", {"seconds": s}]`` pauses. Taken over, it settles the edits an
+    earlier attempt left pending, and stops."""
     tools = run.notebook_tools
     if run.attempt > 1:
         settled = await tools.settle()
@@ -433,6 +434,9 @@ async def notebook_editor(run, input):
     for name, arguments in input["calls"]:
         if name == "wait":
             await run.ask("Go on?")
+            continue
+        if name == "sleep":
+            await asyncio.sleep(arguments["seconds"])
             continue
         outcome = await tools.call(name, arguments)
         answers.append({"ok": outcome.ok, "text": outcome.text, "result": outcome.result})

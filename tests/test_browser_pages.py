@@ -75,29 +75,25 @@ def open_notebook(page, lab, name) -> None:
     wait_idle(page)
 
 
+def start_edits(lab, path, calls) -> str:
+    """A run of an agent that edits the notebook ``path`` (its session); its id."""
+    submitted = httpx.post(
+        f"{lab.api_url}runs",
+        json={
+            "agent": "nb_editor",
+            "input": {"calls": calls},
+            "session": path,
+            "metadata": {"kernel_id": "no-kernel"},
+        },
+        headers={"Authorization": f"token {lab.token}"},
+    )
+    assert submitted.status_code == 201, submitted.text
+    return submitted.json()["run_id"]
+
+
 def submit_edits(lab, path, calls) -> dict:
-    """A run of an agent that edits the notebook ``path`` (its session), to its end."""
-    with httpx.Client(
-        base_url=lab.api_url, headers={"Authorization": f"token {lab.token}"}, timeout=30
-    ) as http:
-        submitted = http.post(
-            "runs",
-            json={
-                "agent": "nb_editor",
-                "input": {"calls": calls},
-                "session": path,
-                "metadata": {"kernel_id": "no-kernel"},
-            },
-        )
-        assert submitted.status_code == 201, submitted.text
-        run_id = submitted.json()["run_id"]
-        deadline = time.monotonic() + 60
-        while True:
-            run = http.get(f"runs/{run_id}").json()
-            if run["status"] in ("succeeded", "failed"):
-                return run
-            assert time.monotonic() < deadline, run
-            time.sleep(0.1)
+    """:func:`start_edits`, to the run's end."""
+    return wait_run_by_api(lab, start_edits(lab, path, calls))
 
 
 def shown_sources(page) -> list[str]:
@@ -174,6 +170,47 @@ def test_two_pages_on_one_notebook_make_the_edit_once(lab, pages):
     maker = first if shown[0] == ["x = 1", "once = 1"] else second
     maker.screenshot(path=picture("notebook-edit-two-pages.png"))
     assert json.dumps(pages.dialogs) == "[]"
+
+
+def test_a_refresh_while_an_agent_inserts_ten_cells_leaves_each_once_and_in_order(lab, pages):
+    """The page goes away in the middle of a run (with changes claimed or on their way) and comes back."""
+    name = "ten.ipynb"
+    write_notebook(lab.home / name, [("c-1", "start = 0")])
+    page = pages()
+    open_notebook(page, lab, name)
+    calls = []
+    for step in range(10):
+        calls += [["insert_cell", {"source": f"step = {step}", "after": "end"}]]
+        calls += [["sleep", {"seconds": 0.3}]]
+    run_id = start_edits(lab, name, calls)
+    page.wait_for_function(
+        "() => document.querySelectorAll('.jp-Notebook .jp-Cell').length >= 4", timeout=30_000
+    )
+    page.reload()
+    wait_idle(page)
+    run = wait_run_by_api(lab, run_id)
+    assert run["status"] == "succeeded", run["error"]
+    wanted = ["start = 0", *(f"step = {step}" for step in range(10))]
+    edits = run["snapshot"]["edits"]
+    assert [edit["status"] for edit in edits] == ["applied"] * 10, edits
+    try:
+        page.wait_for_function(
+            f"() => document.querySelectorAll('.jp-Notebook .jp-Cell').length >= {len(wanted)}",
+            timeout=30_000,
+        )
+    finally:  # (what the page and the file hold, when it fails)
+        print("shown", shown_sources(page), "saved", saved_sources(lab, name))
+    assert shown_sources(page) == wanted
+    page.wait_for_function(
+        "() => !document.querySelector('.lm-TabBar-tab.jp-mod-current.jp-mod-dirty')",
+        timeout=15_000,
+    )
+    assert saved_sources(lab, name) == wanted
+    # Saved again from the page: the file as the page shows it, no question.
+    page.keyboard.press("Control+s")
+    page.wait_for_timeout(1000)
+    assert page.locator(".jp-Dialog").count() == 0
+    assert saved_sources(lab, name) == wanted
 
 
 def test_the_pages_links_take_none_of_the_browsers_six_connections_per_host(lab, pages):

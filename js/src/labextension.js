@@ -142,6 +142,24 @@ const pagesPlugin = {
     const usable = (panel) => !panel.isDisposed && panel.context.isReady && panel.content.model !== null;
     /** @param {string} path */
     const panelOf = (path) => tracker.find((panel) => usable(panel) && panel.context.path === path) ?? null;
+    /**
+     * Whether the page's notebook is the file as last saved, or newer: the file written
+     * meanwhile (an edit made on it while this page was loading, before its link was up),
+     * a notebook without unsaved work is read again, as "Reload from Disk" does; with
+     * unsaved work the page is not the place of the edit (the file is, and saving the page
+     * asks the person which to keep, as JupyterLab does).
+     * @param {NotebookPanel} panel
+     * @returns {Promise<boolean>}
+     */
+    const fresh = async (panel) => {
+      const context = panel.context;
+      const known = context.contentsModel?.last_modified;
+      const file = await app.serviceManager.contents.get(context.path, { content: false });
+      if (!known || !file.last_modified || Date.parse(file.last_modified) <= Date.parse(known)) return true;
+      if (context.model.dirty) return false;
+      await context.revert();
+      return !panel.isDisposed;
+    };
     const link = new PageLink({
       url: linkUrl(apiBase(), window.location.href),
       notebooks: {
@@ -153,7 +171,11 @@ const pagesPlugin = {
           });
           return [...paths];
         },
-        read: (path) => /** @type {object | null} */ (panelOf(path)?.content.model?.toJSON() ?? null),
+        async read(path) {
+          const panel = panelOf(path);
+          if (panel === null || !(await fresh(panel))) return null;
+          return /** @type {object | null} */ (panel.content.model?.toJSON() ?? null);
+        },
         make(path, change) {
           const model = panelOf(path)?.content.model;
           return model ? makeChange(model.sharedModel, change) : "the notebook is not open in this page";

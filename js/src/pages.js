@@ -18,7 +18,8 @@ import { DEFAULT_RETRY_MS, backoffDelay } from "./backoff.js";
  *   a change as the server sends it: cells by id, with the source the cell must still hold
  * @typedef {object} PageNotebooks what the page holds, as the link asks it
  * @property {() => string[]} paths the notebooks open now (paths under the server's root)
- * @property {(path: string) => object | null} read a notebook as its model holds it now
+ * @property {(path: string) => object | null | Promise<object | null>} read a notebook as its model
+ *   holds it now (null: not here, or not as the file is now)
  * @property {(path: string, change: Change) => string | null} make the change on the model: null, or why not
  * @property {(path: string) => Promise<void>} save save the notebook
  */
@@ -157,7 +158,7 @@ export class PageLink {
     }
     switch (message.type) {
       case "read":
-        this.send({ type: "content", request: message.request, content: this.notebooks.read(message.notebook) });
+        this.send({ type: "content", request: message.request, content: await this.read(message.notebook) });
         return;
       case "make":
         if (!this.notebooks.paths().includes(message.notebook)) return; // closed meanwhile: not ours to claim
@@ -173,6 +174,20 @@ export class PageLink {
       case "error":
         this._warn("agentruns: the server refused a message of the page's link:", message.message);
         return;
+    }
+  }
+
+  /**
+   * A notebook as the page holds it, or null (not here, not as the file is now, or unreadable).
+   * @param {string} path
+   * @returns {Promise<object | null>}
+   */
+  async read(path) {
+    try {
+      return await this.notebooks.read(path);
+    } catch (error) {
+      this._warn("agentruns: could not read the notebook for the server:", error);
+      return null;
     }
   }
 

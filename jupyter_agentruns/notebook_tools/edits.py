@@ -32,7 +32,7 @@ from typing import Any
 
 from ..agents.steps import Approval, Ended, completed, failed, tool_step
 from .kernels import NotebookNotFound, encoded_size, fit_outputs
-from .places import Change, Places
+from .places import Change, Place, Places
 
 # The tools that change a notebook's cells, and the op each records.
 EDIT_TOOLS = {"insert_cell": "insert", "edit_cell": "edit", "delete_cell": "delete"}
@@ -41,6 +41,8 @@ EXECUTE_CELL = "execute_cell"
 CELL_TOOLS = (*EDIT_TOOLS, EXECUTE_CELL)
 # How long a change on its way to a place (a save in a thread) is waited for when its run stops.
 MAKE_GRACE_SECONDS = 4.0
+# How many times an edit is made where its notebook is held, when the place failed (see _make_edit).
+MAKE_ATTEMPTS = 2
 CELL_TYPES = ("code", "markdown", "raw")
 POSITIONS = ("start", "end")
 # What nbformat 4.5 allows as a cell's id.
@@ -545,23 +547,41 @@ class NotebookEdits:
                 # until it hears so): not made now.
                 settled["status"], settled["reason"] = "rejected", STOPPED
             else:
-                try:
-                    change = apply(notebook, edit, run.run_id)
-                except EditConflict as exc:
-                    settled["status"], settled["reason"] = "conflict", str(exc)
-                else:
-                    settled["index"], settled["status"] = change.index, "applied"
-                    try:
-                        await _make(place, path, notebook, change)
-                    except Exception:
-                        # Made or not, the place says which (never recorded applied unsaid).
-                        if not is_applied(await place.read(path) or {}, edit):
-                            settled["status"] = "conflict"
-                            settled["reason"] = f"the notebook's {place.name} could not be changed"
+                settled.update(await self._make_edit(run, edit, place, notebook))
         await self._emit(run, settled)
         if settled["status"] == "applied" and settled["op"] in ("insert", "edit"):
             self.saw(run.run_id, {settled["cell_id"]: settled["after"]})
         return settled
+
+    async def _make_edit(
+        self, run: Any, edit: dict[str, Any], place: Place, notebook: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Make ``edit`` on ``notebook`` as ``place`` holds it: its ``status`` then (and ``index``, ``reason``).
+
+        A place that fails (a page refreshed or closed while making it, or that
+        did not answer in time) may have made it, or not: the notebook is read
+        again where it is held now (the page, or the file that page saved),
+        and the edit is found there, or made there once more. Never recorded
+        applied unsaid, never made twice (a page refuses a cell id it holds, or
+        a cell changed since it was read).
+        """
+        path = edit["notebook"]
+        for attempt in range(MAKE_ATTEMPTS):
+            if attempt:
+                place, notebook = await self.places.open(path)
+                if is_applied(notebook, edit):
+                    found = find_cell(notebook, edit["cell_id"])
+                    return {"status": "applied", **({"index": found[0]} if found else {})}
+            try:
+                change = apply(notebook, edit, run.run_id)
+            except EditConflict as exc:
+                return {"status": "conflict", "reason": str(exc)}
+            try:
+                await _make(place, path, notebook, change)
+            except Exception:
+                continue
+            return {"status": "applied", "index": change.index}
+        return {"status": "conflict", "reason": f"the notebook's {place.name} could not be changed"}
 
     async def outputs(
         self,
