@@ -151,6 +151,9 @@ export function inputCard(input, answer) {
     if (isPlainObject(tool)) card.appendChild(aboutTool(tool));
   } else if (input.kind === "in_doubt" && isPlainObject(input.details)) {
     card.appendChild(doubtedStep(input.details));
+  } else if (isEditDetails(input.details)) {
+    // A notebook edit asked first (notebook_edits = "ask"): the cell as it is, and as it would be.
+    card.appendChild(editDiff(input.details));
   } else if (isPlainObject(input.details) && typeof input.details.code === "string") {
     // Code about to run (the notebook tools' run_code): shown as code, whole.
     card.appendChild(codeBlock(input.details.code));
@@ -181,6 +184,33 @@ export function inputCard(input, answer) {
     card.appendChild(said);
   }
   return card;
+}
+
+/**
+ * Whether a question's details are a notebook edit's (its op, cell, and the cell's text before and after).
+ * @param {unknown} details
+ * @returns {details is Record<string, any>}
+ */
+function isEditDetails(details) {
+  return (
+    isPlainObject(details) &&
+    ["insert", "edit", "delete"].includes(/** @type {any} */ (details).op) &&
+    typeof details.cell_id === "string"
+  );
+}
+
+/**
+ * A notebook edit asked about, as the diff its card in the run's edits will show.
+ * @param {Record<string, any>} details
+ * @returns {HTMLElement}
+ */
+function editDiff(details) {
+  /** @param {unknown} side */
+  const text = (side) => (typeof side === "string" ? side : Array.isArray(side) ? side.map(String).join("") : "");
+  const notebook = typeof details.notebook === "string" && details.notebook ? details.notebook : "notebook";
+  const block = /** @type {HTMLDetailsElement} */ (diffBlock(`${notebook} · ${details.op} cell ${details.cell_id}`, text(details.before), text(details.after)));
+  block.open = true;
+  return block;
 }
 
 /**

@@ -746,6 +746,19 @@ test("an execute_cell step shows its text and images, not its result's JSON", as
   assert.equal(card.querySelector(".agentruns-insert-cell"), null); // the code is in its cell already
 });
 
+test("a notebook edit asked first shows the cell's change as a diff, not its details as JSON", async () => {
+  const question = { request_id: "in_e", kind: "approval", title: "Change a cell in a.ipynb?", choices: ["approve", "deny"],
+    status: "open", choice: null,
+    details: { tool: "edit_cell", notebook: "a.ipynb", op: "edit", cell_id: "c-2", cell_type: "code", before: "y = x + 1", after: "y = x + 2" } };
+  await shown(fakeHost(), runObject({ status: "waiting", snapshot: snapshotWith({ inputs: [question] }) }));
+  const diff = el.querySelector(".agentruns-input .agentruns-diff");
+  assert.ok(diff.open);
+  assert.equal(diff.querySelector(".agentruns-diff-path").textContent, "a.ipynb · edit cell c-2");
+  const lines = [...diff.querySelectorAll(".agentruns-diff-lines > *")].map((line) => line.textContent);
+  assert.ok(lines.includes("-y = x + 1") && lines.includes("+y = x + 2"), lines.join("|"));
+  assert.equal(el.querySelector(".agentruns-input .agentruns-input-details"), null);
+});
+
 test("an approval question about code shows the code as code", async () => {
   const question = { request_id: "in_c", kind: "approval", title: "Run this code in the notebook's kernel?", choices: ["approve", "deny"],
     status: "open", choice: null, details: { tool: "run_code", code: "import os\nos.listdir('.')", language: "python" } };
