@@ -4,7 +4,7 @@ The baseline runs the same agent program with nothing but the ACP SDK's
 client side in this process: what any ACP client pays to read it. Through
 the server, each chunk is also a durable event served to an SSE client.
 ``acp-bridge`` reads runs the other way, as an editor does through
-``jupyter agentruns acp``, against the same runs read over SSE.
+``jupyter agentruns acp``, against runs of the same agent and prompt read over SSE.
 """
 
 from __future__ import annotations
@@ -296,7 +296,7 @@ def bridge(bench: Bench) -> None:
         "acp-bridge", "editor's text through the bridge", value, "chars/s", base, value / base,
         target="≥ 0.7× SSE", ok=value / base >= 0.7,
         note=f"{chunks:,} chunks as fast as the agent sends them, read by an editor through "
-             "jupyter agentruns acp; baseline: the same run read by an SSE client",
+             "jupyter agentruns acp; baseline: a run of the same agent and prompt read by an SSE client",
         samples=samples, baseline_samples=baseline,
     ))  # fmt: skip
 

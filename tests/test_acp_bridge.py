@@ -114,7 +114,12 @@ async def bridge(server: ServerProcess, editor: Editor, *args: str, url: str | N
             ),
             30,
         )
-        assert answer.agent_capabilities.load_session
+        # What an editor builds its menus from: load, list, resume and close, and text with
+        # embedded resources (files as context) in a prompt.
+        capabilities = answer.agent_capabilities
+        assert capabilities.load_session and capabilities.prompt_capabilities.embedded_context
+        sessions = capabilities.session_capabilities
+        assert sessions.list and sessions.resume and sessions.close, sessions
         try:
             yield conn, process
         finally:
