@@ -199,6 +199,9 @@ def test_two_pages_holding_the_notebook_make_a_change_once(lab):
         assert refused["error"] == "claim_taken"
         assert [source for _, source in sources(on_disk(server))].count("once") == 1
         assert [source for _, source in sources(other.model)].count("once") == 0
+        # Once it was saved, the other page was told to read the notebook again; the maker was not.
+        assert other.wait_for("saved") == [{"type": "saved", "notebook": NOTEBOOK}]
+        assert not [m for m in made[0].heard if m["type"] == "saved"]
     finally:
         first.close()
         second.close()

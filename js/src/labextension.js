@@ -19,7 +19,7 @@ import { RunWatch } from "./attention.js";
 import { cellMarksPlugin } from "./cellmarks.js";
 import { runsIcon } from "./icons.js";
 import { Attention } from "./notify.js";
-import { PageLink, linkUrl, makeChange } from "./pages.js";
+import { PageLink, linkUrl, makeChange, workOf } from "./pages.js";
 import { RunsPanel, contentsPath } from "./panel.js";
 import { restoreOutputs, shownRunIds } from "./restore.js";
 import { GO_TO_CELL, OPEN_CONVERSATION, OPEN_RUN, OPEN_TABLE, runPagesPlugin } from "./runpages.js";
@@ -144,10 +144,10 @@ const pagesPlugin = {
     const panelOf = (path) => tracker.find((panel) => usable(panel) && panel.context.path === path) ?? null;
     /**
      * Whether the page's notebook is the file as last saved, or newer: the file written
-     * meanwhile (an edit made on it while this page was loading, before its link was up),
-     * a notebook without unsaved work is read again, as "Reload from Disk" does; with
-     * unsaved work the page is not the place of the edit (the file is, and saving the page
-     * asks the person which to keep, as JupyterLab does).
+     * meanwhile (an edit made on it while this page was loading, before its link was up, or
+     * by another page), a notebook without unsaved work is read again, as "Reload from Disk"
+     * does; with unsaved work the page is not the place of the edit (the file is, and saving
+     * the page asks the person which to keep, as JupyterLab does).
      * @param {NotebookPanel} panel
      * @returns {Promise<boolean>}
      */
@@ -156,9 +156,21 @@ const pagesPlugin = {
       const known = context.contentsModel?.last_modified;
       const file = await app.serviceManager.contents.get(context.path, { content: false });
       if (!known || !file.last_modified || Date.parse(file.last_modified) <= Date.parse(known)) return true;
-      if (context.model.dirty) return false;
+      const model = panel.content.model;
+      if (model === null || workOf(/** @type {any} */ (model.toJSON())) !== loaded.get(panel)) return false;
       await context.revert();
       return !panel.isDisposed;
+    };
+    /**
+     * Each open notebook's work as last read from its file or saved to it (see workOf):
+     * "dirty" is no guide, JupyterLab marks a notebook dirty when its kernel starts.
+     * @type {WeakMap<NotebookPanel, string>}
+     */
+    const loaded = new WeakMap();
+    /** @param {NotebookPanel} panel */
+    const remember = (panel) => {
+      const model = panel.content.model;
+      if (model !== null && !panel.isDisposed) loaded.set(panel, workOf(/** @type {any} */ (model.toJSON())));
     };
     const link = new PageLink({
       url: linkUrl(apiBase(), window.location.href),
@@ -185,12 +197,24 @@ const pagesPlugin = {
           if (panel === null) throw new Error("the notebook was closed");
           await panel.context.save();
         },
+        async saved(path) {
+          const panel = panelOf(path);
+          if (panel !== null) await fresh(panel);
+        },
       },
     });
     // Told after the tracker has taken the change in (its own handlers run first or last).
     const tell = () => void Promise.resolve().then(() => link.tell());
     tracker.widgetAdded.connect((_, panel) => {
-      panel.context.ready.then(tell, () => undefined);
+      panel.context.ready.then(() => {
+        remember(panel);
+        tell();
+      }, () => undefined);
+      // Saved, or read again from the file (revert): what the file holds now.
+      panel.context.saveState.connect((_, state) => {
+        if (state === "completed") remember(panel);
+      });
+      panel.context.fileChanged.connect(() => remember(panel));
       panel.context.pathChanged.connect(tell);
       panel.disposed.connect(tell);
     });

@@ -22,6 +22,8 @@ import { DEFAULT_RETRY_MS, backoffDelay } from "./backoff.js";
  *   holds it now (null: not here, or not as the file is now)
  * @property {(path: string, change: Change) => string | null} make the change on the model: null, or why not
  * @property {(path: string) => Promise<void>} save save the notebook
+ * @property {(path: string) => Promise<void>} [saved] another page saved a change of the notebook:
+ *   read it again, unless this page holds unsaved work of it
  */
 
 /** The close code of a server whose notebook tools are off: the link does not come back. */
@@ -67,6 +69,23 @@ export function makeChange(notebook, change) {
     }
   });
   return null;
+}
+
+/**
+ * What a person's work in a notebook is, to tell whether a page holds some not saved yet:
+ * its cells' ids, types, sources and outputs. Not the notebook's metadata, which JupyterLab
+ * changes by itself (a kernel that starts writes its language), nor the cells'.
+ * @param {{cells?: unknown}} notebook nbformat, as a model's toJSON gives it
+ * @returns {string}
+ */
+export function workOf(notebook) {
+  const cells = Array.isArray(notebook.cells) ? notebook.cells : [];
+  return JSON.stringify(
+    cells.map((/** @type {any} */ cell) => {
+      const source = Array.isArray(cell.source) ? cell.source.join("") : cell.source;
+      return [cell.id, cell.cell_type, source, cell.outputs ?? null];
+    })
+  );
 }
 
 /**
@@ -170,6 +189,13 @@ export class PageLink {
         return;
       case "refused":
         this.offers.delete(message.claim);
+        return;
+      case "saved":
+        try {
+          await this.notebooks.saved?.(message.notebook);
+        } catch (error) {
+          this._warn("agentruns: could not read again a notebook another page changed:", error);
+        }
         return;
       case "error":
         this._warn("agentruns: the server refused a message of the page's link:", message.message);

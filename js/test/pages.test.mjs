@@ -6,7 +6,7 @@ import { test } from "node:test";
 
 import { YNotebook } from "@jupyter/ydoc";
 
-import { PageLink, UNAVAILABLE, linkUrl, makeChange } from "../src/pages.js";
+import { PageLink, UNAVAILABLE, linkUrl, makeChange, workOf } from "../src/pages.js";
 
 /**
  * A notebook model as a page holds it: c-2 changed by the person and not saved.
@@ -220,6 +220,31 @@ test("a change that does not fit, or a save that fails, is answered with why", a
     ok: false,
     reason: "the page made it but could not save: Error: disk full",
   });
+});
+
+test("told that another page saved a change, the page reads the notebook again; a read that fails answers null", async (t) => {
+  const held = pageNotebooks(t);
+  const told = [];
+  held.saved = async (path) => void told.push(path);
+  const { socket } = linked(t, held);
+  await socket.hear({ type: "saved", notebook: "work/a.ipynb" });
+  assert.deepEqual(told, ["work/a.ipynb"]);
+  assert.deepEqual(socket.sent.map((message) => message.type), ["open"]); // nothing to answer
+  held.read = async () => {
+    throw new Error("the contents service is down");
+  };
+  await socket.hear({ type: "read", request: "r1", notebook: "work/a.ipynb" });
+  assert.deepEqual(socket.sent.at(-1), { type: "content", request: "r1", content: null });
+});
+
+test("a notebook's work is its cells' ids, types, sources and outputs: not metadata a kernel writes", () => {
+  const cell = { id: "c-1", cell_type: "code", source: ["x = ", "1"], outputs: [], metadata: {} };
+  const notebook = { metadata: {}, cells: [cell] };
+  const work = workOf(notebook);
+  assert.equal(workOf({ metadata: { language_info: { name: "python" } }, cells: [{ ...cell, source: "x = 1", metadata: { trusted: true } }] }), work);
+  assert.notEqual(workOf({ cells: [{ ...cell, source: "x = 2" }] }), work);
+  assert.notEqual(workOf({ cells: [{ ...cell, outputs: [{ output_type: "stream", name: "stdout", text: "1" }] }] }), work);
+  assert.notEqual(workOf({ cells: [cell, { ...cell, id: "c-2" }] }), work);
 });
 
 test("a dropped link comes back with backoff and says its notebooks again; a server without the tools is left alone", (t) => {

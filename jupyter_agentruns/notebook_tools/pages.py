@@ -10,7 +10,9 @@ asks one of them for the notebook (``read``) and hands it a change to make
 
 A change is offered to every page that has the notebook open, with a claim
 token; the first page to claim it with that token makes it, any other is
-refused. An offer not claimed in time, or claimed but not made in time,
+refused; once it is made and saved, the other pages holding the notebook
+are told (``saved``), and one without unsaved work reads it again, so every
+open view shows the change. An offer not claimed in time, or claimed but not made in time,
 expires: a page that claims or answers it later is refused, so a change
 the server gave up on is never made late. The page checks the change
 against its model (by cell id, and the cell's source as the server read it)
@@ -19,7 +21,8 @@ overwritten.
 
 Messages are JSON objects with a ``type``. From the server: ``read``
 ``{request, notebook}``, ``make`` ``{claim, notebook, change}``,
-``claimed`` and ``refused`` ``{claim, error?, message?}``, and ``error``
+``claimed`` and ``refused`` ``{claim, error?, message?}``, ``saved``
+``{notebook}`` (another page saved a change of it), and ``error``
 ``{error, message}`` for a message it could not take (which changed
 nothing). From a page: ``open`` ``{notebooks}`` (every path it has open
 now), ``content`` ``{request, content}`` (the notebook, or null),
@@ -285,6 +288,9 @@ class PagePlace:
                 raise PageUnavailable(
                     "the page did not say in time that it made the change"
                 ) from None
+            for other in self.pages:
+                if other is not offer.taker and path in other.notebooks:
+                    other.send({"type": "saved", "notebook": path})
         finally:
             offer.expired = True
             for future in (offer.claimed, offer.made):
