@@ -90,3 +90,24 @@ async def idle(run, input: dict) -> dict:
     await run.progress(0.0, "waiting")
     await asyncio.sleep(input.get("seconds", 3600))
     return {}
+
+
+@agent(description="Bench: inserts cells at the end of its notebook, one after another.")
+async def cell_writer(run, input):
+    """``input["cells"]`` cells ``# bench cell N`` through the notebook tools; the report has
+    when each was asked for (``time.time()``, before its call) and what failed."""
+    tools = run.notebook_tools
+    if tools is None:
+        raise RuntimeError(
+            "cell_writer needs the run's notebook tools (a notebook and a kernel id)"
+        )
+    asked, failed = [], []
+    for number in range(input["cells"]):
+        asked.append(time.time())
+        outcome = await tools.call(
+            "insert_cell", {"source": f"# bench cell {number}", "after": "end"}
+        )
+        if not outcome.ok:
+            failed.append(outcome.text)
+    write_report(input.get("report"), {"asked": asked, "failed": failed})
+    return {"inserted": input["cells"] - len(failed)}

@@ -16,6 +16,7 @@ labextension where JupyterLab finds it (an editable install links it, or
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 import time
@@ -24,7 +25,7 @@ import uuid
 import httpx
 import nbformat
 
-from .scenarios import Bench, Row, median, say, wait_until
+from .scenarios import Bench, Row, median, percentile, say, wait_until
 from .servers import EngineServer
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -312,4 +313,130 @@ def panel(bench: Bench) -> None:
     ))  # fmt: skip
 
 
-SCENARIOS = {"views": views, "panel": panel}
+# Each cell the bench agent inserts, when it is in the open notebook's model and a frame has
+# been drawn since (ms since the epoch, as the agent's time.time() * 1000).
+WATCH_INSERTS = """() => {
+    const panel = window.jupyterapp.shell.currentWidget;
+    const seen = (window.__agentrunsInserted = {});
+    panel.content.model.cells.changed.connect((_, change) => {
+        if (change.type !== 'add') return;
+        for (const cell of change.newValues) {
+            const found = /^# bench cell (\\d+)$/.exec(cell.sharedModel.getSource());
+            if (found) requestAnimationFrame(() => {
+                seen[found[1]] = performance.timeOrigin + performance.now();
+            });
+        }
+    });
+}"""
+INSERTS = 200
+
+
+def notebook_edits(bench: Bench) -> None:
+    """An agent inserting 200 cells into a notebook open in a page: each cell's time from the
+    agent's call until the page shows it, and the file checked at the end."""
+    home = bench.path("edits")
+    server = EngineServer(
+        home,
+        home / "agentruns.sqlite3",
+        {"agents": {"cell_writer": "bench.agents:cell_writer"}, "notebook_tools_approval": "never"},
+        app="jupyterlab",
+    )
+    # The page's JupyterLab as window.jupyterapp, to watch its notebook's model.
+    config_file = home / "config" / "jupyter_server_config.json"
+    config = json.loads(config_file.read_text())
+    config["LabApp"] = {"expose_app_in_browser": True}
+    config_file.write_text(json.dumps(config))
+    server.start(timeout=120)
+    server.http = server.client()
+    playwright, browser = chromium()
+    latencies: list[float] = []
+    per_run: list[float] = []
+    problems: list[str] = []
+    try:
+        for rep in range(bench.repeat):
+            name = f"written-{rep}.ipynb"
+            first = nbformat.v4.new_code_cell("x = 1", id="first")
+            notebook = nbformat.v4.new_notebook(cells=[first])
+            notebook.metadata["kernelspec"] = {
+                "name": "python3", "display_name": "Python 3", "language": "python",
+            }  # fmt: skip
+            nbformat.write(notebook, server.home / name)
+            context = browser.new_context(viewport={"width": 1280, "height": 900})
+            try:
+                page = context.new_page()
+                page.goto(f"{server.url}lab/tree/{name}?token={server.token}&reset")
+                page.wait_for_function(
+                    "() => document.querySelector('#jp-main-statusbar')?.textContent"
+                    ".includes('| Idle')",
+                    timeout=120_000,
+                )
+                page.evaluate(WATCH_INSERTS)
+                report = home / f"report-{rep}.json"
+                started = server.http.post("runs", json={
+                    "agent": "cell_writer",
+                    "input": {"cells": INSERTS, "report": str(report)},
+                    "session": name,
+                    "metadata": {"kernel_id": "bench"},
+                })  # fmt: skip
+                started.raise_for_status()
+                run_id = started.json()["run_id"]
+                began = time.monotonic()
+                wait_until(report.exists, 300, "the agent's report")
+                per_run.append(time.monotonic() - began)
+                asked = json.loads(report.read_text())
+                problems += asked["failed"]
+                page.wait_for_function(
+                    "(count) => Object.keys(window.__agentrunsInserted).length >= count",
+                    arg=INSERTS,
+                    timeout=60_000,
+                )
+                shown = page.evaluate("() => window.__agentrunsInserted")
+                these = [shown[str(n)] - asked["asked"][n] * 1000 for n in range(INSERTS)]
+                latencies += these
+                ordered = sorted(these)
+                say(
+                    f"  rep {rep + 1}/{bench.repeat}: {INSERTS} cells in {per_run[-1]:.1f} s; "
+                    f"shown p50 {percentile(ordered, 0.5):.1f} ms, "
+                    f"p99 {percentile(ordered, 0.99):.1f} ms after the agent's call"
+                )
+                url = f"runs/{run_id}"
+                wait_until(
+                    lambda url=url: server.http.get(url).json()["status"] == "succeeded",
+                    60,
+                    "the run's end",
+                )
+                problems += file_problems(server.home / name, run_id)
+            finally:
+                context.close()
+    finally:
+        browser.close()
+        playwright.stop()
+        server.http.close()
+        server.stop()
+    ordered = sorted(latencies)
+    p50, p99 = percentile(ordered, 0.5), percentile(ordered, 0.99)
+    bench.add(Row(
+        "notebook-edits", f"an agent's {INSERTS} inserted cells shown in the open page (p99)",
+        p99, "ms", target="p99 ≤ 100 ms, the file exact", ok=p99 <= 100 and not problems,
+        note=f"p50 {p50:.1f} ms; from the agent's call (before the server reads the notebook "
+             "from the page) until the cell is in the page's notebook and a frame is drawn; "
+             f"{median(per_run):.1f} s for the {INSERTS} (the page saves after each); "
+             + ("the file: each cell once, in order, stamped" if not problems
+                else f"problems: {'; '.join(problems[:3])}"),
+        samples=latencies, details={"seconds_per_run": per_run, "problems": problems[:20]},
+    ))  # fmt: skip
+
+
+def file_problems(path, run_id: str) -> list[str]:
+    """What is wrong with the notebook the agent wrote: each cell once, in order, stamped."""
+    cells = nbformat.read(path, as_version=4).cells
+    wanted = ["x = 1", *(f"# bench cell {n}" for n in range(INSERTS))]
+    problems = []
+    if [cell.source for cell in cells] != wanted:
+        problems.append(f"{path.name} holds {len(cells)} cells, not the {len(wanted)} in order")
+    if any(cell.metadata.get("agentruns", {}).get("run_id") != run_id for cell in cells[1:]):
+        problems.append(f"{path.name}: an inserted cell is not stamped with its run")
+    return problems
+
+
+SCENARIOS = {"views": views, "panel": panel, "notebook-edits": notebook_edits}

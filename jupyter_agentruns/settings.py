@@ -243,9 +243,10 @@ class SettingsTraits(HasTraits):
         help="How the notebook tools' insert_cell, edit_cell and delete_cell change a notebook: "
         "'apply' (at once; each edit is recorded in its run and can be undone with POST "
         "runs/{id}/edits/{edit_id}/undo) or 'ask' (each edit is first a question showing its "
-        "diff, applied when approved). Where jupyter-collaboration is enabled, an edit of a "
-        "notebook that a page holds open is made in its live shared document, which every open "
-        "page shows at once; else in its file.",
+        "diff, applied when approved). An edit is made where the notebook is held: in its live "
+        "shared document where jupyter-collaboration is enabled and a page has it open (every "
+        "open page shows it at once), else by a JupyterLab page that has it open (which saves "
+        "it; the other pages holding it read it again), else in its file.",
     ).tag(config=True)
     default_agent = Unicode(
         "",

@@ -43,6 +43,10 @@ CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]  # fmt: skip
+# Every page's context: a person who asked for less motion (the views honour it). A working
+# run's bar moving at sixty frames a second costs a tenth of a core in software drawing, for
+# as long as the run works, which the other tests' servers and pages need on two cores.
+CONTEXT = {"reduced_motion": "reduce"}
 
 
 # These tests use no in-process server: pytest-jupyter's autouse event loop and
@@ -141,7 +145,7 @@ def page(browser, request):
     context = _CONTEXTS.get(id(browser))
     if context is None:
         context = _CONTEXTS[id(browser)] = browser.new_context(
-            viewport={"width": 1280, "height": 900}
+            viewport={"width": 1280, "height": 900}, **CONTEXT
         )
     page = context.new_page()
     page.on("dialog", lambda dialog: dialog.accept())
@@ -829,6 +833,11 @@ def test_an_agents_cell_edit_shows_in_its_view_and_undo_takes_it_out_of_the_note
     assert cells[-1]["metadata"]["agentruns"]["run_id"] == run_id
     edit.scroll_into_view_if_needed()
     page.screenshot(path=picture("notebook-edit-applied.png"))
+    try:
+        switch_theme(page, "JupyterLab Dark")
+        page.screenshot(path=picture("notebook-edit-applied-dark.png"))
+    finally:
+        switch_theme(page, "JupyterLab Light")
     edit.get_by_role("button", name=re.compile("Undo")).click()
     edit.locator(".agentruns-edit-status", has_text="undone").wait_for(timeout=30_000)
     assert [cell.source for cell in nbformat.read(path, as_version=4).cells] == [cells[0].source]

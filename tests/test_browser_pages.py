@@ -19,6 +19,7 @@ from agents_for_tests import TEST_AGENTS
 from conftest import picture
 from servers import ServerProcess
 from test_browser import (  # noqa: F401  (the fixtures)
+    CONTEXT,
     browser,
     jp_asyncio_loop,
     jp_server_cleanup,
@@ -48,7 +49,7 @@ def pages(browser):  # noqa: F811
     contexts, dialogs = [], []
 
     def new_page():
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context = browser.new_context(viewport={"width": 1280, "height": 900}, **CONTEXT)
         contexts.append(context)
         page = context.new_page()
         page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.accept()))

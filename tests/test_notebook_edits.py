@@ -353,6 +353,12 @@ def test_an_edit_written_when_its_server_was_killed_is_applied_once_after_take_o
             assert step["status"] == "completed" and step["result"]["cell_id"] == edit["cell_id"]
             [settled] = run["output"]["settled"]
             assert settled["ok"] and edit["cell_id"] in settled["text"]
+            # Undone after the restart, as from any page: the cell goes, and the run says so.
+            undone = undo(http, run_id, edit["edit_id"])
+            assert undone.status_code == 200, undone.text
+            assert [source for _, source in sources(on_disk(server))].count("y = 2") == 0
+            [kept] = http.get(f"runs/{run_id}").json()["snapshot"]["edits"]
+            assert kept["status"] == "undone"
     finally:
         server.kill()
 

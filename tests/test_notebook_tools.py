@@ -63,15 +63,34 @@ def model():
     fake.close()
 
 
+DOCS = Path(__file__).parent.parent / "docs"
+
+
+def tutorial_agent() -> str:
+    """The agent of docs/tutorials/agent-writes-notebook.md, as written."""
+    text = (DOCS / "tutorials" / "agent-writes-notebook.md").read_text()
+    [code] = re.findall(r"```python\n(# my_writer\.py\n.*?)```", text, re.S)
+    return code
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, model):
     home = tmp_path_factory.mktemp("nbtools")
+    (home / "agents").mkdir()
+    (home / "agents" / "my_writer.py").write_text(tutorial_agent())
     server = ServerProcess(
         home / "home",
         home / "agentruns.sqlite3",
-        {"agents": {"nb_mcp": "agents_for_tests:notebook_mcp_client"}},
+        {
+            "agents": {
+                "nb_mcp": "agents_for_tests:notebook_mcp_client",
+                "sum_writer": "my_writer:sum_writer",
+            }
+        },
         config={"OpenAIAgent": {"base_url": model.url, "notebook_tools": True}},
-    ).start()
+    )
+    server.env["PYTHONPATH"] = os.pathsep.join([str(home / "agents"), server.env["PYTHONPATH"]])
+    server.start()
     (server.home / "work").mkdir(exist_ok=True)
     http = server.client()
     kernel = Kernel(server, http, NOTEBOOK)
@@ -478,6 +497,29 @@ def test_a_runs_mcp_client_runs_a_cell_after_the_person_approves(lab):
     [cell] = json.loads((server.home / NOTEBOOK).read_text())["cells"]
     assert "".join(cell["outputs"][0]["text"]) == "from mcp\n"
     assert [e["op"] for e in run["snapshot"]["edits"]] == ["outputs"]
+
+
+def test_the_tutorials_agent_adds_a_cell_and_runs_it_once_approved(lab):
+    """docs/tutorials/agent-writes-notebook.md: its agent, run as the tutorial runs it."""
+    server, http, kernel = lab
+    save_cells(server, http, [("c-1", "x = 1")])
+    run_id = submit(http, "sum_writer", {"a": 2, "b": 2}, kernel.kernel_id)
+    question = approve_next(http, run_id)
+    assert question["details"]["tool"] == "execute_cell"
+    assert question["details"]["code"] == "print(2 + 2)"
+    run = wait_status(http, run_id, ["succeeded", "failed"])
+    assert run["status"] == "succeeded", run["error"]
+    first, added = json.loads((server.home / NOTEBOOK).read_text())["cells"]
+    assert "".join(first["source"]) == "x = 1"
+    assert "".join(added["source"]) == "print(2 + 2)"
+    assert "".join(added["outputs"][0]["text"]) == "4\n"
+    assert added["metadata"]["agentruns"]["run_id"] == run_id
+    assert run["output"] == {"cell_id": added["id"], "ran": True}
+    assert [(e["op"], e["status"]) for e in run["snapshot"]["edits"]] == [
+        ("insert", "applied"),
+        ("outputs", "applied"),
+    ]
+    assert run["snapshot"]["messages"][-1]["text"].startswith(f"I added cell {added['id']}")
 
 
 def test_the_openai_agents_tool_choice_may_name_a_notebook_tool(lab, model):

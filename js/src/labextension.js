@@ -48,7 +48,7 @@ async function restorePanel(app, panel) {
   // A shared document (jupyter-collaboration) keeps the outputs itself, past a
   // refresh; and each page holding it would add the same run's output once more.
   if (notebook.collaborative) {
-    markShared(panel.node);
+    markShared(panel.node, /** @type {any} */ (notebook.sharedModel).awareness ?? null);
     return;
   }
   /** @type {Map<string, ICodeCellModel>} */

@@ -11,7 +11,7 @@ import { Widget } from "@lumino/widgets";
 import { apiBase, apiFetch, runsUrl } from "./api.js";
 import { findModel, watchModels } from "./models.js";
 import { MIME_TYPE, fetchRecord, runData, switchedBundle, updatedBundle } from "./record.js";
-import { inSharedNotebook } from "./shared.js";
+import { writesOutputs } from "./shared.js";
 import { RunView, followNewRun, syncFor } from "./view.js";
 
 /**
@@ -150,8 +150,9 @@ export class RunRenderer extends Widget {
     const mimeModel = this.mimeModel;
     // A newer check (another follow-up ended meanwhile) has the newer record.
     if (mimeModel === null || this.isDisposed || this.outputRunId !== state.runId || this.recordChecked !== key) return;
-    // In a shared document every page holding it would make this change, each its own copy of the output.
-    if (inSharedNotebook(this.node)) return;
+    // In a shared document every page holding it would make this change, each its own copy of
+    // the output: one page makes it, and the others get it through the document.
+    if (!writesOutputs(this.node)) return;
     const fields = { run_id: state.runId, status: state.status, last_seq: state.lastSeq, agent: state.run.agent };
     const next = updatedBundle(/** @type {Record<string, any>} */ (mimeModel.data), fields, record);
     if (next !== null) mimeModel.setData({ data: next });
