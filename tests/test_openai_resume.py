@@ -347,3 +347,48 @@ async def test_a_run_code_cut_by_a_kill_is_run_again_in_the_notebooks_kernel_or_
     else:
         assert call["status"] == "failed" and call["error"]["type"] == "skipped"
         assert told.startswith("Error: skipped:")
+
+
+@pytest.mark.sqlite_only  # what it tests is above the store
+@pytest.mark.timeout(120)
+async def test_killed_between_its_notebook_edits_it_goes_on_and_each_cell_is_there_once(
+    servers, fake
+):
+    """The openai agent inserts three cells; its server is SIGKILLed as the model is asked for
+    the third (two edits made): the server that takes the run over goes on from there."""
+    sources = ["a = 1", "b = 2", "c = 3"]
+    inserts = [
+        tool_calls(("insert_cell", json.dumps({"source": source, "after": "end"})))
+        for source in sources
+    ]
+    # The third insert twice: the first one goes to the server that dies as it is asked.
+    fake.reply(*inserts, inserts[2], answer("Three cells."))
+    first = await servers("a", notebook_tools=True)
+    notebook = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (first.home / "a.ipynb").write_text(json.dumps(notebook))
+
+    def kill_at_the_third_question(request):
+        if request["path"].endswith("/chat/completions") and len(chat_requests(fake)) == 3:
+            first.kill()
+
+    fake.on_request = kill_at_the_third_question
+    async with client(first) as api:
+        body = {"agent": "openai", "input": {"prompt": "three cells"}, "session": "a.ipynb",
+                "metadata": {"kernel_id": "no-kernel"}}  # fmt: skip
+        run = (await api.post("runs", json=body)).json()
+    await asyncio.to_thread(first.process.wait, 30)
+    fake.on_request = None
+    saved = json.loads((first.home / "a.ipynb").read_text())
+    assert ["".join(cell["source"]) for cell in saved["cells"]] == sources[:2]
+
+    second = await servers("a", notebook_tools=True)  # started again, on the same files
+    async with client(second) as api:
+        ended = await until(api, run["run_id"], lambda r: r["status"] in TERMINAL, "ends", 60)
+    assert ended["status"] == "succeeded", ended["error"]
+    assert ended["attempt"] == 2
+    cells = json.loads((second.home / "a.ipynb").read_text())["cells"]
+    assert ["".join(cell["source"]) for cell in cells] == sources  # each once, in order
+    edits = ended["snapshot"]["edits"]
+    assert [(edit["after"], edit["status"]) for edit in edits] == [(s, "applied") for s in sources]
+    assert [cell["id"] for cell in cells] == [edit["cell_id"] for edit in edits]
+    assert len(chat_requests(fake)) == 5  # the third question asked again, nothing else
