@@ -34,6 +34,9 @@ the first word of each prompt:
 - ``retitle TITLE``: a ``session_info_update`` giving its session the title TITLE
   (which ``session/list`` then says too); answers ``retitled``.
 - ``unlistable``: its ``session/list`` fails from then on; answers ``unlistable``.
+- ``notebookcall TOOL ARGUMENTS``: calls TOOL with ARGUMENTS (JSON) on the
+  ``jupyter-notebook`` MCP server its session was given (the run's notebook
+  tools), over streamable HTTP; answers the tool's text (``error: …`` when it failed).
 - ``env``, ``pid``, ``cwd``, ``history``, ``state``, ``requests``, ``blocks``, ``mcp``, ``meta``:
   answers its environment (JSON), its pid, its session's directory, the prompts of its
   session so far (JSON), its mode and model, the mode and option requests its session
@@ -251,6 +254,27 @@ class Scripted:
             sessions=listed[start : start + 2], next_cursor=str(start + 2) if more else None
         )
 
+    async def notebook_call(self, session_id: str, tool: str, arguments: dict) -> str:
+        """Call ``tool`` of the ``jupyter-notebook`` MCP server the session was given, over
+        streamable HTTP with its headers, as an ACP agent does; its text, or why not."""
+        import httpx
+        from mcp.client.session import ClientSession
+        from mcp.client.streamable_http import streamable_http_client
+
+        given = {server.get("name"): server for server in self.mcp_servers.get(session_id, [])}
+        server = given.get("jupyter-notebook")
+        if server is None:
+            return "no jupyter-notebook MCP server in this session"
+        headers = {header["name"]: header["value"] for header in server.get("headers", [])}
+        async with httpx.AsyncClient(headers=headers, timeout=60) as http:
+            async with streamable_http_client(server["url"], http_client=http) as streams:
+                async with ClientSession(streams[0], streams[1]) as mcp:
+                    await mcp.initialize()
+                    result = await mcp.call_tool(tool, arguments)
+        text = "".join(getattr(block, "text", "") for block in result.content)
+        failed = getattr(result, "is_error", None) or getattr(result, "isError", False)
+        return ("error: " if failed else "") + text
+
     def _given(self, session_id: str, servers: Any) -> None:
         self.mcp_servers[session_id] = [
             server.model_dump(by_alias=True, exclude_none=True) for server in servers or ()
@@ -337,6 +361,9 @@ class Scripted:
             return "unlistable", "end_turn"
         if word == "mcp":
             return json.dumps(self.mcp_servers.get(session_id)), "end_turn"
+        if word == "notebookcall":
+            tool, _, arguments = rest.partition(" ")
+            return await self.notebook_call(session_id, tool, json.loads(arguments)), "end_turn"
         if word == "all":
             await conn.session_update(session_id, update_agent_thought_text("Thinking it over."))
             await conn.session_update(

@@ -721,6 +721,30 @@ async def test_a_stuck_agent_s_last_stderr_lines_are_served_for_its_run(api):
     assert (await api.get("runs/run_nobody_has/stderr")).status_code == 404
 
 
+@pytest.mark.sqlite_only  # what it tests is above the store
+async def test_an_acp_agent_inserts_a_cell_through_the_notebook_tools_it_was_given(api, root):
+    """The agent calls insert_cell on the jupyter-notebook MCP server of its session, as an ACP
+    agent does: the edit is the run's, made in the notebook and stamped."""
+    cell = {"cell_type": "code", "id": "c-1", "metadata": {}, "execution_count": None,
+            "source": "x = 1", "outputs": []}  # fmt: skip
+    notebook = {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (root / "acp.ipynb").write_text(json.dumps(notebook))
+    call = json.dumps({"source": "y = x + 1", "after": "c-1"})
+    run = await run_prompt(
+        api, f"notebookcall insert_cell {call}", "mcphttp",
+        metadata={"kernel_id": "k1", "notebook": "acp.ipynb"},
+    )  # fmt: skip
+    assert run["status"] == "succeeded", run["error"]
+    assert not run["output"]["text"].startswith("error"), run["output"]
+    [edit] = run["snapshot"]["edits"]
+    assert (edit["op"], edit["status"], edit["after"]) == ("insert", "applied", "y = x + 1")
+    cells = json.loads((root / "acp.ipynb").read_text())["cells"]
+    assert ["".join(c["source"]) for c in cells] == ["x = 1", "y = x + 1"]
+    stamp = {"run_id": run["run_id"], "edit_id": edit["edit_id"]}
+    assert cells[1]["metadata"]["agentruns"] == stamp
+    assert edit["cell_id"] in run["output"]["text"]
+
+
 @pytest.mark.parametrize("acp_settings", [{"agent_silence_seconds": 2}])
 async def test_a_stuck_agent_fails_agent_silent_after_agent_silence_seconds(api):
     run_id = (await submit(api, "scripted", {"prompt": "stuck"})).json()["run_id"]
