@@ -99,6 +99,9 @@ class AgentRuns(ExtensionApp, SettingsTraits):
         pages = PagePlace() if notebook.available else None
         if pages is not None:
             notebook.tools.places.add(pages)
+            # A notebook changed in its file (no page held it then): the pages holding it now
+            # read it again (one may have loaded it just before, its link not up yet).
+            notebook.tools.places.file.saved.append(pages.file_saved)
         try:
             self.engine = Engine(
                 parent=self,

@@ -221,6 +221,8 @@ def test_a_page_that_does_not_answer_leaves_the_edit_to_the_file(lab):
         assert sources(on_disk(server))[-1] == (inserted["result"]["cell_id"], "w = 4")
         assert time.monotonic() - started >= 3  # each read waited for the page, bounded
         assert page.saved == 0 and not [m for m in page.heard if m["type"] == "make"]
+        # Told that the file changed under it, so that it reads it again.
+        assert {m["notebook"] for m in page.wait_for("saved")} == {NOTEBOOK}
     finally:
         page.close()
 

@@ -22,8 +22,9 @@ import { DEFAULT_RETRY_MS, backoffDelay } from "./backoff.js";
  *   holds it now (null: not here, or not as the file is now)
  * @property {(path: string, change: Change) => string | null} make the change on the model: null, or why not
  * @property {(path: string) => Promise<void>} save save the notebook
- * @property {(path: string) => Promise<void>} [saved] another page saved a change of the notebook:
- *   read it again, unless this page holds unsaved work of it
+ * @property {(path: string) => Promise<void>} [saved] the notebook's file may have changed (another
+ *   page saved a change, the server changed the file, the link was down): read it again if it
+ *   is newer, unless this page holds unsaved work of it
  */
 
 /** The close code of a server whose notebook tools are off: the link does not come back. */
@@ -134,6 +135,9 @@ export class PageLink {
     socket.onopen = () => {
       this.attempt = 0;
       this.tell();
+      // Its notebooks may have changed in their files while the link was down (or before it
+      // first came up, the page loading): each is read again where it holds no unsaved work.
+      for (const path of this.notebooks.paths()) void this.fileChanged(path);
     };
     socket.onmessage = (event) => void this.receive(typeof event.data === "string" ? event.data : "");
     socket.onclose = (event) => {
@@ -191,15 +195,23 @@ export class PageLink {
         this.offers.delete(message.claim);
         return;
       case "saved":
-        try {
-          await this.notebooks.saved?.(message.notebook);
-        } catch (error) {
-          this._warn("agentruns: could not read again a notebook another page changed:", error);
-        }
+        await this.fileChanged(message.notebook);
         return;
       case "error":
         this._warn("agentruns: the server refused a message of the page's link:", message.message);
         return;
+    }
+  }
+
+  /**
+   * The file of the notebook `path` may have changed: the page reads it again if it holds no unsaved work.
+   * @param {string} path
+   */
+  async fileChanged(path) {
+    try {
+      await this.notebooks.saved?.(path);
+    } catch (error) {
+      this._warn("agentruns: could not read again a notebook changed in its file:", error);
     }
   }
 

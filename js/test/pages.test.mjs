@@ -222,13 +222,15 @@ test("a change that does not fit, or a save that fails, is answered with why", a
   });
 });
 
-test("told that another page saved a change, the page reads the notebook again; a read that fails answers null", async (t) => {
+test("as its link comes up, and told its file changed, the page reads the notebook again; a read that fails answers null", async (t) => {
   const held = pageNotebooks(t);
   const told = [];
   held.saved = async (path) => void told.push(path);
   const { socket } = linked(t, held);
+  await Promise.resolve();
+  assert.deepEqual(told, ["work/a.ipynb"], "checked as the link comes up");
   await socket.hear({ type: "saved", notebook: "work/a.ipynb" });
-  assert.deepEqual(told, ["work/a.ipynb"]);
+  assert.deepEqual(told, ["work/a.ipynb", "work/a.ipynb"]);
   assert.deepEqual(socket.sent.map((message) => message.type), ["open"]); // nothing to answer
   held.read = async () => {
     throw new Error("the contents service is down");

@@ -22,7 +22,8 @@ overwritten.
 Messages are JSON objects with a ``type``. From the server: ``read``
 ``{request, notebook}``, ``make`` ``{claim, notebook, change}``,
 ``claimed`` and ``refused`` ``{claim, error?, message?}``, ``saved``
-``{notebook}`` (another page saved a change of it), and ``error``
+``{notebook}`` (its file changed: another page saved a change, or the
+server changed the file), and ``error``
 ``{error, message}`` for a message it could not take (which changed
 nothing). From a page: ``open`` ``{notebooks}`` (every path it has open
 now), ``content`` ``{request, content}`` (the notebook, or null),
@@ -215,6 +216,13 @@ class PagePlace:
             why = (reason or "no reason given")[:500]
             offer.made.set_exception(PageUnavailable(f"the page did not make the change: {why}"))
 
+    def file_saved(self, path: str, but: Page | None = None) -> None:
+        """The notebook ``path`` changed in its file: the pages holding it (``but`` one, which
+        made the change) are told, and one without unsaved work reads it again."""
+        for page in self.pages:
+            if page is not but and path in page.notebooks:
+                page.send({"type": "saved", "notebook": path})
+
     # The place.
 
     def holding(self, path: str) -> list[Page]:
@@ -288,9 +296,7 @@ class PagePlace:
                 raise PageUnavailable(
                     "the page did not say in time that it made the change"
                 ) from None
-            for other in self.pages:
-                if other is not offer.taker and path in other.notebooks:
-                    other.send({"type": "saved", "notebook": path})
+            self.file_saved(path, but=offer.taker)
         finally:
             offer.expired = True
             for future in (offer.claimed, offer.made):

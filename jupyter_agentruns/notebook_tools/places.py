@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -61,6 +61,8 @@ class FilePlace:
 
     def __init__(self, contents_manager: Any):
         self.contents_manager = contents_manager
+        # Called with a notebook's path once a change of it is saved here.
+        self.saved: list[Callable[[str], None]] = []
 
     async def read(self, path: str) -> dict[str, Any]:
         """The file's content (nbformat 4); :class:`NotebookNotFound` when it cannot be read."""
@@ -76,6 +78,8 @@ class FilePlace:
         """Save the whole notebook (the change made on it)."""
         model = {"type": "notebook", "format": "json", "content": notebook}
         await ensure_async(self.contents_manager.save(model, path))
+        for told in self.saved:
+            told(path)
 
 
 class Places:
