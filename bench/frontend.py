@@ -391,6 +391,71 @@ def pending_times(server: EngineServer, run_id: str) -> list[float]:
         after = events[-1]["seq"]
 
 
+def written_notebook(server: EngineServer, name: str) -> None:
+    """A notebook of one cell, with a kernel to open, for the agent to write into."""
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1", id="first")])
+    notebook.metadata["kernelspec"] = {
+        "name": "python3", "display_name": "Python 3", "language": "python",
+    }  # fmt: skip
+    nbformat.write(notebook, server.home / name)
+
+
+def inserts_shown(server: EngineServer, browser, rep: int) -> dict:
+    """One repetition: the notebook open in a page, the agent's run to its end; each cell's
+    ms until the page shows it after its edit's event (``after_event``) and after the agent's
+    call (``after_call``), the run's ``seconds``, and the ``problems`` (the file checked)."""
+    name = f"written-{rep}.ipynb"
+    written_notebook(server, name)
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(f"{server.url}lab/tree/{name}?token={server.token}&reset")
+        page.wait_for_function(
+            "() => document.querySelector('#jp-main-statusbar')?.textContent.includes('| Idle')",
+            timeout=120_000,
+        )
+        page.evaluate(WATCH_INSERTS)
+        report = server.home / f"report-{rep}.json"
+        started = server.http.post("runs", json={
+            "agent": "cell_writer",
+            "input": {"cells": INSERTS, "report": str(report)},
+            "session": name,
+            "metadata": {"kernel_id": "bench"},
+        })  # fmt: skip
+        started.raise_for_status()
+        run_id = started.json()["run_id"]
+        began = time.monotonic()
+        wait_until(report.exists, 300, "the agent's report")
+        seconds = time.monotonic() - began
+        asked = json.loads(report.read_text())
+        page.wait_for_function(
+            "(count) => Object.keys(window.__agentrunsInserted).length >= count",
+            arg=INSERTS,
+            timeout=60_000,
+        )
+        shown = page.evaluate("() => window.__agentrunsInserted")
+    finally:
+        context.close()
+    wait_until(
+        lambda: server.http.get(f"runs/{run_id}").json()["status"] == "succeeded",
+        60,
+        "the run's end",
+    )
+    recorded = pending_times(server, run_id)
+    # (the shared document is saved a moment after its last change)
+    wrong = file_problems(server.home / name, run_id)
+    deadline = time.monotonic() + 10
+    while wrong and time.monotonic() < deadline:
+        time.sleep(0.2)
+        wrong = file_problems(server.home / name, run_id)
+    return {
+        "after_event": [shown[str(n)] - recorded[n] * 1000 for n in range(INSERTS)],
+        "after_call": [shown[str(n)] - asked["asked"][n] * 1000 for n in range(INSERTS)],
+        "seconds": seconds,
+        "problems": asked["failed"] + wrong,
+    }
+
+
 def notebook_edits(bench: Bench) -> None:
     """An agent inserting 200 cells into a notebook open in a page: each cell's time until the
     page shows it, from its edit's event and from the agent's call; the file checked at the end.
@@ -404,84 +469,28 @@ def notebook_edits(bench: Bench) -> None:
     else:
         modes.append(True)
     for collaboration in modes:
+        mode = "shared document" if collaboration else "page"
         server = edits_server(bench, collaboration)
         playwright, browser = chromium()
-        after_event: list[float] = []
-        after_call: list[float] = []
-        per_run: list[float] = []
-        problems: list[str] = []
+        reps = []
         try:
             for rep in range(bench.repeat):
-                name = f"written-{rep}.ipynb"
-                notebook = nbformat.v4.new_notebook(
-                    cells=[nbformat.v4.new_code_cell("x = 1", id="first")]
+                reps.append(inserts_shown(server, browser, rep))
+                ordered = sorted(reps[-1]["after_event"])
+                say(
+                    f"  {mode}, rep {rep + 1}/{bench.repeat}: {INSERTS} cells in "
+                    f"{reps[-1]['seconds']:.1f} s; shown p50 {percentile(ordered, 0.5):.1f} ms, "
+                    f"p99 {percentile(ordered, 0.99):.1f} ms after each edit's event"
                 )
-                notebook.metadata["kernelspec"] = {
-                    "name": "python3", "display_name": "Python 3", "language": "python",
-                }  # fmt: skip
-                nbformat.write(notebook, server.home / name)
-                context = browser.new_context(viewport={"width": 1280, "height": 900})
-                try:
-                    page = context.new_page()
-                    page.goto(f"{server.url}lab/tree/{name}?token={server.token}&reset")
-                    page.wait_for_function(
-                        "() => document.querySelector('#jp-main-statusbar')?.textContent"
-                        ".includes('| Idle')",
-                        timeout=120_000,
-                    )
-                    page.evaluate(WATCH_INSERTS)
-                    report = server.home / f"report-{rep}.json"
-                    started = server.http.post("runs", json={
-                        "agent": "cell_writer",
-                        "input": {"cells": INSERTS, "report": str(report)},
-                        "session": name,
-                        "metadata": {"kernel_id": "bench"},
-                    })  # fmt: skip
-                    started.raise_for_status()
-                    run_id = started.json()["run_id"]
-                    began = time.monotonic()
-                    wait_until(report.exists, 300, "the agent's report")
-                    per_run.append(time.monotonic() - began)
-                    asked = json.loads(report.read_text())
-                    problems += asked["failed"]
-                    page.wait_for_function(
-                        "(count) => Object.keys(window.__agentrunsInserted).length >= count",
-                        arg=INSERTS,
-                        timeout=60_000,
-                    )
-                    shown = page.evaluate("() => window.__agentrunsInserted")
-                    wait_until(
-                        lambda http=server.http, url=f"runs/{run_id}": (
-                            http.get(url).json()["status"] == "succeeded"
-                        ),
-                        60,
-                        "the run's end",
-                    )
-                    recorded = pending_times(server, run_id)
-                    these = [shown[str(n)] - recorded[n] * 1000 for n in range(INSERTS)]
-                    after_event += these
-                    after_call += [shown[str(n)] - asked["asked"][n] * 1000 for n in range(INSERTS)]
-                    ordered = sorted(these)
-                    say(
-                        f"  {'shared document' if collaboration else 'page'}, rep "
-                        f"{rep + 1}/{bench.repeat}: {INSERTS} cells in {per_run[-1]:.1f} s; "
-                        f"shown p50 {percentile(ordered, 0.5):.1f} ms, "
-                        f"p99 {percentile(ordered, 0.99):.1f} ms after each edit's event"
-                    )
-                    # (the shared document is saved a moment after its last change)
-                    wrong = file_problems(server.home / name, run_id)
-                    deadline = time.monotonic() + 10
-                    while wrong and time.monotonic() < deadline:
-                        time.sleep(0.2)
-                        wrong = file_problems(server.home / name, run_id)
-                    problems += wrong
-                finally:
-                    context.close()
         finally:
             browser.close()
             playwright.stop()
             server.http.close()
             server.stop()
+        after_event = [ms for one in reps for ms in one["after_event"]]
+        after_call = [ms for one in reps for ms in one["after_call"]]
+        per_run = [one["seconds"] for one in reps]
+        problems = [problem for one in reps for problem in one["problems"]]
         by_event, by_call = sorted(after_event), sorted(after_call)
         p99 = percentile(by_event, 0.99)
         where = (
@@ -490,8 +499,7 @@ def notebook_edits(bench: Bench) -> None:
             else "no jupyter-collaboration: the open page makes each edit, then saves"
         )
         bench.add(Row(
-            "notebook-edits",
-            f"{INSERTS} inserted cells shown in the open page, {'shared document' if collaboration else 'page'} (p99)",
+            "notebook-edits", f"{INSERTS} inserted cells shown in the open page, {mode} (p99)",
             p99, "ms", target="p99 ≤ 100 ms after its event, the file exact",
             ok=p99 <= 100 and not problems,
             note=f"{where}; p50 {percentile(by_event, 0.5):.1f} ms from the edit's event "

@@ -11,9 +11,10 @@ asks one of them for the notebook (``read``) and hands it a change to make
 A change is offered to every page that has the notebook open, with a claim
 token; the first page to claim it with that token makes it, any other is
 refused; once it is made and saved, the other pages holding the notebook
-are told (``saved``), and one without unsaved work reads it again, so every
-open view shows the change. An offer not claimed in time, or claimed but not made in time,
-expires: a page that claims or answers it later is refused, so a change
+are told (``saved``, as they are when the server changes the file), and one
+without unsaved work reads it again, so every open view shows the change.
+An offer not claimed in time, or claimed but not made in time, expires: a
+page that claims or answers it later is refused, so a change
 the server gave up on is never made late. The page checks the change
 against its model (by cell id, and the cell's source as the server read it)
 and refuses one that no longer fits: the person's own changes are never
