@@ -12,7 +12,7 @@ import { apiBase, apiFetch, runsUrl } from "./api.js";
 import { findModel, watchModels } from "./models.js";
 import { MIME_TYPE, fetchRecord, runData, switchedBundle, updatedBundle } from "./record.js";
 import { writesOutputs } from "./shared.js";
-import { RunView, followNewRun, syncFor } from "./view.js";
+import { RunView, followNewRun, syncFor, tellThread } from "./view.js";
 
 /**
  * @typedef {import("@jupyterlab/rendermime-interfaces").IRenderMime.IMimeModel} IMimeModel
@@ -112,6 +112,10 @@ export class RunRenderer extends Widget {
       },
       threadEnded: (runIds) => {
         this.threadEnded = runIds;
+        // The kernel, where it lives, keeps its copy of the record too (and in a shared
+        // notebook it alone changes the output: see _checkRecord).
+        const found = model();
+        if (found) tellThread(found, runIds);
         void this._checkRecord();
       },
     };
@@ -151,8 +155,9 @@ export class RunRenderer extends Widget {
     // A newer check (another follow-up ended meanwhile) has the newer record.
     if (mimeModel === null || this.isDisposed || this.outputRunId !== state.runId || this.recordChecked !== key) return;
     // In a shared document every page holding it would make this change, each its own copy of
-    // the output: one page makes it, and the others get it through the document.
-    if (!writesOutputs(this.node)) return;
+    // the output: one page makes it, and the others get it through the document. None does
+    // where the run's kernel is alive (its widget model is in this page): the kernel does.
+    if (!writesOutputs(this.node, findModel(state.runId) !== null)) return;
     const fields = { run_id: state.runId, status: state.status, last_seq: state.lastSeq, agent: state.run.agent };
     const next = updatedBundle(/** @type {Record<string, any>} */ (mimeModel.data), fields, record);
     if (next !== null) mimeModel.setData({ data: next });

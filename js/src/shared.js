@@ -57,14 +57,18 @@ export function inSharedNotebook(node) {
  * Whether this page is the one to change the outputs of `node`'s notebook: always where
  * the notebook is not shared; in a shared one, the page of the lowest client id among the
  * pages holding it (a state with a `user`: the server's own copy has none). A page that
- * does not know the others yet, or its awareness, leaves it to them.
+ * does not know the others yet, or its awareness, leaves it to them. Where the output's
+ * kernel is alive (`kernelWrites`), no page: the kernel updates its display, the page that
+ * ran the cell writes that to the document, and a change made by another page at the same
+ * time would be kept beside it, a second copy of the output.
  * @param {Element | null} node
+ * @param {boolean} [kernelWrites]
  * @returns {boolean}
  */
-export function writesOutputs(node) {
+export function writesOutputs(node, kernelWrites = false) {
   const awareness = sharedPanel(node);
   if (awareness === undefined) return true;
-  if (awareness === null) return false;
+  if (awareness === null || kernelWrites) return false;
   const pages = [...awareness.getStates()].filter(([, state]) => state && state.user).map(([id]) => id);
   return pages.includes(awareness.clientID) && Math.min(...pages) === awareness.clientID;
 }

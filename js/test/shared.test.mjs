@@ -28,11 +28,13 @@ test("of the pages holding a shared notebook, the one of the lowest client id wr
   panel.append(output);
   document.body.append(panel);
   assert.equal(writesOutputs(output), true, "a notebook not shared: this page");
+  assert.equal(writesOutputs(output, true), true, "not shared: this page, beside its kernel");
   /** @param {number} me @param {Array<[number, Record<string, any>]>} states */
   const awareness = (me, states) => ({ clientID: me, getStates: () => new Map(states) });
   const user = { user: { name: "Ada" } };
   markShared(panel, awareness(7, [[7, user], [9, user], [3, {}]]));
   assert.equal(writesOutputs(output), true, "the lowest of the pages (the server's state has no user)");
+  assert.equal(writesOutputs(output, true), false, "the kernel alive: it updates the output, not a page");
   markShared(panel, awareness(9, [[7, user], [9, user]]));
   assert.equal(writesOutputs(output), false);
   assert.equal(copy.writesOutputs(output), false, "the renderer's copy sees the same");
