@@ -171,13 +171,24 @@ export function modelHost(model) {
     // The model's change:run_id re-attaches every view of it, this one included.
     ranAgain: (run) => followNewRun(model, run),
     // Where this view shows (no renderer of the extension keeps the output), the kernel keeps the record.
-    threadEnded: (runIds) => {
-      const known = model.get("thread");
-      if (Array.isArray(known) && known.join(" ") === runIds.join(" ")) return;
-      model.set("thread", runIds);
-      model.save_changes();
-    },
+    threadEnded: (runIds) => tellThread(model, runIds),
   };
+}
+
+/**
+ * Tell the kernel which follow-ups under its run have ended: it brings the run's record
+ * up to date in its display (the page that ran the cell applies that to the output).
+ * Ended follow-ups only add up: a view that has not seen one yet (another page's, or
+ * one drawn again) adds nothing, and two pages never undo each other's word.
+ * @param {WidgetModel} model
+ * @param {string[]} runIds
+ */
+export function tellThread(model, runIds) {
+  const known = Array.isArray(model.get("thread")) ? model.get("thread").map(String) : [];
+  const added = runIds.filter((runId) => !known.includes(runId));
+  if (added.length === 0) return;
+  model.set("thread", [...known, ...added]);
+  model.save_changes();
 }
 
 /**

@@ -9,6 +9,7 @@ globalThis.DragEvent = class DragEvent extends page.MouseEvent {}; // lumino nee
 const { RANK, RunRenderer, default: extension, rendererFactory } = await import("../src/renderer.js");
 const { MIME_TYPE } = await import("../src/record.js");
 const { registerModel } = await import("../src/models.js");
+const { markShared } = await import("../src/shared.js");
 
 const RUN = "run_rend";
 const WIDGET = "application/vnd.jupyter.widget-view+json";
@@ -243,4 +244,26 @@ test("a follow-up that ended brings the thread into the saved record, and a refr
   await sleep(60);
   assert.equal(reopened.setDataCalls, 0);
   assert.equal(reopened.data["text/markdown"].split("and then?").length, 2);
+});
+
+test("in a shared notebook with its kernel alive, a follow-up goes to the kernel and no page changes the output", async () => {
+  const followUp = runObject({
+    run_id: "run_f1", created_at: "2026-03-01T10:01:00Z", metadata: { follow_up_of: RUN }, input: { prompt: "and then?" },
+    snapshot: { messages: [{ id: "m1", role: "assistant", text: "Then this.", done: true }], tools: [], progress: null, usage: null },
+  });
+  fakeServer({ [RUN]: runObject(), run_f1: followUp });
+  const widgetModel = fakeWidgetModel({ run_id: RUN, last_seq: 4, status: "running", base_url: "/", thread: [] });
+  cleanups.push(registerModel(widgetModel));
+  const panel = document.createElement("div");
+  panel.append(renderer.node);
+  document.body.replaceChildren(panel);
+  // This page is the one a page-side change would be left to: the kernel still makes it.
+  const user = { user: { name: "Ada" } };
+  markShared(panel, { clientID: 3, getStates: () => new Map([[3, user], [8, user]]) });
+  const model = outputModel(savedData(), renderer);
+  await renderer.renderModel(model);
+  await until(() => widgetModel.traits.thread?.join(" ") === "run_f1", { what: "the kernel to hear the follow-up" });
+  await sleep(60);
+  assert.equal(model.setDataCalls, 0, "the kernel's display update is the one change");
+  assert.equal(widgetModel.traits.status, "succeeded");
 });

@@ -696,6 +696,13 @@ test("a widget model hears which follow-ups under its run ended, once per change
   host.threadEnded(["run_f1"]);
   host.threadEnded(["run_f1", "run_f2"]);
   assert.deepEqual(model.saved.map((s) => s.thread), [["run_f1"], ["run_f1", "run_f2"]]);
+  // Another page's view, or this one drawn again, that has not seen them yet takes none back:
+  // two pages telling the kernel what each sees must not undo each other over and over.
+  host.threadEnded([]);
+  host.threadEnded(["run_f2"]);
+  assert.equal(model.saved.length, 2);
+  host.threadEnded(["run_f3"]);
+  assert.deepEqual(model.traits.thread, ["run_f1", "run_f2", "run_f3"]);
 });
 
 test("durations, ages and event summaries read well", () => {
