@@ -90,17 +90,23 @@ class ScriptedPage:
             except (websocket.WebSocketException, OSError, ValueError):
                 return
             self.heard.append(message)
-            if message["type"] == "read" and self.answers:
-                self.send({"type": "content", "request": message["request"], "content": self.model})
-            elif message["type"] == "make" and self.claims:
-                if self.claims == "late":
-                    time.sleep(self.late_seconds)
-                self.send({"type": "claim", "claim": message["claim"]})
-                self._pending = message
-            elif message["type"] == "claimed":
-                ok, reason = self._make(self._pending["change"])
-                answer = {"type": "made", "claim": message["claim"], "ok": ok}
-                self.send(answer if ok else {**answer, "reason": reason})
+            try:
+                self._answer(message)
+            except (websocket.WebSocketException, OSError):
+                return  # the server (or the test) closed the page meanwhile
+
+    def _answer(self, message: dict) -> None:
+        if message["type"] == "read" and self.answers:
+            self.send({"type": "content", "request": message["request"], "content": self.model})
+        elif message["type"] == "make" and self.claims:
+            if self.claims == "late":
+                time.sleep(self.late_seconds)
+            self.send({"type": "claim", "claim": message["claim"]})
+            self._pending = message
+        elif message["type"] == "claimed":
+            ok, reason = self._make(self._pending["change"])
+            answer = {"type": "made", "claim": message["claim"], "ok": ok}
+            self.send(answer if ok else {**answer, "reason": reason})
 
     def _make(self, change: dict) -> tuple[bool, str | None]:
         """The change on the model by cell id, checked as the page checks it, then saved."""
