@@ -226,6 +226,11 @@ export class FollowUpBox {
     this._draw();
   }
 
+  /** Its text was set: the Send button follows. */
+  changed() {
+    this._draw();
+  }
+
   /**
    * Why it cannot send now ("" when it can).
    * @param {string} reason
@@ -302,6 +307,55 @@ export function sendFollowUp(actions, root, text, count, chosen = {}) {
   return actions.start(`follow-up ${root.run_id} ${count} ${picked} ${text}`, followUpBody(root, text, chosen));
 }
 
+/** How long a draft waits for the view drawn again in its place. */
+export const DRAFT_SECONDS = 10;
+const DRAFTS_KEY = "__jupyterAgentrunsDrafts";
+
+/**
+ * @typedef {{text: string, focused: boolean, start: number, end: number, at: number}} Draft
+ * @returns {Map<string, Draft>} the page's drafts by thread, on globalThis: every copy of this module sees them
+ */
+function drafts() {
+  const page = /** @type {Record<string, any>} */ (globalThis);
+  if (!(page[DRAFTS_KEY] instanceof Map)) page[DRAFTS_KEY] = new Map();
+  return page[DRAFTS_KEY];
+}
+
+/**
+ * A view going away keeps what its box held: an output drawn again (another page's change of
+ * a shared notebook, the kernel's update of its display) makes a new view of the same run,
+ * and the person's reply being typed, and where they were in it, go on there.
+ * @param {string} runId the thread's first run
+ * @param {HTMLTextAreaElement} text
+ */
+function keepDraft(runId, text) {
+  const focused = text.ownerDocument.activeElement === text;
+  if (!text.value && !focused) return;
+  const start = text.selectionStart ?? text.value.length;
+  const end = text.selectionEnd ?? start;
+  drafts().set(runId, { text: text.value, focused, start, end, at: Date.now() });
+}
+
+/**
+ * The new view of a thread takes the draft its last view kept, if that was just now; it takes
+ * the focus too where the old box had it and nothing else has taken it since.
+ * @param {string} runId
+ * @param {FollowUpBox} box
+ */
+function takeDraft(runId, box) {
+  const draft = drafts().get(runId);
+  if (draft === undefined) return;
+  drafts().delete(runId);
+  if (Date.now() - draft.at > DRAFT_SECONDS * 1000 || box.text.value) return;
+  box.text.value = draft.text;
+  box.changed();
+  const active = box.text.ownerDocument.activeElement;
+  if (draft.focused && !box.text.disabled && (active === null || active === box.text.ownerDocument.body)) {
+    box.text.focus();
+    box.text.setSelectionRange(draft.start, draft.end);
+  }
+}
+
 /**
  * What the thread needs of the view it is under.
  * @typedef {{
@@ -371,12 +425,16 @@ export class ThreadSection {
         void this._load(this.generation);
         void this._offer(this.generation, false);
       }
+      this._reason();
+      takeDraft(root.run_id, this.box);
+      return;
     }
     this._reason();
   }
 
   dispose() {
     this.generation += 1;
+    if (this.root !== null) keepDraft(this.root.run_id, this.box.text);
     this._clear();
   }
 

@@ -4,7 +4,7 @@ import { beforeEach, test } from "node:test";
 import { installPage, until } from "./dom.mjs";
 
 installPage();
-const { FOLLOW_UP_OF, FollowUpBox, ThreadIndex, ThreadSection, followUpBody, threadRoot, whyNot } = await import("../src/thread.js");
+const { DRAFT_SECONDS, FOLLOW_UP_OF, FollowUpBox, ThreadIndex, ThreadSection, followUpBody, threadRoot, whyNot } = await import("../src/thread.js");
 const { RunActions } = await import("../src/actions.js");
 
 const ROOT = {
@@ -129,4 +129,46 @@ test("a sent follow-up shows in the thread at once, and a network error's retry 
   assert.match(section.box.note.textContent, /still on the last message/);
   views[0].host.shown({ status: "succeeded" });
   assert.equal(section.box.reason, "");
+});
+
+test("a reply being typed survives its view drawn again, with the focus and the caret; an old draft does not come back", async () => {
+  const server = fakeServer(async () => Response.json({ runs: [ROOT], next: null }));
+  const section = () => {
+    const made = new ThreadSection({
+      baseUrl: () => "/",
+      actions: () => new RunActions({ baseUrl: "/", fetch: server.fetch }),
+      makeView: () => ({ attach: () => {}, dispose: () => {} }),
+      index: new ThreadIndex({ baseUrl: "/", fetch: server.fetch }),
+    });
+    document.body.append(made.node);
+    return made;
+  };
+  const first = section();
+  first.show(ROOT, "succeeded");
+  first.box.text.value = "and now plot it";
+  first.box.text.focus();
+  first.box.text.setSelectionRange(4, 7);
+  // The output is drawn again (another page's change of a shared notebook): a new view.
+  first.dispose();
+  first.node.remove();
+  const second = section();
+  second.show(ROOT, "succeeded");
+  assert.equal(second.box.text.value, "and now plot it");
+  assert.equal(document.activeElement, second.box.text);
+  assert.deepEqual([second.box.text.selectionStart, second.box.text.selectionEnd], [4, 7]);
+  assert.equal(second.box.sendButton.disabled, false, "the Send button follows the text");
+  // Taken once: a third view of the run (the run page, later) starts empty.
+  second.node.remove();
+  const third = section();
+  third.show(ROOT, "succeeded");
+  assert.equal(third.box.text.value, "");
+
+  // A draft left longer than a redraw takes is not brought back.
+  third.box.text.value = "an old thought";
+  third.dispose();
+  const kept = globalThis.__jupyterAgentrunsDrafts.get("run_root");
+  kept.at -= (DRAFT_SECONDS + 1) * 1000;
+  const fourth = section();
+  fourth.show(ROOT, "succeeded");
+  assert.equal(fourth.box.text.value, "");
 });
