@@ -15,13 +15,16 @@ from conftest import picture
 from servers import ServerProcess
 from test_browser import (  # noqa: F401  (fixtures are found by name)
     CONTEXT,
+    MIME_TYPE,
     browser,
     jp_asyncio_loop,
     jp_server_cleanup,
     open_notebook,
     pytestmark,
     run_cell,
+    runs_of,
     wait_attr,
+    wait_text,
     write_notebook,
 )
 
@@ -30,7 +33,8 @@ def test_with_collaboration_an_agents_inserted_cell_shows_in_two_open_pages_at_o
     tmp_path, browser
 ):
     """jupyter-collaboration on: the notebook open in two pages, an agent inserts a cell, and
-    both pages show it without a reload (the server changed the live shared document)."""
+    both pages show it without a reload (the server changed the live shared document); a
+    follow-up typed in the page that did not run its cell reaches the saved record once."""
     source = "answer = 6 * 7"
     home = tmp_path / "lab"
     server = ServerProcess(
@@ -47,7 +51,8 @@ def test_with_collaboration_an_agents_inserted_cell_shows_in_two_open_pages_at_o
         [
             "from jupyter_agentruns import submit\n"
             "run = submit('notebook_mcp_client', "
-            f"{{'calls': [['insert_cell', {{'source': {source!r}, 'after': 'end'}}]]}})"
+            f"{{'calls': [['insert_cell', {{'source': {source!r}, 'after': 'end'}}]]}})",
+            "%%agent demo\nfirst question",
         ],
     )
     contexts = [
@@ -89,7 +94,47 @@ def test_with_collaboration_an_agents_inserted_cell_shows_in_two_open_pages_at_o
                 break
             assert time.monotonic() < deadline, "the inserted cell never reached the file"
             time.sleep(0.2)
+
+        # A follow-up typed under the view of a %%agent cell, in the page that did not run it:
+        # the output's record in the shared document takes the thread in once (the kernel
+        # updates its display, the page that ran the cell writes it), and each page shows the
+        # one output.
+        run_cell(pages[0], 1)
+        # The record of the first run first: its change draws the output again in each page.
+        saved_record(home, "**succeeded**")
+        wait_attr(pages[1], 1, "data-status", "v === 'succeeded'", timeout=90_000)
+        box = pages[1].locator(".jp-Notebook .agentruns-followup-text").last
+        box.wait_for(timeout=30_000)
+        box.click()
+        pages[1].keyboard.type("second question")
+        pages[1].keyboard.press("Enter")
+        answered = "Demo answer about second question"
+        wait_text(pages[1], 1, answered, timeout=90_000)
+        saved_record(home, answered)
+        time.sleep(2)  # (a second page writing it too would have by now)
+        outputs = nbformat.read(home / "shared.ipynb", as_version=4).cells[1].outputs
+        assert len(outputs) == 1, outputs
+        record = outputs[0].data["text/markdown"]
+        assert record.count("> second question") == 1 and record.count(answered) == 1, record
+        for page in pages:
+            cell = page.locator(".jp-Notebook .jp-Cell").nth(1)
+            assert cell.locator(".jp-OutputArea-child").count() == 1
     finally:
         for context in contexts:
             context.close()
         server.kill()
+
+
+def saved_record(home, text: str, seconds: float = 60) -> None:
+    """Wait until the saved notebook's second cell has a run record holding ``text``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            outputs = nbformat.read(home / "shared.ipynb", as_version=4).cells[1].outputs
+        except (ValueError, IndexError):  # read while it is written
+            outputs = []
+        records = [o.data["text/markdown"] for o in outputs if MIME_TYPE in o.get("data", {})]
+        if any(text in record for record in records):
+            return
+        assert time.monotonic() < deadline, f"{text!r} never reached the saved record: {outputs}"
+        time.sleep(0.3)
