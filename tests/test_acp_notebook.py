@@ -2,8 +2,8 @@
 
 The scripted agent (tests/acp_agent.py) reads the notebook with
 ``fs/read_text_file`` and writes it back changed with ``fs/write_text_file``,
-as an editing agent does. For a run with notebook tools, each changed cell is
-a notebook edit of the run (the same events, stamps, conflicts and undo as the
+as an editing agent does. Each changed cell is a notebook edit of the run, with
+or without notebook tools (the same events, stamps, conflicts and undo as the
 notebook tools' own), and the agent's answer says what changed.
 """
 
@@ -251,12 +251,34 @@ async def test_a_removed_cell_is_deleted_and_written_outputs_are_not_taken(api, 
     assert outputs(cells["c-2"]) == [OUTPUT] and cells["c-3"]["outputs"] == []
 
 
-async def test_without_notebook_tools_a_notebook_is_written_as_a_file(api, notebook):
+async def test_without_a_kernel_a_written_notebook_is_still_one_edit_per_changed_cell(
+    api, notebook
+):
+    """A run with no kernel (New run in the runs panel, a REST client) has no notebook tools,
+    yet the notebook it writes may be open in a page: it becomes cell edits all the same."""
     run = await run_prompt(api, rewrite({"edit": {"c-2": "print(2)"}}))
-    assert answered(run) == {"meta": None}
-    assert source(cells_of(notebook)["c-2"]) == "print(2)"
+    meta = answered(run)["meta"]["agentruns"]
+    assert [(c["op"], c["cell_id"], c["status"]) for c in meta["changes"]] == [
+        ("edit", "c-2", "applied")
+    ]
+    cell = cells_of(notebook)["c-2"]
+    assert source(cell) == "print(2)" and outputs(cell) == [OUTPUT]
+    [edit] = run["snapshot"]["edits"]
+    assert cell["metadata"]["agentruns"] == {"run_id": run["run_id"], "edit_id": edit["edit_id"]}
+    assert [t["name"] for t in run["snapshot"]["tools"]] == ["edit_cell"]
+    # And undone like any edit.
+    undone = await api.post(f"runs/{run['run_id']}/edits/{edit['edit_id']}/undo")
+    assert undone.status_code == 200, undone.text
+    assert source(cells_of(notebook)["c-2"]) == "print(x)"
+
+
+async def test_a_notebook_that_does_not_exist_yet_is_written_as_a_file(api, root):
+    text = json.dumps({**CONTENT, "cells": CONTENT["cells"][:1]}, separators=(",", ":"))
+    run = await run_prompt(api, f"write new.ipynb {text}")
+    assert run["output"]["text"] == "written"
+    assert list(cells_of(root / "new.ipynb")) == ["c-1"]
     [step] = run["snapshot"]["tools"]
-    assert step["name"] == "write_text_file" and step["content"][0]["type"] == "diff"
+    assert step["name"] == "write_text_file" and step["content"][0]["old_text"] is None
     assert not run["snapshot"].get("edits")
 
 

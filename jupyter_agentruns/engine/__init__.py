@@ -220,6 +220,7 @@ class Engine(LoggingConfigurable):
             tracer=tracing.configure(self.log),
             provisions=RunProvisions(
                 notebook_tools=self.notebook.for_run if self.notebook is not None else None,
+                notebook_writes=self.notebook.writes_for if self.notebook is not None else None,
                 mcp_servers=settings.mcp_servers,
                 in_doubt=settings.in_doubt,
             ),

@@ -89,6 +89,9 @@ class RunContext:
         self._messages = len(self.snapshot["messages"])
         # The notebook's kernel, for an agent that works on its data (see ``notebook``).
         self.notebook_tools: Any = None
+        # A notebook the agent writes whole, made cell edits (the notebook tools' own, or
+        # without a kernel): see ``notebook_tools.RunNotebookWrites``.
+        self.notebook_writes: Any = None
         # The configured MCP servers (c.AgentRuns.mcp_servers), for an agent that uses their tools.
         self.mcp_servers: dict[str, dict[str, Any]] = {}
         # How a step cut by a take-over is settled (c.AgentRuns.in_doubt).
@@ -326,6 +329,7 @@ class SyncRun:
         self.attempt = run.attempt
         self.snapshot = run.snapshot
         self.notebook_tools = run.notebook_tools
+        self.notebook_writes = run.notebook_writes
         self.mcp_servers = run.mcp_servers
         self.in_doubt = run.in_doubt
 

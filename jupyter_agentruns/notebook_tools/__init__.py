@@ -27,7 +27,8 @@ from .writes import Written, notebook_text, write
 
 __all__ = [
     "EDIT_TOOLS", "EditConflict", "Kernels", "KernelUnavailable", "NotebookAccess",
-    "NotebookEdits", "NotebookNotFound", "NotebookTools", "Outcome", "RunNotebookTools", "TOOLS",
+    "NotebookEdits", "NotebookNotFound", "NotebookTools", "Outcome", "RunNotebookTools",
+    "RunNotebookWrites", "TOOLS",
     "Written", "availability", "definitions",
 ]  # fmt: skip
 
@@ -94,6 +95,14 @@ class NotebookAccess:
             return None
         return RunNotebookTools(self, run, kernel_id)
 
+    def writes_for(self, run: Any) -> RunNotebookWrites | None:
+        """What an agent's ``run.notebook_writes`` is: a notebook it writes whole made cell edits,
+        with a kernel or without (a run from the runs panel, from REST); None where the tools
+        do not serve the run's owner."""
+        if not self.serves(run.owner):
+            return None
+        return RunNotebookWrites(self, run)
+
     # Per-run tokens ---------------------------------------------------------
 
     def token_for(self, run_id: str) -> str:
@@ -121,30 +130,18 @@ class NotebookAccess:
         return self.tools.edits.forget(run_id)
 
 
-class RunNotebookTools:
-    """``run.notebook_tools``: the notebook tools on the kernel that submitted the run.
-
-    ``definitions``: ``[{name, description, parameters}]``; ``call(name, args)``
-    makes one call as a tool step of the run; ``mcp_server()``: where an agent
-    of its own process reaches the same tools (``{"url", "headers"}``).
+class RunNotebookWrites:
+    """``run.notebook_writes``: a notebook an agent reads and writes whole (ACP's
+    ``fs/read_text_file`` and ``fs/write_text_file``) as the person has it, its
+    changes made the run's cell edits; and, after a take-over, the edits an
+    earlier attempt left ``pending`` settled by the notebook. No kernel needed.
     """
 
-    def __init__(self, access: NotebookAccess, run: Any, kernel_id: str):
+    kernel_id: str | None = None
+
+    def __init__(self, access: NotebookAccess, run: Any):
         self._access = access
         self._run = run
-        self.kernel_id = kernel_id
-        self.definitions = definitions(with_notebook=False)
-
-    def asks(self, name: str) -> bool:
-        """Whether a call of ``name`` asks a person first (an approval question)."""
-        return self._access.tools.asks(name)
-
-    async def call(
-        self, name: str, args: dict[str, Any], asked: dict[str, Any] | None = None
-    ) -> Outcome:
-        return await self._access.tools.call(
-            name, args, kernel_id=self.kernel_id, run=self._run, asked=asked
-        )
 
     async def resume(self, step: dict[str, Any]) -> Outcome:
         """What the caller reads of a call an earlier attempt of the run started (its ``step``).
@@ -179,6 +176,31 @@ class RunNotebookTools:
         """The notebook ``path`` written whole as ``text``, made as the run's cell edits
         (:mod:`.writes`); None when no place holds it (the caller writes a file)."""
         return await write(self._access.tools.edits, self._run, path, text)
+
+
+class RunNotebookTools(RunNotebookWrites):
+    """``run.notebook_tools``: the notebook tools on the kernel that submitted the run.
+
+    ``definitions``: ``[{name, description, parameters}]``; ``call(name, args)``
+    makes one call as a tool step of the run; ``mcp_server()``: where an agent
+    of its own process reaches the same tools (``{"url", "headers"}``).
+    """
+
+    def __init__(self, access: NotebookAccess, run: Any, kernel_id: str):
+        super().__init__(access, run)
+        self.kernel_id: str | None = kernel_id
+        self.definitions = definitions(with_notebook=False)
+
+    def asks(self, name: str) -> bool:
+        """Whether a call of ``name`` asks a person first (an approval question)."""
+        return self._access.tools.asks(name)
+
+    async def call(
+        self, name: str, args: dict[str, Any], asked: dict[str, Any] | None = None
+    ) -> Outcome:
+        return await self._access.tools.call(
+            name, args, kernel_id=self.kernel_id, run=self._run, asked=asked
+        )
 
     def mcp_server(self) -> dict[str, Any] | None:
         """``{"url", "headers"}`` of the server's MCP endpoint with this run's token, if it serves."""

@@ -361,7 +361,7 @@ class Turn:
                 await self.run.message_completed(message["id"])
         # Notebook edits (of a notebook it wrote, or through the notebook tools) are settled by
         # the notebook: applied once, never lost.
-        tools: Any = getattr(self.run, "notebook_tools", None)
+        tools: Any = getattr(self.run, "notebook_writes", None)
         settles = getattr(tools, "settles", None)
         if settles is not None:
             await tools.settle()
@@ -459,8 +459,8 @@ class Turn:
     async def write(self, path: str, content: str) -> bool | str | dict[str, Any]:
         """``fs/write_text_file``: written through the contents manager, recorded as a step with its diff.
 
-        A notebook the run's notebook tools hold is not written over: its
-        cells are changed one by one (:meth:`write_notebook`).
+        A notebook is not written over: its cells are changed one by one
+        (:meth:`write_notebook`), with or without the run's notebook tools.
         """
         run = self.run
         await self.translation.complete_message()
@@ -491,10 +491,10 @@ class Turn:
         """The notebook ``name`` written as the run's cell edits, each a step of its own; what
         the agent is answered: ``_meta`` saying what changed, or why something was not.
 
-        None where the run has no notebook tools or no place holds the
-        notebook (a new file): the file is written.
+        None where the run has no notebook writes (a server whose notebook tools do not serve
+        the run's owner) or no place holds the notebook (a new file): the file is written.
         """
-        writing = getattr(getattr(self.run, "notebook_tools", None), "write_notebook", None)
+        writing = getattr(getattr(self.run, "notebook_writes", None), "write_notebook", None)
         written = await writing(name, content) if writing is not None else None
         if written is None:
             return None
@@ -508,9 +508,9 @@ class Turn:
         return {"agentruns": written.summary()} if written.ok else written.text
 
     async def read_notebook(self, path: str) -> str | None:
-        """``fs/read_text_file`` of a notebook the run's notebook tools hold: the notebook as the
-        person has it now, recorded as read (a write expects those cells); else None."""
-        reading = getattr(getattr(self.run, "notebook_tools", None), "read_notebook_text", None)
+        """``fs/read_text_file`` of a notebook a place holds: the notebook as the person has it
+        now, recorded as read (a write expects those cells); else None."""
+        reading = getattr(getattr(self.run, "notebook_writes", None), "read_notebook_text", None)
         name = self.files.name(self.files.resolve(path))
         if reading is None or not name.endswith(".ipynb"):
             return None
