@@ -158,6 +158,12 @@ class Run(Protocol):
     whole made as cell edits, one tool step each (``.ok``, ``.text``, ``.changes``,
     ``.notes``, ``.error``); None from either when nothing holds a notebook at ``path``."""
 
+    notebook_writes: Any
+    """A notebook read and written whole as the person has it, with a kernel or without (a
+    run from the runs panel, from REST): ``read_notebook_text``, ``write_notebook``,
+    ``resume``, ``settle`` and ``settles`` as ``notebook_tools`` has them (which it is, where
+    the run has notebook tools). None where the notebook tools do not serve the run's owner."""
+
     mcp_servers: dict[str, dict[str, Any]]
     """The configured MCP servers (``c.AgentRuns.mcp_servers``), by name: ``{"command": [...],
     "env": {...}}`` (stdio) or ``{"url": "...", "headers": {...}}`` (Streamable HTTP)."""
