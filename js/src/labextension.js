@@ -157,10 +157,18 @@ const pagesPlugin = {
       const file = await app.serviceManager.contents.get(context.path, { content: false });
       if (!known || !file.last_modified || Date.parse(file.last_modified) <= Date.parse(known)) return true;
       const model = panel.content.model;
-      if (model === null || workOf(/** @type {any} */ (model.toJSON())) !== loaded.get(panel)) return false;
+      if (model === null || workOf(/** @type {any} */ (model.toJSON())) !== loaded.get(panel)) {
+        // Its unsaved work may be an edit the page made and is saving now: looked at again
+        // once the page has saved (then what the file has more is read in).
+        stale.add(panel);
+        return false;
+      }
+      stale.delete(panel);
       await context.revert();
       return !panel.isDisposed;
     };
+    /** The notebooks found older than their files while they held unsaved work. @type {WeakSet<NotebookPanel>} */
+    const stale = new WeakSet();
     /**
      * Each open notebook's work as last read from its file or saved to it (see workOf):
      * "dirty" is no guide, JupyterLab marks a notebook dirty when its kernel starts.
@@ -212,7 +220,9 @@ const pagesPlugin = {
       }, () => undefined);
       // Saved, or read again from the file (revert): what the file holds now.
       panel.context.saveState.connect((_, state) => {
-        if (state === "completed") remember(panel);
+        if (state !== "completed") return;
+        remember(panel);
+        if (stale.has(panel)) void fresh(panel).catch(() => undefined);
       });
       panel.context.fileChanged.connect(() => remember(panel));
       panel.context.pathChanged.connect(tell);
